@@ -1,0 +1,223 @@
+"""The core data model: chat messages and vector documents.
+
+Every model is an immutable, JSON-serializable pydantic value. Immutability goes all the way down (metadata
+dicts and lists are frozen too), which is what lets backends hand out cached snapshots without copying and
+detect unchanged messages by identity when they compute an O(change) save.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Annotated, Any, Literal, NoReturn, TypeVar, Union
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from memweave.errors import InvalidInputError
+
+__all__ = [
+    "ContentPart",
+    "FrozenDict",
+    "FrozenList",
+    "ImagePart",
+    "JsonObject",
+    "Message",
+    "OpaquePart",
+    "Role",
+    "ScoredDocument",
+    "TextPart",
+    "ToolCall",
+    "VectorDocument",
+    "coerce_documents",
+    "coerce_messages",
+    "freeze_json",
+]
+
+
+def _readonly(self: object, *args: object, **kwargs: object) -> NoReturn:
+    raise TypeError(f"{type(self).__name__} is immutable; build a new value instead (e.g. model_copy(update=...))")
+
+
+class FrozenDict(dict[str, Any]):
+    """A `dict` that refuses mutation; equal to, and serialized as, a plain dict."""
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _readonly
+
+    def __reduce__(self) -> tuple[type[FrozenDict], tuple[dict[str, Any]]]:
+        return (type(self), (dict(self),))
+
+
+class FrozenList(list[Any]):
+    """A `list` that refuses mutation; equal to, and serialized as, a plain list."""
+
+    __setitem__ = __delitem__ = append = extend = insert = pop = remove = clear = _readonly
+    sort = reverse = __iadd__ = __imul__ = _readonly
+
+    def __reduce__(self) -> tuple[type[FrozenList], tuple[list[Any]]]:
+        return (type(self), (list(self),))
+
+
+def freeze_json(value: Any) -> Any:
+    """Deep-freeze a JSON value, rejecting floats JSON cannot represent (NaN, ±inf)."""
+    if isinstance(value, dict):
+        return FrozenDict({key: freeze_json(item) for key, item in value.items()})
+    if isinstance(value, list):
+        return FrozenList(freeze_json(item) for item in value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("NaN and infinity are not JSON values")
+    return value
+
+
+JsonObject = Annotated[dict[str, JsonValue], AfterValidator(freeze_json)]
+"""A JSON object (string keys, JSON values), deep-frozen after validation."""
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TextPart(_Model):
+    """A piece of text inside a multimodal message."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImagePart(_Model):
+    """An image given either by URL or inline as base64 `data` with its `mime_type`."""
+
+    type: Literal["image"] = "image"
+    url: str | None = None
+    data: str | None = None
+    mime_type: str | None = None
+    detail: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ImagePart:
+        if (self.url is None) == (self.data is None):
+            raise ValueError("an image needs exactly one of `url` or `data`")
+        if self.data is not None and not self.mime_type:
+            raise ValueError("inline image `data` needs a `mime_type`")
+        return self
+
+
+class OpaquePart(_Model):
+    """Any other content block (audio, documents, reasoning, ...), kept as a JSON object under a `kind` name."""
+
+    type: Literal["opaque"] = "opaque"
+    kind: str
+    data: JsonObject = Field(default_factory=FrozenDict)
+
+
+ContentPart = Annotated[Union[TextPart, ImagePart, OpaquePart], Field(discriminator="type")]
+
+
+class ToolCall(_Model):
+    """A tool invocation requested by an assistant message."""
+
+    id: str
+    name: str
+    arguments: JsonObject = Field(default_factory=FrozenDict)
+
+
+class Message(_Model):
+    """One chat message. Immutable; equality is value equality.
+
+    `extras` is namespaced (``{"langchain": {...}}``): an adapter keeps its framework's native serialization
+    there so its own round trip is exact, while the standard fields stay readable by every other framework.
+    """
+
+    role: Role
+    content: str | Annotated[list[ContentPart], AfterValidator(FrozenList)] = ""
+    tool_calls: Annotated[list[ToolCall], AfterValidator(FrozenList)] = Field(default_factory=FrozenList)
+    tool_call_id: str | None = None
+    name: str | None = None
+    id: str | None = None
+    created_at: datetime | None = None
+    metadata: JsonObject = Field(default_factory=FrozenDict)
+    extras: Annotated[dict[str, JsonObject], AfterValidator(FrozenDict)] = Field(default_factory=FrozenDict)
+
+    @property
+    def text(self) -> str:
+        """The message's text: `content` itself, or its text parts joined."""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content if isinstance(part, TextPart))
+
+
+def _embedding_list(value: Any) -> Any:
+    tolist = getattr(value, "tolist", None)  # numpy arrays and similar
+    return tolist() if callable(tolist) else value
+
+
+class VectorDocument(_Model):
+    """A stored document: a non-empty `id`, its text, its embedding and a JSON metadata object."""
+
+    id: str = Field(min_length=1)
+    content: str = ""
+    embedding: Annotated[list[float], BeforeValidator(_embedding_list), AfterValidator(FrozenList)]
+    metadata: JsonObject = Field(default_factory=FrozenDict)
+
+    @field_validator("embedding")
+    @classmethod
+    def _finite(cls, value: list[float]) -> list[float]:
+        if not value:
+            raise ValueError("an embedding cannot be empty")
+        if not all(map(math.isfinite, value)):
+            raise ValueError("an embedding cannot contain NaN or infinity")
+        return value
+
+
+class ScoredDocument(_Model):
+    """A search hit: the document and its similarity score (higher is closer)."""
+
+    document: VectorDocument
+    score: float
+
+
+def _invalid(error: ValidationError, what: str) -> InvalidInputError:
+    details = "; ".join(f"{'.'.join(map(str, e['loc'])) or what}: {e['msg']}" for e in error.errors())
+    return InvalidInputError(f"invalid {what}: {details}")
+
+
+_M = TypeVar("_M", Message, VectorDocument)
+
+
+def _coerce(items: Iterable[_M | Mapping[str, Any]], model: type[_M], what: str) -> list[_M]:
+    if isinstance(items, (str, bytes, Mapping, BaseModel)):
+        raise InvalidInputError(f"expected a list of {what}s, got a single value")
+    result: list[_M] = []
+    for position, item in enumerate(items):
+        if isinstance(item, model):
+            result.append(item)
+        elif isinstance(item, Mapping):
+            try:
+                result.append(model.model_validate(item))
+            except ValidationError as error:
+                raise _invalid(error, f"{what} {position}") from None
+        else:
+            raise InvalidInputError(f"{what} {position} is a {type(item).__name__}, not a {model.__name__}")
+    return result
+
+
+def coerce_messages(messages: Iterable[Message | Mapping[str, Any]]) -> list[Message]:
+    """Validate `messages` (models or plain dicts) into a list of `Message`, raising `InvalidInputError`."""
+    return _coerce(messages, Message, "message")
+
+
+def coerce_documents(documents: Iterable[VectorDocument | Mapping[str, Any]]) -> list[VectorDocument]:
+    """Validate `documents` (models or plain dicts) into `VectorDocument`s, raising `InvalidInputError`."""
+    return _coerce(documents, VectorDocument, "document")
