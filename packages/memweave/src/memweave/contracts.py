@@ -24,6 +24,7 @@ __all__ = [
     "Metric",
     "VectorMemory",
     "check_id",
+    "check_ids",
     "next_version",
 ]
 
@@ -52,6 +53,13 @@ def check_id(value: object, what: str = "session id") -> str:
     if size > MAX_ID_BYTES:
         raise InvalidInputError(f"{what} is {size} bytes long; the limit is {MAX_ID_BYTES}")
     return value
+
+
+def check_ids(ids: Iterable[str], what: str = "document id") -> list[str]:
+    """Validate a collection of ids (a lone string is refused: it would iterate as characters)."""
+    if isinstance(ids, (str, bytes)):
+        raise InvalidInputError(f"expected a list of {what}s, got a single {type(ids).__name__}")
+    return [check_id(value, what) for value in ids]
 
 
 def next_version(current: int) -> int:
@@ -149,11 +157,11 @@ class ChatMemory(_Closable, ABC):
 
     async def asave(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
         """Async twin of `save`."""
-        return await asyncio.to_thread(self.save, session_id, list(messages), expected_version=expected_version)
+        return await asyncio.to_thread(self.save, session_id, messages, expected_version=expected_version)
 
     async def aappend(self, session_id: str, messages: MessagesIn) -> int:
         """Async twin of `append`."""
-        return await asyncio.to_thread(self.append, session_id, list(messages))
+        return await asyncio.to_thread(self.append, session_id, messages)
 
     async def asessions(self) -> list[str]:
         """Async twin of `sessions`."""
@@ -289,7 +297,7 @@ class VectorMemory(_Closable, ABC):
 
     async def astore(self, documents: DocumentsIn) -> None:
         """Async twin of `store`."""
-        await asyncio.to_thread(self.store, list(documents))
+        await asyncio.to_thread(self.store, documents)
 
     async def asearch(
         self,
@@ -304,11 +312,11 @@ class VectorMemory(_Closable, ABC):
 
     async def aget(self, ids: Iterable[str]) -> list[VectorDocument]:
         """Async twin of `get`."""
-        return await asyncio.to_thread(self.get, list(ids))
+        return await asyncio.to_thread(self.get, ids)
 
     async def adelete(self, ids: Iterable[str]) -> None:
         """Async twin of `delete`."""
-        await asyncio.to_thread(self.delete, list(ids))
+        await asyncio.to_thread(self.delete, ids)
 
     async def acount(self) -> int:
         """Async twin of `count`."""

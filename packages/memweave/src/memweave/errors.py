@@ -25,3 +25,7 @@ class ConcurrentModificationError(MemweaveError):
 
 class BackendUnavailableError(MemweaveError, ConnectionError):
     """The storage backend could not be reached; the operation may be retried."""
+
+
+class EmbeddingError(MemweaveError):
+    """An embedding function failed or returned something that is not a usable vector."""

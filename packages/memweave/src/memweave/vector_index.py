@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from memweave.contracts import DocumentsIn, Filter, Metric, check_id
+from memweave.contracts import DocumentsIn, Filter, Metric, check_id, check_ids
 from memweave.errors import DimensionMismatchError, InvalidInputError
 from memweave.filters import compile_filter
 from memweave.models import FrozenDict, FrozenList, ScoredDocument, VectorDocument, coerce_documents
@@ -66,7 +66,8 @@ def check_search_args(top_k: int, threshold: float | None) -> None:
 def as_matrix(vectors: Any, dimension: int | None, metric: Metric) -> Matrix:
     """Turn embeddings into a (n, dimension) float32 matrix, checking dimension, finiteness and zero norms."""
     try:
-        matrix = np.asarray(vectors, dtype=np.float32)
+        with np.errstate(over="ignore"):  # values beyond float32 become inf and are rejected below
+            matrix = np.asarray(vectors, dtype=np.float32)
     except (TypeError, ValueError) as error:
         raise InvalidInputError(f"embeddings must be equal-length lists of numbers ({error})") from None
     if matrix.ndim == 1:
@@ -151,7 +152,7 @@ class VectorIndex:
     def remove(self, ids: Iterable[str]) -> int:
         """Delete documents by id (unknown ids ignored); returns how many were removed."""
         removed = 0
-        for doc_id in ids:
+        for doc_id in check_ids(ids):
             row = self.rows.pop(doc_id, None)
             if row is None:
                 continue
@@ -174,7 +175,7 @@ class VectorIndex:
 
     def get(self, ids: Iterable[str]) -> list[VectorDocument]:
         """The stored documents with these ids, in the order asked."""
-        return [self.document(row) for row in (self.rows.get(i) for i in ids) if row is not None]
+        return [self.document(row) for row in (self.rows.get(i) for i in check_ids(ids)) if row is not None]
 
     def document(self, row: int) -> VectorDocument:
         """The document at one row."""

@@ -1,0 +1,63 @@
+"""Run one test body against the sync API or the async twins of a backend."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+MODES = ("sync", "async")
+
+
+class Driver:
+    """Calls `target.name(...)` in sync mode, or runs `target.aname(...)` to completion in async mode.
+
+    A contract test is written once against the driver and runs in both modes; in async mode every call goes
+    through the backend's async twin on one event loop kept for the whole test.
+    """
+
+    def __init__(self, target: Any, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self.target = target
+        self.loop = loop
+
+    @property
+    def is_async(self) -> bool:
+        """True when calls go through the async twins."""
+        return self.loop is not None
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if self.loop is None:
+            return getattr(self.target, name)  # type: ignore[no-any-return]
+        twin = getattr(self.target, "a" + name)
+        loop = self.loop
+        return lambda *args, **kwargs: loop.run_until_complete(twin(*args, **kwargs))
+
+    def run(self, coroutine: Any) -> Any:
+        """Run a coroutine on this driver's loop (async mode only)."""
+        assert self.loop is not None
+        return self.loop.run_until_complete(coroutine)
+
+
+@contextmanager
+def driving(target: Any, mode: str, loop: asyncio.AbstractEventLoop | None = None) -> Iterator[Driver]:
+    """A driver over `target` for `mode`, closing the target (with the matching close) afterwards.
+
+    In async mode the driver runs on `loop` if given (left open), else on a new loop closed at the end.
+    """
+    if mode == "sync":
+        try:
+            yield Driver(target)
+        finally:
+            target.close()
+        return
+    own_loop = loop is None
+    running = loop or asyncio.new_event_loop()
+    try:
+        yield Driver(target, running)
+    finally:
+        try:
+            running.run_until_complete(target.aclose())
+        finally:
+            if own_loop:
+                running.close()
