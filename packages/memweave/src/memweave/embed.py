@@ -259,10 +259,14 @@ class CachedEmbedFn(EmbedFn):
         batch = _check_texts(texts)
         keys = [hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest() for text in batch]
         found = self._lookup(keys)
-        missing = sorted({key: i for i, key in enumerate(keys) if key not in found}.values())
+        first_position: dict[bytes, int] = {}
+        for position, key in enumerate(keys):
+            if key not in found:
+                first_position.setdefault(key, position)
+        missing = list(first_position.values())
         if missing:
             computed = _check_vectors(
-                self.inner.embed_many([batch[i] for i in missing]), len(missing), self.dimension, self.model_id
+                self.inner.embed_many([batch[i] for i in missing]), len(missing), None, self.model_id
             )
             fresh = dict(zip((keys[i] for i in missing), computed))
             self._remember(fresh)
