@@ -77,6 +77,7 @@ class EmbedFn(ABC):
         return self.embed_many([text])[0]
 
     def __call__(self, text: str) -> list[float]:
+        """Embed one text (an `EmbedFn` is a plain `text -> vector` callable too)."""
         return self.embed(text)
 
     async def aembed_many(self, texts: Sequence[str]) -> list[list[float]]:
@@ -129,7 +130,9 @@ class HashingEmbedFn(EmbedFn):
     def _slot(self, feature: str) -> tuple[int, float]:
         slot = self._slots.get(feature)
         if slot is None:
-            digest = int.from_bytes(hashlib.blake2b(feature.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big")
+            digest = int.from_bytes(
+                hashlib.blake2b(feature.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big"
+            )
             slot = (digest % self._dimension, 1.0 if digest >> 63 else -1.0)
             if len(self._slots) < 1_000_000:
                 self._slots[feature] = slot
@@ -151,11 +154,12 @@ class HashingEmbedFn(EmbedFn):
         weights = np.fromiter((s * w for (_, s), (_, w) in zip(slots, features)), dtype=np.float64, count=len(slots))
         vector = np.zeros(self._dimension, dtype=np.float64)
         np.add.at(vector, positions, weights)
-        norm = np.linalg.norm(vector)
-        if norm == 0:  # features cancelled out exactly; fall back to the first feature's slot
+        norm = float(np.linalg.norm(vector))
+        if norm == 0.0:  # features cancelled out exactly; fall back to the first feature's slot
             vector[positions[0]] = 1.0
-            norm = 1.0
-        return vector / norm
+            return vector
+        vector /= norm
+        return vector
 
 
 class _CallableEmbedFn(EmbedFn):

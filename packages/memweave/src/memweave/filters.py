@@ -98,6 +98,18 @@ def _filter_list(op: str, operand: Any) -> list[Predicate]:
     return [compile_filter(clause) for clause in clauses]
 
 
+def _every(predicates: list[Predicate]) -> Predicate:
+    return lambda metadata: all(p(metadata) for p in predicates)
+
+
+def _some(predicates: list[Predicate]) -> Predicate:
+    return lambda metadata: any(p(metadata) for p in predicates)
+
+
+def _negation(predicate: Predicate) -> Predicate:
+    return lambda metadata: not predicate(metadata)
+
+
 def compile_filter(spec: Mapping[str, Any]) -> Predicate:
     """Validate `spec` and turn it into a predicate over a metadata object."""
     if not isinstance(spec, Mapping):
@@ -107,18 +119,13 @@ def compile_filter(spec: Mapping[str, Any]) -> Predicate:
         if not isinstance(key, str):
             raise InvalidInputError("filter keys must be strings")
         if key == "$and":
-            clauses = _filter_list(key, condition)
-            predicates.append(lambda m, c=clauses: all(p(m) for p in c))
+            predicates.append(_every(_filter_list(key, condition)))
         elif key == "$or":
-            clauses = _filter_list(key, condition)
-            predicates.append(lambda m, c=clauses: any(p(m) for p in c))
+            predicates.append(_some(_filter_list(key, condition)))
         elif key == "$not":
-            inner = compile_filter(condition)
-            predicates.append(lambda m, p=inner: not p(m))
+            predicates.append(_negation(compile_filter(condition)))
         elif key.startswith("$"):
             raise InvalidInputError(f"unknown filter operator {key!r}")
         else:
             predicates.append(_field_predicate(key, condition))
-    if len(predicates) == 1:
-        return predicates[0]
-    return lambda metadata: all(p(metadata) for p in predicates)
+    return predicates[0] if len(predicates) == 1 else _every(predicates)

@@ -19,7 +19,15 @@ from memweave.errors import DimensionMismatchError, InvalidInputError
 from memweave.filters import compile_filter
 from memweave.models import FrozenDict, FrozenList, ScoredDocument, VectorDocument, coerce_documents
 
-__all__ = ["DocumentBatch", "VectorIndex", "as_matrix", "as_query", "check_dimension", "check_metric", "check_search_args"]
+__all__ = [
+    "DocumentBatch",
+    "VectorIndex",
+    "as_matrix",
+    "as_query",
+    "check_dimension",
+    "check_metric",
+    "check_search_args",
+]
 
 Matrix = npt.NDArray[np.float32]
 
@@ -87,7 +95,7 @@ def as_query(embedding: Sequence[float], dimension: int | None, metric: Metric) 
     """Validate a query embedding into a float32 vector."""
     if isinstance(embedding, (str, bytes)) or np.ndim(embedding) != 1:
         raise InvalidInputError("a query embedding must be a flat list of numbers")
-    return as_matrix(embedding, dimension, metric)[0]
+    return as_matrix(embedding, dimension, metric).reshape(-1)
 
 
 class VectorIndex:
@@ -242,4 +250,3 @@ def _top_rows(scores: Matrix, top_k: int) -> npt.NDArray[np.intp]:
         return np.arange(len(scores))
     part = np.argpartition(-scores, top_k - 1)[:top_k]
     return np.flatnonzero(scores >= scores[part].min())
-

@@ -18,4 +18,11 @@ from memweave.testing.embed import EmbedFnContract
 from memweave.testing.samples import HOSTILE_IDS, sample_conversation, turn
 from memweave.testing.vector import VectorMemoryContract
 
-__all__ = ["HOSTILE_IDS", "ChatMemoryContract", "EmbedFnContract", "VectorMemoryContract", "sample_conversation", "turn"]
+__all__ = [
+    "HOSTILE_IDS",
+    "ChatMemoryContract",
+    "EmbedFnContract",
+    "VectorMemoryContract",
+    "sample_conversation",
+    "turn",
+]

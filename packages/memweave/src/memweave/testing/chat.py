@@ -173,7 +173,9 @@ class ChatMemoryContract:
 
             memory.run(both())
         else:
-            writer = threading.Thread(target=lambda: [memory.save("s", new if i % 2 == 0 else old) for i in range(rounds)])
+            writer = threading.Thread(
+                target=lambda: [memory.save("s", new if i % 2 == 0 else old) for i in range(rounds)]
+            )
             writer.start()
             while writer.is_alive() or len(seen) < rounds:
                 seen.append(_texts(memory.load("s")))
@@ -267,7 +269,9 @@ class ChatMemoryContract:
             memory.run(all_writers())
         else:
             threads = [
-                threading.Thread(target=lambda n=name: [memory.append("s", [turn(i, n)]) for i in range(self.writes_per_writer)])
+                threading.Thread(
+                    target=lambda n=name: [memory.append("s", [turn(i, n)]) for i in range(self.writes_per_writer)]
+                )
                 for name in writers
             ]
             for thread in threads:
@@ -277,7 +281,9 @@ class ChatMemoryContract:
         loaded = memory.load("s")
         assert len(loaded) == len(writers) * self.writes_per_writer
         for name in writers:
-            assert [m.metadata["index"] for m in loaded if m.metadata["writer"] == name] == list(range(self.writes_per_writer))
+            assert [m.metadata["index"] for m in loaded if m.metadata["writer"] == name] == list(
+                range(self.writes_per_writer)
+            )
 
     def test_cm9_stale_versions_are_refused(self, memory: Driver) -> None:
         assert memory.load_versioned("s").version == 0

@@ -13,7 +13,13 @@ from memweave.testing._driver import MODES, Driver
 
 __all__ = ["EmbedFnContract"]
 
-TEXTS = ["The cat sat on the mat.", "", "caf\u00e9 \u65e5\u672c\u8a9e \U0001f600", "x" * 5000, "The cat sat on the mat."]
+TEXTS = [
+    "The cat sat on the mat.",
+    "",
+    "caf\u00e9 \u65e5\u672c\u8a9e \U0001f600",
+    "x" * 5000,
+    "The cat sat on the mat.",
+]
 
 
 class EmbedFnContract:

@@ -81,5 +81,5 @@ def sample_conversation() -> list[Message]:
         Message(role="assistant", content="It is a cat on a sofa.", created_at=datetime(2026, 1, 1, 0, 0)),
         Message(role="user", content="Thanks!"),
         Message(role="user", content="Thanks!"),  # duplicates are kept (CM3)
-        Message(role="assistant", content="Multi-line\nreply with \"quotes\", back\\slashes and \u0000-free text."),
+        Message(role="assistant", content='Multi-line\nreply with "quotes", back\\slashes and \u0000-free text.'),
     ]

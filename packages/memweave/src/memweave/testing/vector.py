@@ -148,9 +148,10 @@ class VectorMemoryContract:
         if not self.lazy_dimension:
             pytest.skip("this backend needs its dimension at construction")
         memory = make(None)
-        assert memory.target.dimension is None
+        dimensions = [memory.target.dimension]
         memory.store([doc("a", [1.0, 2.0, 3.0])])
-        assert memory.target.dimension == 3
+        dimensions.append(memory.target.dimension)
+        assert dimensions == [None, 3]
         with pytest.raises(DimensionMismatchError):
             memory.store([doc("b", [1.0, 2.0])])
 
@@ -236,13 +237,13 @@ class VectorMemoryContract:
     # VM6 -----------------------------------------------------------------------------------------------------
 
     def test_vm6_metadata_is_returned_exactly_as_stored(self, memory: Driver) -> None:
-        metadata = {
+        metadata: dict[str, Any] = {
             "int": 3,
             "float": 0.1,
             "big": 2**53,
             "bool": False,
             "null": None,
-            "text": "caf\u00e9 \u65e5\u672c \U0001f600 \"quoted\" \\",
+            "text": 'caf\u00e9 \u65e5\u672c \U0001f600 "quoted" \\',
             "list": [1, "two", [3.5], {"four": None}],
             "nested": {"a": {"b": {"c": []}}},
             "empty": {},
@@ -378,4 +379,3 @@ class _Opener:
                 target.close()
             else:
                 self.anchor.run(target.aclose())
-

@@ -1,0 +1,55 @@
+"""Run the benchmarks side by side and write benchmarks/results/latest.md. `--quick` for a CI smoke run."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from datetime import datetime, timezone
+from importlib.metadata import version
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import chat_save
+import numpy as np
+import vector_search
+from harness import Report
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def machine() -> str:
+    """Facts about the machine and the packages measured."""
+    packages = ", ".join(
+        f"{name} {version(name)}" for name in ("memweave", "numpy", "SQLAlchemy", "langchain-core", "llama-index-core")
+    )
+    blas = np.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {}).get("name", "?")  # type: ignore[union-attr]
+    python = f"{platform.python_implementation()} {platform.python_version()}"
+    return f"{platform.processor() or platform.machine()}, {python}, BLAS {blas}; {packages}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller data and fewer runs (under 2 minutes)")
+    args = parser.parse_args()
+    report = Report()
+    vector_search.run(report, count=10_000 if args.quick else 100_000)
+    chat_save.run(report, runs=10 if args.quick else 30)
+    text = "\n".join(
+        [
+            f"# memweave benchmarks ({'quick' if args.quick else 'full'})",
+            "",
+            f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC — {machine()}",
+            "",
+            report.markdown(),
+            "",
+        ]
+    )
+    print(text)
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / ("quick.md" if args.quick else "latest.md")).write_text(text, encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

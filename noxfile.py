@@ -1,0 +1,66 @@
+"""Developer tasks. `nox -s tests` is the whole test suite; `nox -s demo` the README's demo.
+
+Every session installs the workspace from the committed lock file (`uv sync --locked`) into its own
+virtual environment, with the workspace packages editable.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.needs_version = ">=2024.3.2"
+nox.options.default_venv_backend = "uv"
+nox.options.sessions = ["lint", "typecheck", "tests"]
+
+SOURCES = ["packages/memweave/src"]
+
+
+def install(session: nox.Session, *groups: str) -> None:
+    """Install the locked workspace (all packages, all extras) plus dependency groups into the session."""
+    session.run_install(
+        "uv",
+        "sync",
+        "--locked",
+        "--all-packages",
+        "--all-extras",
+        "--no-default-groups",
+        *(f"--group={group}" for group in groups),
+        env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
+        external=True,
+    )
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The whole test suite (service tests need PostgreSQL, MariaDB and Redis; see README)."""
+    install(session, "test")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff: lint and formatting."""
+    install(session, "lint")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    """mypy --strict on every package's sources."""
+    install(session, "typecheck")
+    session.run("mypy", *SOURCES)
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """A scripted conversation and semantic recall on an embedded SQLite file; no API key, no server."""
+    install(session)
+    session.run("python", "-m", "memweave.demo", *session.posargs)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Benchmarks against the peer libraries, side by side in one run (`-- --quick` for a smoke run)."""
+    install(session, "bench")
+    session.run("python", "benchmarks/run.py", *session.posargs)
