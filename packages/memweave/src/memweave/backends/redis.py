@@ -1,0 +1,375 @@
+"""Chat history on Redis (standalone or Cluster), with no server modules required.
+
+Each session lives in three keys that share one hash tag, so they sit in one cluster slot and a Lua script can
+change them atomically: ``<prefix>:{<sha256 of the id>}:meta`` (a hash: the real id and the version),
+``...:msgs`` (a list of message JSON) and ``...:digests`` (a list of per-message digests). Hashing the id means no
+id can collide with, or glob-match, another.
+
+`save` is one script call that checks the version the diff was computed against, trims the list to the unchanged
+prefix and pushes only the changed suffix: O(change). Versions come from the server clock (microseconds), so they
+only grow, even across a clear. An optional sliding TTL is reset on every write.
+
+The sync and async classes share everything but I/O: each operation is a generator that yields `_Op`s
+(script calls, scans) and receives their results; `_run` drives it with a sync client, `_arun` with an async one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from memweave.contracts import ChatMemory, History, MessagesIn, check_id
+from memweave.errors import BackendUnavailableError, ConcurrentModificationError, CorruptMemoryError, InvalidInputError
+from memweave.history import (
+    SnapshotCache,
+    common_digest_prefix,
+    common_prefix,
+    decode_message,
+    digest,
+    encode_message,
+)
+from memweave.models import coerce_messages
+from memweave.urls import redact_url
+
+__all__ = ["RedisChatMemory"]
+
+_T = TypeVar("_T")
+_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+
+_NEXT_VERSION = """
+local function next_version(current)
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local cur = tonumber(current)
+  if now <= cur then now = cur + 1 end
+  return string.format('%.0f', now)
+end
+local function touch(ttl_ms)
+  if ttl_ms ~= '0' then
+    for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, ttl_ms) end
+  end
+end
+local function push(first, n)
+  for i = 0, n - 1, 1000 do
+    local last = math.min(i + 1000, n) - 1
+    redis.call('RPUSH', KEYS[2], unpack(ARGV, first + i, first + last))
+    redis.call('RPUSH', KEYS[3], unpack(ARGV, first + n + i, first + n + last))
+  end
+end
+"""
+
+SCRIPTS = {
+    # KEYS: meta, msgs. ARGV: the version the caller has cached. -> {version, id, changed, messages?}
+    "load": """
+local version = redis.call('HGET', KEYS[1], 'version')
+if not version then return {'0', '', 0} end
+local id = redis.call('HGET', KEYS[1], 'id')
+if version == ARGV[1] then return {version, id, 0} end
+return {version, id, 1, redis.call('LRANGE', KEYS[2], 0, -1)}
+""",
+    # KEYS: meta, digests. -> {version, id, digests}
+    "digests": """
+local version = redis.call('HGET', KEYS[1], 'version') or '0'
+local id = redis.call('HGET', KEYS[1], 'id') or ''
+return {version, id, redis.call('LRANGE', KEYS[2], 0, -1)}
+""",
+    # KEYS: meta, msgs, digests. ARGV: base version, id, keep, ttl ms, n, n messages, n digests -> {ok, version}
+    "save": _NEXT_VERSION
+    + """
+local version = redis.call('HGET', KEYS[1], 'version') or '0'
+if version ~= ARGV[1] then return {0, version} end
+local keep, n = tonumber(ARGV[3]), tonumber(ARGV[5])
+if keep + n == 0 then
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+  return {1, '0'}
+end
+if keep == 0 then
+  redis.call('DEL', KEYS[2], KEYS[3])
+else
+  redis.call('LTRIM', KEYS[2], 0, keep - 1)
+  redis.call('LTRIM', KEYS[3], 0, keep - 1)
+end
+push(6, n)
+local new = next_version(version)
+redis.call('HSET', KEYS[1], 'id', ARGV[2], 'version', new)
+touch(ARGV[4])
+return {1, new}
+""",
+    # KEYS: meta, msgs, digests.
+    "clear": "return redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])",
+    # KEYS: meta, msgs, digests. ARGV: id, ttl ms, n, n messages, n digests -> version
+    "append": _NEXT_VERSION
+    + """
+local version = redis.call('HGET', KEYS[1], 'version') or '0'
+local n = tonumber(ARGV[3])
+if n == 0 then return version end
+push(4, n)
+local new = next_version(version)
+redis.call('HSET', KEYS[1], 'id', ARGV[1], 'version', new)
+touch(ARGV[2])
+return new
+""",
+}
+
+
+@dataclass(frozen=True)
+class _Script:
+    """Run one of `SCRIPTS` on the session's keys."""
+
+    name: str
+    keys: list[str]
+    args: list[str | bytes | int]
+
+
+@dataclass(frozen=True)
+class _Scan:
+    """Find the keys matching a pattern (every node of a cluster), and read one hash field of each."""
+
+    pattern: str
+    field: str
+
+
+_Op = _Script | _Scan
+_Steps = Generator[_Op, Any, _T]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+class RedisChatMemory(ChatMemory):
+    """Chat histories on Redis: `redis://`, `rediss://` or `redis+cluster://` URLs, or clients you built.
+
+    `prefix` namespaces every key; `ttl` (seconds) expires a session that has not been written for that long.
+    """
+
+    def __init__(
+        self,
+        url_or_client: str | redis.Redis | redis.cluster.RedisCluster,
+        *,
+        async_client: redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster | None = None,
+        prefix: str = "memweave",
+        ttl: float | None = None,
+        socket_timeout: float = 10.0,
+        cache_sessions: int = 256,
+    ) -> None:
+        if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+            raise InvalidInputError(f"prefix must match {_PREFIX.pattern}, got {prefix!r}")
+        if ttl is not None and not ttl > 0:
+            raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")
+        self.prefix = prefix
+        self._ttl_ms = str(int(ttl * 1000)) if ttl else "0"
+        self._cache = SnapshotCache(cache_sessions)
+        if isinstance(url_or_client, str):
+            self._url = redact_url(url_or_client)
+            self._client, self._async_client = _clients_from_url(url_or_client, socket_timeout)
+        else:
+            self._url = repr(url_or_client)
+            self._client, self._async_client = url_or_client, async_client
+        self._scripts = {name: self._client.register_script(body) for name, body in SCRIPTS.items()}
+        self._async_scripts = (
+            {name: self._async_client.register_script(body) for name, body in SCRIPTS.items()}
+            if self._async_client is not None
+            else None
+        )
+
+    def __repr__(self) -> str:
+        return f"RedisChatMemory({self._url!r}, prefix={self.prefix!r})"
+
+    # Key naming ---------------------------------------------------------------------------------------------
+
+    def _keys(self, session_id: str) -> list[str]:
+        tag = hashlib.sha256(session_id.encode("utf-8")).hexdigest()
+        return [f"{self.prefix}:{{{tag}}}:{part}" for part in ("meta", "msgs", "digests")]
+
+    # Operations as I/O-free steps ---------------------------------------------------------------------------
+
+    def _load_steps(self, session_id: str) -> _Steps[History]:
+        meta, msgs, _ = self._keys(check_id(session_id))
+        cached_version = self._cache_version(session_id)
+        version_raw, stored_id, changed, *rest = yield _Script("load", [meta, msgs], [str(cached_version)])
+        version = int(version_raw)
+        if version == 0:
+            self._cache.forget(session_id)
+            return History([], 0)
+        if _text(stored_id) != session_id:
+            raise CorruptMemoryError(f"session {session_id!r}: its keys hold another session's data")
+        if not changed:
+            cached = self._cache.get(session_id, version)
+            assert cached is not None
+            return History(list(cached), version)
+        messages = [decode_message(session_id, i, raw) for i, raw in enumerate(rest[0])]
+        self._cache.put(session_id, version, messages)
+        return History(messages, version)
+
+    def _save_steps(self, session_id: str, messages: MessagesIn, expected_version: int | None) -> _Steps[int]:
+        keys = self._keys(check_id(session_id))
+        new = coerce_messages(messages)
+        while True:
+            base = expected_version if expected_version is not None else self._cache_version(session_id)
+            cached = self._cache.get(session_id, base) if base else ()
+            if cached is not None:
+                keep = common_prefix(cached, new)
+                encoded = [encode_message(m) for m in new[keep:]]
+                digests = [digest(e) for e in encoded]
+            else:  # not cached at this version: compare digests with what is stored
+                version_raw, _, stored = yield _Script("digests", [keys[0], keys[2]], [])
+                if expected_version is not None and int(version_raw) != expected_version:
+                    raise self._conflict(session_id, int(version_raw), expected_version)
+                base = int(version_raw)
+                all_encoded = [encode_message(m) for m in new]
+                all_digests = [digest(e) for e in all_encoded]
+                keep = common_digest_prefix([_text(d) for d in stored], all_digests)
+                encoded, digests = all_encoded[keep:], all_digests[keep:]
+            args: list[str | bytes | int] = [str(base), session_id, keep, self._ttl_ms, len(encoded)]
+            ok, version_raw = yield _Script("save", keys, [*args, *encoded, *digests])
+            if ok:
+                version = int(version_raw)
+                self._cache.put(session_id, version, new)
+                return version
+            if expected_version is not None:
+                raise self._conflict(session_id, int(version_raw), expected_version)
+            self._cache.forget(session_id)  # another writer got in between: diff again against the store
+
+    def _append_steps(self, session_id: str, messages: MessagesIn) -> _Steps[int]:
+        keys = self._keys(check_id(session_id))
+        added = coerce_messages(messages)
+        encoded = [encode_message(m) for m in added]
+        args: list[str | bytes | int] = [session_id, self._ttl_ms, len(encoded)]
+        version = int((yield _Script("append", keys, [*args, *encoded, *(digest(e) for e in encoded)])))
+        self._cache.forget(session_id)
+        return version
+
+    def _sessions_steps(self) -> _Steps[list[str]]:
+        ids = yield _Scan(f"{self.prefix}:{{*}}:meta", "id")
+        return sorted(_text(i) for i in ids if i is not None)
+
+    def _clear_steps(self, session_id: str) -> _Steps[None]:
+        yield _Script("clear", self._keys(check_id(session_id)), [])
+        self._cache.forget(session_id)
+
+    def _cache_version(self, session_id: str) -> int:
+        return self._cache.version(session_id)
+
+    def _conflict(self, session_id: str, actual: int, expected: int) -> ConcurrentModificationError:
+        return ConcurrentModificationError(
+            f"session {session_id!r} is at version {actual}, not {expected}; reload and retry"
+        )
+
+    # Drivers ------------------------------------------------------------------------------------------------
+
+    def _run(self, steps: _Steps[_T]) -> _T:
+        try:
+            op = next(steps)
+            while True:
+                op = steps.send(self._execute(op))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        except (RedisConnectionError, RedisTimeoutError, OSError) as error:
+            raise BackendUnavailableError(f"Redis at {self._url} is unavailable: {error}") from error
+
+    def _execute(self, op: _Op) -> Any:
+        if isinstance(op, _Script):
+            return self._scripts[op.name](keys=op.keys, args=op.args)
+        keys = list(self._client.scan_iter(match=op.pattern, count=1000))
+        pipe = self._client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hget(key, op.field)
+        return pipe.execute()
+
+    async def _arun(self, steps: _Steps[_T]) -> _T:
+        try:
+            op = next(steps)
+            while True:
+                op = steps.send(await self._aexecute(op))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        except (RedisConnectionError, RedisTimeoutError, OSError) as error:
+            raise BackendUnavailableError(f"Redis at {self._url} is unavailable: {error}") from error
+
+    async def _aexecute(self, op: _Op) -> Any:
+        assert self._async_client is not None and self._async_scripts is not None
+        if isinstance(op, _Script):
+            return await self._async_scripts[op.name](keys=op.keys, args=op.args)
+        keys = [key async for key in self._async_client.scan_iter(match=op.pattern, count=1000)]
+        pipe = self._async_client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hget(key, op.field)
+        return await pipe.execute()
+
+    # The contract -------------------------------------------------------------------------------------------
+
+    def load_versioned(self, session_id: str) -> History:
+        """Return the session's messages and version (one round trip; cached messages when unchanged)."""
+        return self._run(self._load_steps(session_id))
+
+    def save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
+        """Replace the session's history, writing only the changed suffix."""
+        return self._run(self._save_steps(session_id, messages, expected_version))
+
+    def append(self, session_id: str, messages: MessagesIn) -> int:
+        """Append atomically (one script call)."""
+        return self._run(self._append_steps(session_id, messages))
+
+    def clear(self, session_id: str) -> None:
+        """Delete the session's keys."""
+        self._run(self._clear_steps(session_id))
+
+    def sessions(self) -> list[str]:
+        """The ids of this prefix's sessions (found with SCAN, never KEYS), sorted."""
+        return self._run(self._sessions_steps())
+
+    async def aload_versioned(self, session_id: str) -> History:
+        """Async twin of `load_versioned`."""
+        return await self._arun(self._load_steps(session_id))
+
+    async def asave(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
+        """Async twin of `save`."""
+        return await self._arun(self._save_steps(session_id, messages, expected_version))
+
+    async def aappend(self, session_id: str, messages: MessagesIn) -> int:
+        """Async twin of `append`."""
+        return await self._arun(self._append_steps(session_id, messages))
+
+    async def aclear(self, session_id: str) -> None:
+        """Async twin of `clear`."""
+        await self._arun(self._clear_steps(session_id))
+
+    async def asessions(self) -> list[str]:
+        """Async twin of `sessions`."""
+        return await self._arun(self._sessions_steps())
+
+    def close(self) -> None:
+        """Close the sync client's connections."""
+        self._client.close()
+
+    async def aclose(self) -> None:
+        """Close the async client's connections (and the sync client's)."""
+        if self._async_client is not None:
+            await self._async_client.aclose()
+        self._client.close()
+
+
+def _clients_from_url(url: str, socket_timeout: float) -> tuple[Any, Any]:
+    """Sync and async clients for a `redis://`, `rediss://` or `redis+cluster://` URL."""
+    options: dict[str, Any] = {"socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout}
+    scheme, _, rest = url.partition("://")
+    if scheme in ("redis+cluster", "rediss+cluster"):
+        plain = f"{scheme.split('+')[0]}://{rest}"
+        return redis.cluster.RedisCluster.from_url(plain, **options), redis.asyncio.cluster.RedisCluster.from_url(
+            plain, **options
+        )
+    if scheme not in ("redis", "rediss", "unix"):
+        raise InvalidInputError(f"not a Redis URL: {redact_url(url)!r}")
+    return redis.Redis.from_url(url, **options), redis.asyncio.Redis.from_url(url, **options)
+
