@@ -82,11 +82,10 @@ class SnapshotCache:
             self._entries.move_to_end(session_id)
             return entry[1]
 
-    def version(self, session_id: str) -> int:
-        """The version the session is cached at (0 if it is not cached)."""
+    def latest(self, session_id: str) -> tuple[int, tuple[Message, ...]]:
+        """The cached (version, messages) of the session, or (0, ()) if it is not cached."""
         with self._lock:
-            entry = self._entries.get(session_id)
-            return entry[0] if entry else 0
+            return self._entries.get(session_id, (0, ()))
 
     def put(self, session_id: str, version: int, messages: Sequence[Message]) -> None:
         """Remember the session at `version` (a version of 0 forgets it)."""

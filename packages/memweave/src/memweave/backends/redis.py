@@ -196,7 +196,7 @@ class RedisChatMemory(ChatMemory):
 
     def _load_steps(self, session_id: str) -> _Steps[History]:
         meta, msgs, _ = self._keys(check_id(session_id))
-        cached_version = self._cache_version(session_id)
+        cached_version, cached = self._cache.latest(session_id)
         version_raw, stored_id, changed, *rest = yield _Script("load", [meta, msgs], [str(cached_version)])
         version = int(version_raw)
         if version == 0:
@@ -205,8 +205,6 @@ class RedisChatMemory(ChatMemory):
         if _text(stored_id) != session_id:
             raise CorruptMemoryError(f"session {session_id!r}: its keys hold another session's data")
         if not changed:
-            cached = self._cache.get(session_id, version)
-            assert cached is not None
             return History(list(cached), version)
         messages = [decode_message(session_id, i, raw) for i, raw in enumerate(rest[0])]
         self._cache.put(session_id, version, messages)
@@ -215,11 +213,12 @@ class RedisChatMemory(ChatMemory):
     def _save_steps(self, session_id: str, messages: MessagesIn, expected_version: int | None) -> _Steps[int]:
         keys = self._keys(check_id(session_id))
         new = coerce_messages(messages)
+        trust_cache = True
         while True:
-            base = expected_version if expected_version is not None else self._cache_version(session_id)
-            cached = self._cache.get(session_id, base) if base else ()
-            if cached is not None:
-                keep = common_prefix(cached, new)
+            cached_version, cached_messages = self._cache.latest(session_id)
+            base = cached_version if expected_version is None else expected_version
+            if trust_cache and cached_version and base == cached_version:
+                keep = common_prefix(cached_messages, new)
                 encoded = [encode_message(m) for m in new[keep:]]
                 digests = [digest(e) for e in encoded]
             else:  # not cached at this version: compare digests with what is stored
@@ -239,7 +238,7 @@ class RedisChatMemory(ChatMemory):
                 return version
             if expected_version is not None:
                 raise self._conflict(session_id, int(version_raw), expected_version)
-            self._cache.forget(session_id)  # another writer got in between: diff again against the store
+            trust_cache = False  # another writer got in between: diff again, against the stored digests
 
     def _append_steps(self, session_id: str, messages: MessagesIn) -> _Steps[int]:
         keys = self._keys(check_id(session_id))
@@ -257,9 +256,6 @@ class RedisChatMemory(ChatMemory):
     def _clear_steps(self, session_id: str) -> _Steps[None]:
         yield _Script("clear", self._keys(check_id(session_id)), [])
         self._cache.forget(session_id)
-
-    def _cache_version(self, session_id: str) -> int:
-        return self._cache.version(session_id)
 
     def _conflict(self, session_id: str, actual: int, expected: int) -> ConcurrentModificationError:
         return ConcurrentModificationError(
