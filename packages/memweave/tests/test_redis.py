@@ -7,8 +7,10 @@ import redis
 
 from memweave.backends.redis import RedisChatMemory
 from memweave.contracts import ChatMemory
+from memweave.errors import BackendUnavailableError
 from memweave.testing import ChatMemoryContract, turn
 from memweave_test_support import redis_url, unique_name
+from memweave_test_support.redis_servers import redis_cluster, redis_server
 
 
 @pytest.fixture
@@ -34,10 +36,12 @@ class TestRedisChatMemory(ChatMemoryContract):
         return RedisChatMemory(redis_url(), prefix=memory.prefix)
 
     def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
-        assert isinstance(memory, RedisChatMemory)
-        client = redis.Redis.from_url(redis_url())
-        client.lset(memory._keys(session_id)[1], 0, b"{not json")
-        client.close()
+        corrupt_first_message(memory, session_id)
+
+
+def corrupt_first_message(memory: ChatMemory, session_id: str) -> None:
+    assert isinstance(memory, RedisChatMemory)
+    memory._client.lset(memory._keys(session_id)[1], 0, b"{not json")
 
 
 def test_a_stranger_object_saves_over_an_existing_session(redis_prefix: tuple[str, str]) -> None:
@@ -77,3 +81,51 @@ def test_ttl_expires_idle_sessions(redis_prefix: tuple[str, str]) -> None:
         ttls = [client.pttl(key) for key in memory._keys("s")]
         assert all(0 < ttl <= 60_000 for ttl in ttls)
         client.close()
+
+
+@pytest.fixture(scope="module")
+def cluster_url() -> Iterator[str]:
+    """A private 3-master Redis Cluster on free loopback ports, for this module."""
+    with redis_cluster(3) as url:
+        yield url
+
+
+class TestRedisClusterChatMemory(ChatMemoryContract):
+    @pytest.fixture
+    def chat_memory(self, cluster_url: str) -> ChatMemory:
+        return RedisChatMemory(cluster_url, prefix=unique_name("mwc"))
+
+    def reopen(self, memory: ChatMemory) -> ChatMemory:
+        assert isinstance(memory, RedisChatMemory)
+        return RedisChatMemory(memory._url, prefix=memory.prefix)
+
+    def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
+        corrupt_first_message(memory, session_id)
+
+
+def test_sessions_spread_over_every_cluster_node(cluster_url: str) -> None:
+    with RedisChatMemory(cluster_url, prefix=unique_name("mwc")) as memory:
+        ids = [f"user-{i}" for i in range(60)]
+        for session_id in ids:
+            memory.append(session_id, [turn(1, session_id)])
+        nodes = {memory._client.keyslot(memory._keys(i)[0]) // 5462 for i in ids}
+        assert nodes == {0, 1, 2}  # 16384 slots over 3 masters
+        assert memory.sessions() == sorted(ids)
+
+
+def test_a_restarted_server_keeps_acknowledged_writes_and_the_client_recovers() -> None:
+    with (
+        redis_server("--appendonly", "yes", "--appendfsync", "always") as server,
+        RedisChatMemory(server.url, prefix="restart") as memory,
+    ):
+        for i in range(20):
+            memory.append("s", [turn(i)])
+        server.stop(kill=True)
+        with pytest.raises(BackendUnavailableError) as raised:
+            memory.append("s", [turn(20)])
+        assert "127.0.0.1" in str(raised.value)
+        server.start()
+        memory.append("s", [turn(21)])
+        texts = [m.text for m in memory.load("s")]
+        assert texts[:20] == [f"w-{i}" for i in range(20)]
+        assert texts[-1] == "w-21"

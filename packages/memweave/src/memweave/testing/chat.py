@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -218,10 +219,8 @@ class ChatMemoryContract:
             return
         with driving(second, "async" if memory.is_async else "sync", memory.loop) as reader:
             self._expect_corruption(reader)
-        try:  # the object that saw the good data may still serve it from its cache, but never a silent []
+        with contextlib.suppress(CorruptMemoryError):  # the object that saw the good data may serve it from cache
             assert memory.load("damaged") == [turn(1), turn(2)]
-        except CorruptMemoryError:
-            pass
 
     @staticmethod
     def _expect_corruption(reader: Driver) -> None:
