@@ -36,9 +36,9 @@ def _binary(name: str) -> str:
     return path
 
 
-def _wait_for_ping(port: int, timeout: float = 10.0) -> None:
+def _wait_for_ping(port: int, process: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and process.poll() is None:
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
                 conn.sendall(b"PING\r\n")
@@ -47,7 +47,7 @@ def _wait_for_ping(port: int, timeout: float = 10.0) -> None:
         except OSError:
             pass
         time.sleep(0.05)
-    raise RuntimeError(f"redis-server on port {port} did not start within {timeout}s")
+    raise RuntimeError(f"redis-server on port {port} did not answer (exit code {process.poll()})")
 
 
 class RedisServer:
@@ -58,6 +58,7 @@ class RedisServer:
         self.port = port or free_port()
         self.extra = extra
         self.process: subprocess.Popen[bytes] | None = None
+        self.restartable = False  # once started, a restart must reuse the port (clients know it)
 
     @property
     def url(self) -> str:
@@ -65,19 +66,30 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        """Start the server and wait until it answers PING."""
-        command = [
-            _binary("redis-server"),
-            "--port",
-            str(self.port),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(self.directory),
-        ]
-        command += ["--save", "", "--protected-mode", "no", *self.extra]
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait_for_ping(self.port)
+        """Start the server and wait until it answers PING (on a fresh free port if the chosen one was taken)."""
+        for attempt in range(5):
+            command = [
+                _binary("redis-server"),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--dir",
+                str(self.directory),
+            ]
+            command += ["--save", "", "--protected-mode", "no", "--logfile", "redis.log", *self.extra]
+            self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                _wait_for_ping(self.port, self.process)
+                self.restartable = True
+                return
+            except RuntimeError:
+                self.stop(kill=True)
+                if attempt == 4 or self.restartable:
+                    log = self.directory / "redis.log"
+                    tail = log.read_text()[-2000:] if log.exists() else ""
+                    raise RuntimeError(f"redis-server did not start: {tail}") from None
+                self.port = free_port()
 
     def stop(self, kill: bool = False) -> None:
         """Stop the server (SIGKILL with `kill`, like a crash)."""
