@@ -79,3 +79,16 @@ def test_passwords_never_show() -> None:
     with pytest.raises(InvalidInputError) as raised:
         open_chat_memory("redis2://user:secret@host/0")
     assert "secret" not in str(raised.value)
+
+
+def test_redis_and_qdrant_urls(tmp_path: Path) -> None:
+    from memweave.backends.qdrant import QdrantVectorMemory
+    from memweave.backends.redis import RedisChatMemory
+    from memweave.backends.redis_vector import RedisVectorMemory
+
+    assert isinstance(open_chat_memory("redis://127.0.0.1:6379/0", prefix="mw_url_test"), RedisChatMemory)
+    assert isinstance(open_vector_memory("redis://127.0.0.1:6379/0", prefix="mw_url_test"), RedisVectorMemory)
+    with open_vector_memory(f"qdrant+local://{tmp_path}/q", collection="notes", dimension=2) as vectors:
+        assert isinstance(vectors, QdrantVectorMemory)
+    with pytest.raises(InvalidInputError, match="vectors only"):
+        open_chat_memory("qdrant+memory://")

@@ -5,6 +5,8 @@
 | `memory://` | `InMemoryChatMemory` | `InMemoryVectorMemory` |
 | `file:///abs/dir`, `file:rel/dir` | `FileChatMemory(dir)` | `FileVectorMemory(dir/<collection>.npz)` |
 | `sqlite:///file.db`, `postgresql://...`, `mysql://...`, `mariadb://...` | `SQLChatMemory` | `SQLVectorMemory` |
+| `redis://...`, `rediss://...`, `redis+cluster://...` | `RedisChatMemory` | `RedisVectorMemory` |
+| `qdrant://host:6333`, `qdrants://...`, `qdrant+local:///dir`, `qdrant+memory://` | - | `QdrantVectorMemory` |
 """
 
 from __future__ import annotations
@@ -26,8 +28,13 @@ __all__ = ["CHAT_URL_VARIABLE", "VECTOR_URL_VARIABLE", "open_chat_memory", "open
 CHAT_URL_VARIABLE = "MEMWEAVE_CHAT_URL"
 VECTOR_URL_VARIABLE = "MEMWEAVE_VECTOR_URL"
 SQL_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "mariadb")
+REDIS_SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster")
+QDRANT_SCHEMES = ("qdrant", "qdrants", "qdrant+local", "qdrant+memory")
 _COLLECTION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
-_EXAMPLES = "memory://, file:///path/to/dir, sqlite:///memweave.db, postgresql://user@host/db, mysql://user@host/db"
+_EXAMPLES = (
+    "memory://, file:///path/to/dir, sqlite:///memweave.db, postgresql://user@host/db, mysql://user@host/db, "
+    "redis://host:6379/0, qdrant+local:///path/to/dir (vectors only)"
+)
 
 
 def redact_url(url: str | URL) -> str:
@@ -52,6 +59,10 @@ def _resolve(url: str | URL | None, variable: str) -> tuple[str, str | URL]:
     if not isinstance(url, str):
         raise InvalidInputError(f"a memory URL must be a string, got {type(url).__name__}")
     scheme = urlsplit(url).scheme.lower()
+    if scheme in REDIS_SCHEMES:
+        return "redis", url
+    if scheme in QDRANT_SCHEMES:
+        return "qdrant", url
     base = scheme.split("+", 1)[0]
     if base in SQL_SCHEMES:
         try:
@@ -84,6 +95,12 @@ def open_chat_memory(url: str | URL | None = None, **options: Any) -> ChatMemory
         from memweave.backends.file import FileChatMemory
 
         return FileChatMemory(_file_path(str(resolved)), **options)
+    if scheme == "redis":
+        from memweave.backends.redis import RedisChatMemory
+
+        return RedisChatMemory(str(resolved), **options)
+    if scheme == "qdrant":
+        raise InvalidInputError("Qdrant stores vectors only; keep chat history in SQL, files or Redis")
     from memweave.backends.sql import SQLChatMemory
 
     return SQLChatMemory(resolved, **options)
@@ -110,6 +127,14 @@ def open_vector_memory(
 
         path = _file_path(str(resolved)) / f"{collection}.npz"
         return FileVectorMemory(path, dimension=dimension, metric=metric, **options)
+    if scheme == "redis":
+        from memweave.backends.redis_vector import RedisVectorMemory
+
+        return RedisVectorMemory(str(resolved), collection=collection, dimension=dimension, metric=metric, **options)
+    if scheme == "qdrant":
+        from memweave.backends.qdrant import QdrantVectorMemory
+
+        return QdrantVectorMemory(str(resolved), collection=collection, dimension=dimension, metric=metric, **options)
     from memweave.backends.sql import SQLVectorMemory
 
     return SQLVectorMemory(resolved, collection=collection, dimension=dimension, metric=metric, **options)

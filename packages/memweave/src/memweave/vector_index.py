@@ -7,6 +7,7 @@ and an `argpartition` top-k, with no per-query rebuilding.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -91,6 +92,16 @@ def as_matrix(vectors: Any, dimension: int | None, metric: Metric) -> Matrix:
     return matrix
 
 
+def _stack(embeddings: list[list[float]]) -> Matrix:
+    """Validated embeddings (lists of floats) as one float32 matrix; `np.fromiter` is several times faster here."""
+    width = len(embeddings[0])
+    if any(len(embedding) != width for embedding in embeddings):
+        raise DimensionMismatchError("the embeddings of one batch have different dimensions")
+    with np.errstate(over="ignore"):  # values beyond float32 become inf and are rejected by as_matrix
+        flat = np.fromiter(itertools.chain.from_iterable(embeddings), dtype=np.float32, count=len(embeddings) * width)
+    return flat.reshape(len(embeddings), width)
+
+
 def as_query(embedding: Sequence[float], dimension: int | None, metric: Metric) -> Matrix:
     """Validate a query embedding into a float32 vector."""
     if isinstance(embedding, (str, bytes)) or np.ndim(embedding) != 1:
@@ -126,7 +137,7 @@ class VectorIndex:
         for position, doc in enumerate(docs):
             latest[check_id(doc.id, "document id")] = position
         unique = [docs[position] for position in latest.values()]
-        vectors = as_matrix([doc.embedding for doc in unique], self.dimension, self.metric) if unique else None
+        vectors = as_matrix(_stack([doc.embedding for doc in unique]), self.dimension, self.metric) if unique else None
         return DocumentBatch(
             ids=[doc.id for doc in unique],
             contents=[doc.content for doc in unique],

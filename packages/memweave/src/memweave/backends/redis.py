@@ -44,7 +44,7 @@ from memweave.urls import redact_url
 __all__ = ["RedisChatMemory"]
 
 _T = TypeVar("_T")
-_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+KEY_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")  # no glob or hash-tag characters
 
 _NEXT_VERSION = """
 local function next_version(current)
@@ -143,7 +143,8 @@ _Op = _Script | _Scan
 _Steps = Generator[_Op, Any, _T]
 
 
-def _text(value: bytes | str) -> str:
+def as_text(value: bytes | str) -> str:
+    """A Redis reply as text."""
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
@@ -163,8 +164,8 @@ class RedisChatMemory(ChatMemory):
         socket_timeout: float = 10.0,
         cache_sessions: int = 256,
     ) -> None:
-        if not isinstance(prefix, str) or not _PREFIX.match(prefix):
-            raise InvalidInputError(f"prefix must match {_PREFIX.pattern}, got {prefix!r}")
+        if not isinstance(prefix, str) or not KEY_PREFIX.match(prefix):
+            raise InvalidInputError(f"prefix must match {KEY_PREFIX.pattern}, got {prefix!r}")
         if ttl is not None and not ttl > 0:
             raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")
         self.prefix = prefix
@@ -172,7 +173,7 @@ class RedisChatMemory(ChatMemory):
         self._cache = SnapshotCache(cache_sessions)
         if isinstance(url_or_client, str):
             self._url = redact_url(url_or_client)
-            self._client, self._async_client = _clients_from_url(url_or_client, socket_timeout)
+            self._client, self._async_client = clients_from_url(url_or_client, socket_timeout)
         else:
             self._url = repr(url_or_client)
             self._client, self._async_client = url_or_client, async_client
@@ -202,7 +203,7 @@ class RedisChatMemory(ChatMemory):
         if version == 0:
             self._cache.forget(session_id)
             return History([], 0)
-        if _text(stored_id) != session_id:
+        if as_text(stored_id) != session_id:
             raise CorruptMemoryError(f"session {session_id!r}: its keys hold another session's data")
         if not changed:
             return History(list(cached), version)
@@ -228,7 +229,7 @@ class RedisChatMemory(ChatMemory):
                 base = int(version_raw)
                 all_encoded = [encode_message(m) for m in new]
                 all_digests = [digest(e) for e in all_encoded]
-                keep = common_digest_prefix([_text(d) for d in stored], all_digests)
+                keep = common_digest_prefix([as_text(d) for d in stored], all_digests)
                 encoded, digests = all_encoded[keep:], all_digests[keep:]
             args: list[str | bytes | int] = [str(base), session_id, keep, self._ttl_ms, len(encoded)]
             ok, version_raw = yield _Script("save", keys, [*args, *encoded, *digests])
@@ -251,7 +252,7 @@ class RedisChatMemory(ChatMemory):
 
     def _sessions_steps(self) -> _Steps[list[str]]:
         ids = yield _Scan(f"{self.prefix}:{{*}}:meta", "id")
-        return sorted(_text(i) for i in ids if i is not None)
+        return sorted(as_text(i) for i in ids if i is not None)
 
     def _clear_steps(self, session_id: str) -> _Steps[None]:
         yield _Script("clear", self._keys(check_id(session_id)), [])
@@ -356,7 +357,7 @@ class RedisChatMemory(ChatMemory):
         self._client.close()
 
 
-def _clients_from_url(url: str, socket_timeout: float) -> tuple[Any, Any]:
+def clients_from_url(url: str, socket_timeout: float) -> tuple[Any, Any]:  # shared with redis_vector
     """Sync and async clients for a `redis://`, `rediss://` or `redis+cluster://` URL."""
     options: dict[str, Any] = {"socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout}
     scheme, _, rest = url.partition("://")
@@ -368,4 +369,3 @@ def _clients_from_url(url: str, socket_timeout: float) -> tuple[Any, Any]:
     if scheme not in ("redis", "rediss", "unix"):
         raise InvalidInputError(f"not a Redis URL: {redact_url(url)!r}")
     return redis.Redis.from_url(url, **options), redis.asyncio.Redis.from_url(url, **options)
-
