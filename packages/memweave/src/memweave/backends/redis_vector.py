@@ -42,7 +42,7 @@ import redis.cluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from memweave.backends.redis import KEY_PREFIX, clients_from_url, as_text
+from memweave.backends.redis import KEY_PREFIX, as_text, clients_from_url
 from memweave.contracts import DocumentsIn, Filter, Metric, VectorMemory, check_ids
 from memweave.errors import BackendUnavailableError, CorruptMemoryError, DimensionMismatchError, InvalidInputError
 from memweave.filters import compile_filter
