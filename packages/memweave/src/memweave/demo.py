@@ -52,9 +52,9 @@ def run(url: str) -> None:
             [VectorDocument(id=k, content=v, embedding=embed(v), metadata={"topic": k}) for k, v in NOTES.items()]
         )
         print(f"\n{notes.count()} notes stored. Semantic recall:")
-        for question in ["What does Alice eat?", "Where is she hiking?", "Tell me about her cat"]:
+        for question in ["Which foods is Alice allergic to?", "Where is she hiking in July?", "Does she have a cat?"]:
             best = notes.search(embed(question), top_k=1)[0]
-            print(f"  {question:<28} -> {best.document.content}  (score {best.score:.2f})")
+            print(f"  {question:<34} -> {best.document.content}  (score {best.score:.2f})")
         print(f"\nSessions stored: {chat.sessions()}")
 
 

@@ -1,0 +1,301 @@
+"""Engines and transactions shared by the SQL backends (sans business logic).
+
+`Database` turns a URL (or a ready engine) into a sync `Engine` and, when possible, an `AsyncEngine` over the
+same database, runs one unit of `Work` per transaction through either of them, retries transient lock
+conflicts, and maps connection failures to `BackendUnavailableError` naming the URL without its password.
+
+SQLite engines built here run in WAL mode with a 30 s busy timeout and ``synchronous=NORMAL``: a commit is
+atomic and survives a crash of the process, but the last commits before a power loss may be rolled back (they
+become durable at the next WAL checkpoint). Transactions are begun explicitly, ``BEGIN IMMEDIATE`` for writes
+(SQLAlchemy's documented pysqlite/aiosqlite recipe), so writers queue on the busy timeout instead of failing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection, Engine, create_engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from memweave.errors import BackendUnavailableError, InvalidInputError, MemweaveError
+
+__all__ = ["Database", "Work"]
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+# backend name -> (sync driver, async driver); the URL's own driver, if any, must be one of the pair.
+_DRIVERS = {
+    "sqlite": ("pysqlite", "aiosqlite"),
+    "postgresql": ("psycopg", "psycopg_async"),
+    "mysql": ("pymysql", "aiomysql"),
+    "mariadb": ("pymysql", "aiomysql"),
+}
+_ALIASES = {"postgres": "postgresql"}
+SUPPORTED_DIALECTS = frozenset(_DRIVERS)
+
+_WRITE = "memweave_write"  # execution option: this transaction writes (SQLite begins it IMMEDIATE)
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+_ATTEMPTS = 8  # tries of one transaction when the database reports a deadlock or serialization failure
+_DDL_ATTEMPTS = 3  # tries of schema creation (several processes may race to create the same tables)
+_RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})  # PostgreSQL: serialization failure, deadlock detected
+_RETRYABLE_MYSQL_CODES = frozenset({1213, 1020})  # deadlock; MariaDB "record has changed since last read"
+
+
+@dataclass(frozen=True)
+class Work(Generic[R, T]):
+    """One transaction's worth of work: `run(connection)` inside it, then `done(result)` once it committed.
+
+    The same `run` serves the sync API (on a sync connection) and the async API (through SQLAlchemy's greenlet
+    bridge, `AsyncConnection.run_sync`), so every operation's body exists once. `done` sees only committed
+    results, which is where caches are updated.
+    """
+
+    run: Callable[[Connection], R]
+    done: Callable[[R], T]
+    write: bool = False
+    ddl: bool = False
+
+
+def _backend_url(url: URL, where: str) -> tuple[str, URL, URL]:
+    """Return (backend, sync URL, async URL) with the drivers memweave uses."""
+    backend = _ALIASES.get(url.get_backend_name(), url.get_backend_name())
+    if backend not in _DRIVERS:
+        raise InvalidInputError(f"unsupported database in {where}; use sqlite, postgresql, mysql or mariadb")
+    sync_driver, async_driver = _DRIVERS[backend]
+    driver = url.get_driver_name() if "+" in url.drivername else None
+    if driver is not None and driver not in (sync_driver, async_driver):
+        raise InvalidInputError(
+            f"memweave talks to {backend} through {sync_driver} and {async_driver}, not {driver!r} ({where}); "
+            f"drop the '+{driver}' part of the URL or pass your own Engine"
+        )
+    if backend == "sqlite" and (url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"):
+        raise InvalidInputError(
+            "an in-memory SQLite database lives inside one connection; use a file (sqlite:///memweave.db) "
+            "or memory:// (InMemoryChatMemory / InMemoryVectorMemory)"
+        )
+    return (
+        backend,
+        url.set(drivername=f"{backend}+{sync_driver}"),
+        url.set(drivername=f"{backend}+{async_driver}"),
+    )
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    """Install the pragmas and the explicit-BEGIN recipe on an engine memweave built (sync or async driver)."""
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # the driver's own transaction handling off: we emit BEGIN
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        writes = connection.get_execution_options().get(_WRITE, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN")
+
+
+def _engine_options(backend: str, pool_size: int, pool_timeout: float) -> dict[str, Any]:
+    options: dict[str, Any] = {"pool_size": pool_size, "pool_timeout": pool_timeout, "pool_pre_ping": True}
+    if backend in ("mysql", "mariadb"):
+        # Statement-level consistency is all memweave needs (every read it makes is one consistent statement,
+        # every write locks first); READ COMMITTED avoids InnoDB gap locks and their deadlocks.
+        options["isolation_level"] = "READ COMMITTED"
+    return options
+
+
+def _error_text(error: BaseException) -> str:
+    orig = getattr(error, "orig", None)
+    cause = orig if isinstance(orig, BaseException) else error
+    text = str(cause).strip().splitlines()
+    return f"{type(cause).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _is_transient(error: DBAPIError) -> bool:
+    """A deadlock or serialization failure: the whole transaction can simply run again."""
+    orig = error.orig
+    if getattr(orig, "sqlstate", None) in _RETRYABLE_SQLSTATES:
+        return True
+    args: tuple[Any, ...] = getattr(orig, "args", ())
+    return bool(args) and isinstance(args[0], int) and args[0] in _RETRYABLE_MYSQL_CODES
+
+
+def _retry_delay(attempt: int) -> float:
+    return float(random.uniform(0, 0.01 * 2**attempt))
+
+
+def _loop_running_here() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+class Database:
+    """A sync engine, an optional async engine over the same database, and how to run `Work` on them."""
+
+    def __init__(
+        self,
+        url_or_engine: str | URL | Engine | AsyncEngine,
+        *,
+        async_engine: AsyncEngine | None = None,
+        pool_size: int = 5,
+        pool_timeout: float = 30.0,
+    ) -> None:
+        self._owned: list[Engine | AsyncEngine] = []
+        self._built_async: AsyncEngine | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # where the async engine's connections live
+        self._sqlite_file: Path | None = None
+        where: str | None = None
+        if isinstance(url_or_engine, Engine):
+            engine: Engine = url_or_engine
+        elif isinstance(url_or_engine, AsyncEngine):
+            async_engine = async_engine or url_or_engine
+            # A sync call cannot drive an async driver outside the event loop (SQLAlchemy raises MissingGreenlet
+            # on `async_engine.sync_engine`), so the sync API gets its own engine over the same URL.
+            engine = self._build(url_or_engine.url, pool_size, pool_timeout, with_async=False)
+        elif isinstance(url_or_engine, (str, URL)):
+            try:
+                url = make_url(url_or_engine)
+            except (ArgumentError, ValueError) as error:
+                raise InvalidInputError(f"malformed database URL: {error}") from None
+            where = url.render_as_string(hide_password=True)
+            engine = self._build(url, pool_size, pool_timeout, with_async=async_engine is None)
+            async_engine = async_engine or self._built_async
+        else:
+            raise InvalidInputError(
+                f"expected a database URL, an Engine or an AsyncEngine, got {type(url_or_engine).__name__}"
+            )
+        self.engine = engine
+        self.async_engine = async_engine
+        self.dialect = engine.dialect.name
+        self.where = where or engine.url.render_as_string(hide_password=True)
+        if self.dialect not in SUPPORTED_DIALECTS:
+            raise InvalidInputError(f"unsupported database {self.dialect!r} ({self.where})")
+        self._engines = {False: engine, True: engine.execution_options(**{_WRITE: True})}
+        self._async_engines = (
+            {False: async_engine, True: async_engine.execution_options(**{_WRITE: True})}
+            if async_engine is not None
+            else None
+        )
+
+    def _build(self, url: URL, pool_size: int, pool_timeout: float, *, with_async: bool) -> Engine:
+        """Create the engines for `url` (kept in `_owned`, disposed by `close`)."""
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+            raise InvalidInputError(f"pool_size must be a positive int, got {pool_size!r}")
+        if not isinstance(pool_timeout, (int, float)) or pool_timeout <= 0:
+            raise InvalidInputError(f"pool_timeout must be a positive number, got {pool_timeout!r}")
+        where = url.render_as_string(hide_password=True)
+        backend, sync_url, async_url = _backend_url(url, where)
+        options = _engine_options(backend, pool_size, pool_timeout)
+        engine = create_engine(sync_url, **options)
+        self._owned.append(engine)
+        if with_async:
+            self._built_async = create_async_engine(async_url, **options)
+            self._owned.append(self._built_async)
+        if backend == "sqlite":
+            assert url.database is not None  # in-memory databases were refused above
+            if not url.query.get("uri"):
+                self._sqlite_file = Path(url.database)
+            _configure_sqlite(engine)
+            if self._built_async is not None:
+                _configure_sqlite(self._built_async.sync_engine)
+        return engine
+
+    @contextmanager
+    def translated(self) -> Iterator[None]:
+        """Turn connection failures into `BackendUnavailableError` naming the URL (password hidden)."""
+        try:
+            yield
+        except MemweaveError:
+            raise
+        except (OperationalError, InterfaceError, PoolTimeoutError, OSError) as error:
+            raise BackendUnavailableError(f"database {self.where} is unavailable ({_error_text(error)})") from error
+        except DBAPIError as error:
+            if error.connection_invalidated:
+                raise BackendUnavailableError(f"lost the connection to {self.where} ({_error_text(error)})") from error
+            raise
+
+    def prepare_storage(self) -> None:
+        """Create the directory of an SQLite database file (the first time the database is used)."""
+        if self._sqlite_file is not None:
+            with self.translated():
+                self._sqlite_file.parent.mkdir(parents=True, exist_ok=True)
+
+    def _retry(self, error: DBAPIError, work: Work[Any, Any], attempt: int) -> bool:
+        if error.connection_invalidated:
+            return False
+        if work.ddl:
+            return attempt < _DDL_ATTEMPTS
+        return attempt < _ATTEMPTS and _is_transient(error)
+
+    def run(self, work: Work[R, Any]) -> R:
+        """Run `work.run` in one transaction on the sync engine, retrying deadlocks; return its result."""
+        with self.translated():
+            attempt = 1
+            while True:
+                try:
+                    with self._engines[work.write].begin() as connection:
+                        return work.run(connection)
+                except DBAPIError as error:
+                    if not self._retry(error, work, attempt):
+                        raise
+                time.sleep(_retry_delay(attempt))
+                attempt += 1
+
+    async def arun(self, work: Work[R, Any]) -> R:
+        """Async twin of `run`: the same `work.run`, on the async engine through `run_sync`."""
+        if self._async_engines is None:
+            return await asyncio.to_thread(self.run, work)
+        self._loop = asyncio.get_running_loop()
+        with self.translated():
+            attempt = 1
+            while True:
+                try:
+                    async with self._async_engines[work.write].begin() as connection:
+                        return await connection.run_sync(work.run)
+                except DBAPIError as error:
+                    if not self._retry(error, work, attempt):
+                        raise
+                await asyncio.sleep(_retry_delay(attempt))
+                attempt += 1
+
+    def close(self) -> None:
+        """Dispose the engines memweave created (an engine passed in stays open: its owner closes it)."""
+        loop = self._loop
+        for engine in self._owned:
+            if not isinstance(engine, AsyncEngine):
+                engine.dispose()
+            elif loop is not None and not loop.is_closed() and not loop.is_running():
+                loop.run_until_complete(engine.dispose())  # close its connections on the loop they belong to
+            elif loop is not None and loop.is_closed() and not _loop_running_here():
+                asyncio.run(engine.dispose())  # that loop is gone: close them on a fresh one, as well as can be
+            else:
+                # That loop is busy (`aclose` is the way to close after async use): the connections are only
+                # dropped from the pool, and finalized by the garbage collector.
+                engine.sync_engine.dispose(close=False)
+
+    async def aclose(self) -> None:
+        """Async twin of `close`: closes the async engine's connections on the running loop."""
+        for engine in self._owned:
+            if isinstance(engine, AsyncEngine):
+                await engine.dispose()
+            else:
+                engine.dispose()

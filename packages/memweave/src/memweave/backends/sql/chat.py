@@ -1,0 +1,417 @@
+"""`SQLChatMemory`: chat histories in SQLite, PostgreSQL or MariaDB/MySQL, with O(change) saves.
+
+One row per message (``seq`` 0..n-1, the exact JSON text and a 16-byte digest of it) and one row per session
+(its id, version and message count). Every write locks the session row first, so writers of one session queue
+while other sessions proceed.
+
+Saves cost what changed, not the history's length. Messages are deeply immutable, so each object remembers the
+last snapshot it read or wrote of recent sessions (an LRU of `cache_size` sessions). When the stored version
+still equals the remembered one, the unchanged prefix of a save is found by identity against the snapshot
+(without encoding those messages), and only the changed suffix is deleted and re-inserted. Otherwise (another
+object wrote meanwhile) the stored digests are compared with the new messages'. Loads likewise return the
+remembered snapshot when the stored version still matches, without fetching the rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from itertools import compress, count
+from operator import is_not
+from typing import Any, NamedTuple
+
+import sqlalchemy as sa
+from pydantic import ValidationError
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from memweave.backends.sql._base import SQLBackend
+from memweave.backends.sql._engine import Work
+from memweave.backends.sql._schema import create_tables, insert_ignoring, key_of
+from memweave.contracts import ChatMemory, History, MessagesIn, check_id, next_version
+from memweave.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
+from memweave.models import Message, coerce_messages
+
+__all__ = ["SQLChatMemory"]
+
+
+class _Snapshot(NamedTuple):
+    version: int
+    messages: tuple[Message, ...]
+
+
+_EMPTY = _Snapshot(0, ())
+
+
+class _Edit(NamedTuple):
+    """Validated messages to save, and how many of them lead as the very objects of a cached snapshot."""
+
+    messages: tuple[Message, ...]
+    base: _Snapshot | None
+    identical: int
+
+
+def _encode(message: Message) -> str:
+    return message.model_dump_json()
+
+
+def _digest(body: str) -> bytes:
+    return hashlib.blake2b(body.encode("utf-8"), digest_size=16).digest()
+
+
+def _identical_prefix(new: Sequence[object], old: Sequence[Message]) -> int:
+    """How many leading items of `new` are the very objects of `old` (a scan at C speed)."""
+    if not any(map(is_not, new, old)):  # the common case (an append), twice as fast as locating a change
+        return min(len(new), len(old))
+    return next(compress(count(), map(is_not, new, old)))
+
+
+def _kept_prefix(new: Sequence[Message], old: Sequence[Message], identical: int) -> int:
+    """How many leading messages of `new` are stored exactly as in `old`, given the `identical` leading ones.
+
+    An equal but distinct message counts as unchanged only if it also serializes identically (``1 == 1.0 ==
+    True`` in Python, but not in JSON).
+    """
+    kept = identical
+    for a, b in zip(new[kept:], old[kept:]):
+        if a is not b and (a != b or _encode(a) != _encode(b)):
+            break
+        kept += 1
+    return kept
+
+
+class _SnapshotCache:
+    """A bounded, thread-safe LRU of session id -> the last snapshot this object read or wrote."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._entries: OrderedDict[str, _Snapshot] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, session_id: str) -> _Snapshot | None:
+        with self._lock:
+            snapshot = self._entries.get(session_id)
+            if snapshot is not None:
+                self._entries.move_to_end(session_id)
+            return snapshot
+
+    def put(self, session_id: str, snapshot: _Snapshot) -> None:
+        if self._size <= 0:
+            return
+        with self._lock:
+            self._entries[session_id] = snapshot
+            self._entries.move_to_end(session_id)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+    def drop(self, session_id: str) -> None:
+        with self._lock:
+            self._entries.pop(session_id, None)
+
+
+class SQLChatMemory(SQLBackend, ChatMemory):
+    """Chat histories in an SQL database, one row per message; saves and loads cost O(change).
+
+    `url_or_engine` is a URL (``sqlite:///memweave.db``, ``postgresql://user:pw@host/db``,
+    ``mysql://user@host/db``, ``mariadb://...``), an `Engine` (async calls then run in a thread unless
+    `async_engine` is given too) or an `AsyncEngine`. From a URL both a sync and an async engine are built
+    (pysqlite/aiosqlite, psycopg 3, PyMySQL/aiomysql). Tables are created on first use. `cache_size` bounds
+    the snapshots kept for O(change) saves and loads (sessions; 0 turns the cache off).
+
+    Use the async API from one event loop and close with `aclose()` after using it.
+    """
+
+    def __init__(
+        self,
+        url_or_engine: str | URL | Engine | AsyncEngine,
+        *,
+        table_prefix: str = "memweave_",
+        schema: str | None = None,
+        pool_size: int = 5,
+        pool_timeout: float = 30.0,
+        async_engine: AsyncEngine | None = None,
+        cache_size: int = 256,
+    ) -> None:
+        super().__init__(
+            url_or_engine,
+            table_prefix=table_prefix,
+            schema=schema,
+            pool_size=pool_size,
+            pool_timeout=pool_timeout,
+            async_engine=async_engine,
+        )
+        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
+            raise InvalidInputError(f"cache_size must be a non-negative int, got {cache_size!r}")
+        self._cache = _SnapshotCache(cache_size)
+        self._sessions = self._tables.sessions
+        self._messages = self._tables.messages
+
+    def __repr__(self) -> str:
+        return f"SQLChatMemory({self._options_repr()})"
+
+    # The API: each method validates, then runs one `Work` through the sync or the async engine -------------
+
+    def load_versioned(self, session_id: str) -> History:
+        """Return the session's messages and the version they were read at."""
+        return self._execute(self._load_work(session_id))
+
+    def save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
+        """Replace the session's history (writing only what changed) and return its new version."""
+        return self._execute(self._save_work(session_id, messages, expected_version))
+
+    def append(self, session_id: str, messages: MessagesIn) -> int:
+        """Atomically add messages at the end of the session and return its new version."""
+        return self._execute(self._append_work(session_id, messages))
+
+    def sessions(self) -> list[str]:
+        """The ids of the stored sessions, sorted."""
+        return self._execute(self._sessions_work())
+
+    async def aload_versioned(self, session_id: str) -> History:
+        """Async twin of `load_versioned`."""
+        return await self._aexecute(self._load_work(session_id))
+
+    async def asave(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
+        """Async twin of `save`."""
+        return await self._aexecute(self._save_work(session_id, messages, expected_version))
+
+    async def aappend(self, session_id: str, messages: MessagesIn) -> int:
+        """Async twin of `append`."""
+        return await self._aexecute(self._append_work(session_id, messages))
+
+    async def asessions(self) -> list[str]:
+        """Async twin of `sessions`."""
+        return await self._aexecute(self._sessions_work())
+
+    # Work ---------------------------------------------------------------------------------------------------
+
+    def _setup_work(self) -> list[Work[Any, Any]]:
+        tables = [self._sessions, self._messages]
+        return [Work(lambda c: create_tables(c, self._tables, tables), _ignore, write=True, ddl=True)]
+
+    def _load_work(self, session_id: str) -> Work[_Snapshot, History]:
+        session_id = check_id(session_id)
+        key = key_of(session_id)
+
+        def run(connection: Connection) -> _Snapshot:
+            sessions, messages = self._sessions, self._messages
+            row = connection.execute(
+                sa.select(sessions.c.session_id, sessions.c.version).where(sessions.c.session_key == key)
+            ).first()
+            if row is None:
+                return _EMPTY
+            self._check_owner(row.session_id, session_id)
+            cached = self._cache.get(session_id)
+            if cached is not None and cached.version == row.version:
+                return cached
+            # One statement, so the version and the rows come from the same consistent read.
+            rows = connection.execute(
+                sa.select(sessions.c.version, sessions.c.message_count, messages.c.seq, messages.c.body)
+                .select_from(sessions.outerjoin(messages, messages.c.session_key == sessions.c.session_key))
+                .where(sessions.c.session_key == key)
+                .order_by(messages.c.seq)
+            ).all()
+            return self._decode(session_id, rows)
+
+        def done(snapshot: _Snapshot) -> History:
+            if snapshot.version:
+                self._cache.put(session_id, snapshot)
+            return History(list(snapshot.messages), snapshot.version)
+
+        return Work(run, done)
+
+    def _save_work(self, session_id: str, messages: MessagesIn, expected_version: int | None) -> Work[int, int]:
+        session_id = check_id(session_id)
+        edit = self._validated(session_id, messages)  # before anything is written
+        new = edit.messages
+        key = key_of(session_id)
+
+        def run(connection: Connection) -> int:
+            version, stored_count = self._lock_session(connection, session_id, key)
+            if expected_version is not None and expected_version != version:
+                raise ConcurrentModificationError(
+                    f"session {session_id!r} is at version {version}, not {expected_version}; reload and retry"
+                )
+            if not new:
+                connection.execute(sa.delete(self._messages).where(self._messages.c.session_key == key))
+                connection.execute(sa.delete(self._sessions).where(self._sessions.c.session_key == key))
+                return 0
+            kept, stored_rows, bodies = self._unchanged(connection, session_id, key, version, stored_count, edit)
+            if kept < stored_rows:
+                connection.execute(
+                    sa.delete(self._messages).where(self._messages.c.session_key == key, self._messages.c.seq >= kept)
+                )
+            self._insert(connection, key, kept, bodies or [_encode(m) for m in new[kept:]])
+            return self._set_version(connection, key, next_version(version), len(new))
+
+        def done(version: int) -> int:
+            if version:
+                self._cache.put(session_id, _Snapshot(version, new))
+            else:
+                self._cache.drop(session_id)
+            return version
+
+        return Work(run, done, write=True)
+
+    def _append_work(self, session_id: str, messages: MessagesIn) -> Work[Any, int]:
+        session_id = check_id(session_id)
+        added = tuple(coerce_messages(messages))
+        if not added:
+            return self._version_work(session_id)
+        key = key_of(session_id)
+        bodies = [_encode(m) for m in added]
+
+        def run(connection: Connection) -> tuple[int, int]:
+            version, stored_count = self._lock_session(connection, session_id, key)
+            self._insert(connection, key, stored_count, bodies)
+            return version, self._set_version(connection, key, next_version(version), stored_count + len(added))
+
+        def done(versions: tuple[int, int]) -> int:
+            old, new = versions
+            cached = self._cache.get(session_id)
+            if cached is not None and cached.version == old:
+                self._cache.put(session_id, _Snapshot(new, cached.messages + added))
+            return new
+
+        return Work(run, done, write=True)
+
+    def _version_work(self, session_id: str) -> Work[int, int]:
+        key = key_of(session_id)
+
+        def run(connection: Connection) -> int:
+            version = connection.execute(
+                sa.select(self._sessions.c.version).where(self._sessions.c.session_key == key)
+            ).scalar()
+            return int(version or 0)
+
+        return Work(run, _same)
+
+    def _sessions_work(self) -> Work[list[str], list[str]]:
+        def run(connection: Connection) -> list[str]:
+            query = sa.select(self._sessions.c.session_id).where(self._sessions.c.message_count > 0)
+            return sorted(connection.execute(query).scalars())
+
+        return Work(run, _same)
+
+    def _validated(self, session_id: str, messages: MessagesIn) -> _Edit:
+        """`coerce_messages(messages)`, skipping the leading messages that are the cached snapshot's own objects.
+
+        Those were validated when they were read or written, and are immutable: re-checking them would make
+        saving a long history cost O(length) instead of O(change).
+        """
+        cached = self._cache.get(session_id)
+        if cached is not None and isinstance(messages, (list, tuple)):
+            identical = _identical_prefix(messages, cached.messages)
+            try:
+                rest = tuple(coerce_messages(messages[identical:]))
+            except InvalidInputError:
+                coerce_messages(messages)  # raises again, naming the message by its position in the whole list
+                raise
+            return _Edit(cached.messages[:identical] + rest, cached, identical)
+        return _Edit(tuple(coerce_messages(messages)), None, 0)
+
+    # Helpers run inside a transaction -----------------------------------------------------------------------
+
+    def _lock_session(self, connection: Connection, session_id: str, key: str) -> tuple[int, int]:
+        """Create the session's row if missing and lock it; return its (version, message count)."""
+        sessions = self._sessions
+        for _ in range(3):  # the row can vanish between the two statements if another writer clears it
+            connection.execute(
+                insert_ignoring(
+                    connection,
+                    sessions,
+                    {"session_key": key, "session_id": session_id, "version": 0, "message_count": 0},
+                )
+            )
+            row = connection.execute(
+                sa.select(sessions.c.session_id, sessions.c.version, sessions.c.message_count)
+                .where(sessions.c.session_key == key)
+                .with_for_update()
+            ).first()
+            if row is not None:
+                self._check_owner(row.session_id, session_id)
+                return int(row.version), int(row.message_count)
+        raise ConcurrentModificationError(f"session {session_id!r} kept being cleared while writing; retry")
+
+    def _unchanged(
+        self,
+        connection: Connection,
+        session_id: str,
+        key: str,
+        version: int,
+        stored_count: int,
+        edit: _Edit,
+    ) -> tuple[int, int, list[str] | None]:
+        """Return (kept, stored rows, bodies of new[kept:] if already encoded): what a save can leave in place."""
+        new, cached = edit.messages, self._cache.get(session_id)
+        if cached is not None and cached.version == version:
+            identical = edit.identical if cached is edit.base else _identical_prefix(new, cached.messages)
+            return _kept_prefix(new, cached.messages, identical), stored_count, None
+        stored = connection.execute(
+            sa.select(self._messages.c.seq, self._messages.c.digest)
+            .where(self._messages.c.session_key == key)
+            .order_by(self._messages.c.seq)
+        ).all()
+        bodies = [_encode(m) for m in new]
+        kept = 0
+        for (seq, digest), body in zip(stored, bodies):
+            if seq != kept or bytes(digest) != _digest(body):
+                break
+            kept += 1
+        return kept, len(stored), bodies[kept:]
+
+    def _insert(self, connection: Connection, key: str, first_seq: int, bodies: list[str]) -> None:
+        if bodies:
+            connection.execute(
+                sa.insert(self._messages),
+                [
+                    {"session_key": key, "seq": seq, "digest": _digest(body), "body": body}
+                    for seq, body in enumerate(bodies, first_seq)
+                ],
+            )
+
+    def _set_version(self, connection: Connection, key: str, version: int, message_count: int) -> int:
+        connection.execute(
+            sa.update(self._sessions)
+            .where(self._sessions.c.session_key == key)
+            .values(version=version, message_count=message_count, updated_at=datetime.now(timezone.utc))
+        )
+        return version
+
+    def _check_owner(self, stored_id: str, session_id: str) -> None:
+        if stored_id != session_id:
+            raise CorruptMemoryError(
+                f"session {session_id!r}: its row holds session id {stored_id[:80]!r} (tampered or a key collision)"
+            )
+
+    def _decode(self, session_id: str, rows: Sequence[Any]) -> _Snapshot:
+        """Decode the joined (version, message_count, seq, body) rows of one session."""
+        if not rows:
+            return _EMPTY  # cleared between the two statements
+        version, expected = int(rows[0].version), int(rows[0].message_count)
+        seqs = [row.seq for row in rows]
+        if expected == 0 and seqs == [None]:
+            return _EMPTY
+        if seqs != list(range(expected)):
+            found = "no message rows" if seqs == [None] else f"{len(seqs)} message rows"
+            raise CorruptMemoryError(f"session {session_id!r} should have {expected} messages; found {found}")
+        decoded = []
+        for row in rows:
+            try:
+                decoded.append(Message.model_validate_json(row.body))
+            except (ValidationError, ValueError, TypeError) as error:
+                raise CorruptMemoryError(
+                    f"session {session_id!r}: stored message {row.seq} cannot be decoded ({error})"
+                ) from None
+        return _Snapshot(version, tuple(decoded))
+
+
+def _ignore(_: object) -> None:
+    return None
+
+
+def _same(value: Any) -> Any:
+    return value
