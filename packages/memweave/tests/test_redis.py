@@ -66,7 +66,7 @@ def test_save_writes_only_the_changed_suffix(redis_prefix: tuple[str, str]) -> N
         client.lset(msgs_key, 0, marker)
         for fresh in (False, True):  # through the cache, and through the stored digests
             if fresh:
-                memory._cache.forget("s")
+                memory._cache.drop("s")
             memory.save("s", [turn(i) for i in range(50 + fresh)] + [turn(99)])
             assert client.lindex(msgs_key, 0) == marker
         assert [m.text for m in memory.load("s")][-3:] == ["w-49", "w-50", "w-99"]

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import random
 from collections.abc import Callable, Iterator
 
@@ -290,29 +289,3 @@ def test_bad_construction_arguments_are_rejected() -> None:
     for options in ({"prefix": "a b"}, {"collection": "{x}"}, {"max_changes": 0}, {"metric": "l2"}, {"dimension": 0}):
         with pytest.raises(InvalidInputError):
             RedisVectorMemory("redis://127.0.0.1:1/0", **options)
-
-
-@pytest.fixture
-def search_server_prefix() -> Iterator[tuple[str, str]]:
-    """A unique prefix on the server named by MEMWEAVE_REDIS_SEARCH_URL (Redis 8 / Redis Stack), cleaned up."""
-    url = os.environ.get("MEMWEAVE_REDIS_SEARCH_URL")
-    if not url:
-        pytest.skip("MEMWEAVE_REDIS_SEARCH_URL is not set (a Redis 8 or Redis Stack server with the query engine)")
-    prefix = unique_name("mwtest")
-    yield url, prefix
-    delete_prefix(url, prefix)
-
-
-class TestRedisSearchServerVectorMemory(VectorMemoryContract):
-    """The conformance suite on a server with the query engine (its FT.* commands are not used yet)."""
-
-    @pytest.fixture
-    def vector_memory_factory(self, search_server_prefix: tuple[str, str]) -> Callable[..., VectorMemory]:
-        url, prefix = search_server_prefix
-
-        def factory(dimension: int | None, metric: Metric) -> VectorMemory:
-            return RedisVectorMemory(
-                url, prefix=prefix, collection=f"c{next(_names)}", dimension=dimension, metric=metric
-            )
-
-        return factory

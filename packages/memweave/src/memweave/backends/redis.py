@@ -31,12 +31,16 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from memweave.contracts import ChatMemory, History, MessagesIn, check_id
 from memweave.errors import BackendUnavailableError, ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 from memweave.history import (
+    EMPTY,
+    Snapshot,
     SnapshotCache,
-    common_digest_prefix,
-    common_prefix,
     decode_message,
     digest,
     encode_message,
+    identical_prefix,
+    kept_prefix,
+    prepare_edit,
+    stored_prefix,
 )
 from memweave.models import coerce_messages
 from memweave.urls import redact_url
@@ -107,17 +111,17 @@ return {1, new}
 """,
     # KEYS: meta, msgs, digests.
     "clear": "return redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])",
-    # KEYS: meta, msgs, digests. ARGV: id, ttl ms, n, n messages, n digests -> version
+    # KEYS: meta, msgs, digests. ARGV: id, ttl ms, n, n messages, n digests -> {old version, new version}
     "append": _NEXT_VERSION
     + """
 local version = redis.call('HGET', KEYS[1], 'version') or '0'
 local n = tonumber(ARGV[3])
-if n == 0 then return version end
+if n == 0 then return {version, version} end
 push(4, n)
 local new = next_version(version)
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'version', new)
 touch(ARGV[2])
-return new
+return {version, new}
 """,
 }
 
@@ -162,7 +166,7 @@ class RedisChatMemory(ChatMemory):
         prefix: str = "memweave",
         ttl: float | None = None,
         socket_timeout: float = 10.0,
-        cache_sessions: int = 256,
+        cache_size: int = 256,
     ) -> None:
         if not isinstance(prefix, str) or not KEY_PREFIX.match(prefix):
             raise InvalidInputError(f"prefix must match {KEY_PREFIX.pattern}, got {prefix!r}")
@@ -170,7 +174,7 @@ class RedisChatMemory(ChatMemory):
             raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")
         self.prefix = prefix
         self._ttl_ms = str(int(ttl * 1000)) if ttl else "0"
-        self._cache = SnapshotCache(cache_sessions)
+        self._cache = SnapshotCache(cache_size)
         if isinstance(url_or_client, str):
             self._url = redact_url(url_or_client)
             self._client, self._async_client = clients_from_url(url_or_client, socket_timeout)
@@ -197,45 +201,43 @@ class RedisChatMemory(ChatMemory):
 
     def _load_steps(self, session_id: str) -> _Steps[History]:
         meta, msgs, _ = self._keys(check_id(session_id))
-        cached_version, cached = self._cache.latest(session_id)
-        version_raw, stored_id, changed, *rest = yield _Script("load", [meta, msgs], [str(cached_version)])
+        cached = self._cache.get(session_id) or EMPTY
+        version_raw, stored_id, changed, *rest = yield _Script("load", [meta, msgs], [str(cached.version)])
         version = int(version_raw)
         if version == 0:
-            self._cache.forget(session_id)
+            self._cache.drop(session_id)
             return History([], 0)
         if as_text(stored_id) != session_id:
             raise CorruptMemoryError(f"session {session_id!r}: its keys hold another session's data")
-        if not changed:
-            return History(list(cached), version)
-        messages = [decode_message(session_id, i, raw) for i, raw in enumerate(rest[0])]
-        self._cache.put(session_id, version, messages)
-        return History(messages, version)
+        if changed:
+            cached = Snapshot(version, tuple(decode_message(session_id, i, raw) for i, raw in enumerate(rest[0])))
+            self._cache.put(session_id, cached)
+        return History(list(cached.messages), version)
 
     def _save_steps(self, session_id: str, messages: MessagesIn, expected_version: int | None) -> _Steps[int]:
         keys = self._keys(check_id(session_id))
-        new = coerce_messages(messages)
+        edit = prepare_edit(messages, self._cache.get(session_id))  # validated before anything is written
+        new = edit.messages
         trust_cache = True
         while True:
-            cached_version, cached_messages = self._cache.latest(session_id)
-            base = cached_version if expected_version is None else expected_version
-            if trust_cache and cached_version and base == cached_version:
-                keep = common_prefix(cached_messages, new)
-                encoded = [encode_message(m) for m in new[keep:]]
-                digests = [digest(e) for e in encoded]
-            else:  # not cached at this version: compare digests with what is stored
+            cached = self._cache.get(session_id) if trust_cache else None
+            if cached is not None and expected_version in (None, cached.version):
+                identical = edit.identical if cached is edit.base else identical_prefix(new, cached.messages)
+                base, keep = cached.version, kept_prefix(new, cached.messages, identical)
+                bodies = [encode_message(m) for m in new[keep:]]
+            else:  # nothing remembered at the right version: compare with the stored digests
                 version_raw, _, stored = yield _Script("digests", [keys[0], keys[2]], [])
-                if expected_version is not None and int(version_raw) != expected_version:
-                    raise self._conflict(session_id, int(version_raw), expected_version)
                 base = int(version_raw)
-                all_encoded = [encode_message(m) for m in new]
-                all_digests = [digest(e) for e in all_encoded]
-                keep = common_digest_prefix([as_text(d) for d in stored], all_digests)
-                encoded, digests = all_encoded[keep:], all_digests[keep:]
-            args: list[str | bytes | int] = [str(base), session_id, keep, self._ttl_ms, len(encoded)]
-            ok, version_raw = yield _Script("save", keys, [*args, *encoded, *digests])
+                if expected_version is not None and base != expected_version:
+                    raise self._conflict(session_id, base, expected_version)
+                all_bodies = [encode_message(m) for m in new]
+                keep = stored_prefix([bytes(d) for d in stored], all_bodies)
+                bodies = all_bodies[keep:]
+            args: list[str | bytes | int] = [str(base), session_id, keep, self._ttl_ms, len(bodies)]
+            ok, version_raw = yield _Script("save", keys, [*args, *bodies, *(digest(b) for b in bodies)])
             if ok:
                 version = int(version_raw)
-                self._cache.put(session_id, version, new)
+                self._cache.put(session_id, Snapshot(version, new))
                 return version
             if expected_version is not None:
                 raise self._conflict(session_id, int(version_raw), expected_version)
@@ -243,12 +245,15 @@ class RedisChatMemory(ChatMemory):
 
     def _append_steps(self, session_id: str, messages: MessagesIn) -> _Steps[int]:
         keys = self._keys(check_id(session_id))
-        added = coerce_messages(messages)
-        encoded = [encode_message(m) for m in added]
-        args: list[str | bytes | int] = [session_id, self._ttl_ms, len(encoded)]
-        version = int((yield _Script("append", keys, [*args, *encoded, *(digest(e) for e in encoded)])))
-        self._cache.forget(session_id)
-        return version
+        added = tuple(coerce_messages(messages))
+        bodies = [encode_message(m) for m in added]
+        args: list[str | bytes | int] = [session_id, self._ttl_ms, len(bodies)]
+        old_raw, new_raw = yield _Script("append", keys, [*args, *bodies, *(digest(b) for b in bodies)])
+        old, new = int(old_raw), int(new_raw)
+        cached = self._cache.get(session_id)
+        if cached is not None and cached.version == old and old != new:  # nobody else wrote in between
+            self._cache.put(session_id, Snapshot(new, cached.messages + added))
+        return new
 
     def _sessions_steps(self) -> _Steps[list[str]]:
         ids = yield _Scan(f"{self.prefix}:{{*}}:meta", "id")
@@ -256,7 +261,7 @@ class RedisChatMemory(ChatMemory):
 
     def _clear_steps(self, session_id: str) -> _Steps[None]:
         yield _Script("clear", self._keys(check_id(session_id)), [])
-        self._cache.forget(session_id)
+        self._cache.drop(session_id)
 
     def _conflict(self, session_id: str, actual: int, expected: int) -> ConcurrentModificationError:
         return ConcurrentModificationError(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -114,6 +115,12 @@ class ChatMemoryContract:
         copies = [m.model_copy(deep=True) for m in memory.load("s")]
         memory.save("s", [*copies, turn(6)])
         assert _texts(memory.load("s")) == [f"w-{i}" for i in range(7)]
+
+    def test_cm2_values_equal_in_python_but_not_in_json_are_rewritten(self, memory: Driver) -> None:
+        for value in [1, True, 1.0, "1", [1], {"v": 1}, None]:
+            memory.save("s", [turn(0), Message(role="user", content="x", metadata={"v": value})])
+            stored = memory.load("s")[1].metadata["v"]
+            assert json.dumps(stored) == json.dumps(value), value
 
     # CM3 -----------------------------------------------------------------------------------------------------
 

@@ -14,17 +14,11 @@ remembered snapshot when the stored version still matches, without fetching the 
 
 from __future__ import annotations
 
-import hashlib
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from itertools import compress, count
-from operator import is_not
-from typing import Any, NamedTuple
+from typing import Any
 
 import sqlalchemy as sa
-from pydantic import ValidationError
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -32,84 +26,23 @@ from memweave.backends.sql._base import SQLBackend
 from memweave.backends.sql._engine import Work
 from memweave.backends.sql._schema import create_tables, insert_ignoring, key_of
 from memweave.contracts import ChatMemory, History, MessagesIn, check_id, next_version
-from memweave.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
-from memweave.models import Message, coerce_messages
+from memweave.errors import ConcurrentModificationError, CorruptMemoryError
+from memweave.history import (
+    EMPTY,
+    Edit,
+    Snapshot,
+    SnapshotCache,
+    decode_message,
+    digest,
+    encode_message,
+    identical_prefix,
+    kept_prefix,
+    prepare_edit,
+    stored_prefix,
+)
+from memweave.models import coerce_messages
 
 __all__ = ["SQLChatMemory"]
-
-
-class _Snapshot(NamedTuple):
-    version: int
-    messages: tuple[Message, ...]
-
-
-_EMPTY = _Snapshot(0, ())
-
-
-class _Edit(NamedTuple):
-    """Validated messages to save, and how many of them lead as the very objects of a cached snapshot."""
-
-    messages: tuple[Message, ...]
-    base: _Snapshot | None
-    identical: int
-
-
-def _encode(message: Message) -> str:
-    return message.model_dump_json()
-
-
-def _digest(body: str) -> bytes:
-    return hashlib.blake2b(body.encode("utf-8"), digest_size=16).digest()
-
-
-def _identical_prefix(new: Sequence[object], old: Sequence[Message]) -> int:
-    """How many leading items of `new` are the very objects of `old` (a scan at C speed)."""
-    if not any(map(is_not, new, old)):  # the common case (an append), twice as fast as locating a change
-        return min(len(new), len(old))
-    return next(compress(count(), map(is_not, new, old)))
-
-
-def _kept_prefix(new: Sequence[Message], old: Sequence[Message], identical: int) -> int:
-    """How many leading messages of `new` are stored exactly as in `old`, given the `identical` leading ones.
-
-    An equal but distinct message counts as unchanged only if it also serializes identically (``1 == 1.0 ==
-    True`` in Python, but not in JSON).
-    """
-    kept = identical
-    for a, b in zip(new[kept:], old[kept:]):
-        if a is not b and (a != b or _encode(a) != _encode(b)):
-            break
-        kept += 1
-    return kept
-
-
-class _SnapshotCache:
-    """A bounded, thread-safe LRU of session id -> the last snapshot this object read or wrote."""
-
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._entries: OrderedDict[str, _Snapshot] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, session_id: str) -> _Snapshot | None:
-        with self._lock:
-            snapshot = self._entries.get(session_id)
-            if snapshot is not None:
-                self._entries.move_to_end(session_id)
-            return snapshot
-
-    def put(self, session_id: str, snapshot: _Snapshot) -> None:
-        if self._size <= 0:
-            return
-        with self._lock:
-            self._entries[session_id] = snapshot
-            self._entries.move_to_end(session_id)
-            while len(self._entries) > self._size:
-                self._entries.popitem(last=False)
-
-    def drop(self, session_id: str) -> None:
-        with self._lock:
-            self._entries.pop(session_id, None)
 
 
 class SQLChatMemory(SQLBackend, ChatMemory):
@@ -143,9 +76,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             pool_timeout=pool_timeout,
             async_engine=async_engine,
         )
-        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 0:
-            raise InvalidInputError(f"cache_size must be a non-negative int, got {cache_size!r}")
-        self._cache = _SnapshotCache(cache_size)
+        self._cache = SnapshotCache(cache_size)
         self._sessions = self._tables.sessions
         self._messages = self._tables.messages
 
@@ -192,17 +123,17 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         tables = [self._sessions, self._messages]
         return [Work(lambda c: create_tables(c, self._tables, tables), _ignore, write=True, ddl=True)]
 
-    def _load_work(self, session_id: str) -> Work[_Snapshot, History]:
+    def _load_work(self, session_id: str) -> Work[Snapshot, History]:
         session_id = check_id(session_id)
         key = key_of(session_id)
 
-        def run(connection: Connection) -> _Snapshot:
+        def run(connection: Connection) -> Snapshot:
             sessions, messages = self._sessions, self._messages
             row = connection.execute(
                 sa.select(sessions.c.session_id, sessions.c.version).where(sessions.c.session_key == key)
             ).first()
             if row is None:
-                return _EMPTY
+                return EMPTY
             self._check_owner(row.session_id, session_id)
             cached = self._cache.get(session_id)
             if cached is not None and cached.version == row.version:
@@ -216,7 +147,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             ).all()
             return self._decode(session_id, rows)
 
-        def done(snapshot: _Snapshot) -> History:
+        def done(snapshot: Snapshot) -> History:
             if snapshot.version:
                 self._cache.put(session_id, snapshot)
             return History(list(snapshot.messages), snapshot.version)
@@ -225,7 +156,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
 
     def _save_work(self, session_id: str, messages: MessagesIn, expected_version: int | None) -> Work[int, int]:
         session_id = check_id(session_id)
-        edit = self._validated(session_id, messages)  # before anything is written
+        edit = prepare_edit(messages, self._cache.get(session_id))  # validated before anything is written
         new = edit.messages
         key = key_of(session_id)
 
@@ -244,12 +175,12 @@ class SQLChatMemory(SQLBackend, ChatMemory):
                 connection.execute(
                     sa.delete(self._messages).where(self._messages.c.session_key == key, self._messages.c.seq >= kept)
                 )
-            self._insert(connection, key, kept, bodies or [_encode(m) for m in new[kept:]])
+            self._insert(connection, key, kept, bodies or [encode_message(m) for m in new[kept:]])
             return self._set_version(connection, key, next_version(version), len(new))
 
         def done(version: int) -> int:
             if version:
-                self._cache.put(session_id, _Snapshot(version, new))
+                self._cache.put(session_id, Snapshot(version, new))
             else:
                 self._cache.drop(session_id)
             return version
@@ -262,7 +193,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         if not added:
             return self._version_work(session_id)
         key = key_of(session_id)
-        bodies = [_encode(m) for m in added]
+        bodies = [encode_message(m) for m in added]
 
         def run(connection: Connection) -> tuple[int, int]:
             version, stored_count = self._lock_session(connection, session_id, key)
@@ -273,7 +204,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             old, new = versions
             cached = self._cache.get(session_id)
             if cached is not None and cached.version == old:
-                self._cache.put(session_id, _Snapshot(new, cached.messages + added))
+                self._cache.put(session_id, Snapshot(new, cached.messages + added))
             return new
 
         return Work(run, done, write=True)
@@ -295,23 +226,6 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             return sorted(connection.execute(query).scalars())
 
         return Work(run, _same)
-
-    def _validated(self, session_id: str, messages: MessagesIn) -> _Edit:
-        """`coerce_messages(messages)`, skipping the leading messages that are the cached snapshot's own objects.
-
-        Those were validated when they were read or written, and are immutable: re-checking them would make
-        saving a long history cost O(length) instead of O(change).
-        """
-        cached = self._cache.get(session_id)
-        if cached is not None and isinstance(messages, (list, tuple)):
-            identical = _identical_prefix(messages, cached.messages)
-            try:
-                rest = tuple(coerce_messages(messages[identical:]))
-            except InvalidInputError:
-                coerce_messages(messages)  # raises again, naming the message by its position in the whole list
-                raise
-            return _Edit(cached.messages[:identical] + rest, cached, identical)
-        return _Edit(tuple(coerce_messages(messages)), None, 0)
 
     # Helpers run inside a transaction -----------------------------------------------------------------------
 
@@ -343,24 +257,22 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         key: str,
         version: int,
         stored_count: int,
-        edit: _Edit,
+        edit: Edit,
     ) -> tuple[int, int, list[str] | None]:
         """Return (kept, stored rows, bodies of new[kept:] if already encoded): what a save can leave in place."""
         new, cached = edit.messages, self._cache.get(session_id)
         if cached is not None and cached.version == version:
-            identical = edit.identical if cached is edit.base else _identical_prefix(new, cached.messages)
-            return _kept_prefix(new, cached.messages, identical), stored_count, None
+            identical = edit.identical if cached is edit.base else identical_prefix(new, cached.messages)
+            return kept_prefix(new, cached.messages, identical), stored_count, None
         stored = connection.execute(
             sa.select(self._messages.c.seq, self._messages.c.digest)
             .where(self._messages.c.session_key == key)
             .order_by(self._messages.c.seq)
         ).all()
-        bodies = [_encode(m) for m in new]
-        kept = 0
-        for (seq, digest), body in zip(stored, bodies):
-            if seq != kept or bytes(digest) != _digest(body):
-                break
-            kept += 1
+        if [row.seq for row in stored] != list(range(len(stored))):
+            raise CorruptMemoryError(f"session {session_id!r}: its message rows are not numbered 0..{len(stored) - 1}")
+        bodies = [encode_message(m) for m in new]
+        kept = stored_prefix([bytes(row.digest) for row in stored], bodies)
         return kept, len(stored), bodies[kept:]
 
     def _insert(self, connection: Connection, key: str, first_seq: int, bodies: list[str]) -> None:
@@ -368,7 +280,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             connection.execute(
                 sa.insert(self._messages),
                 [
-                    {"session_key": key, "seq": seq, "digest": _digest(body), "body": body}
+                    {"session_key": key, "seq": seq, "digest": digest(body), "body": body}
                     for seq, body in enumerate(bodies, first_seq)
                 ],
             )
@@ -387,26 +299,18 @@ class SQLChatMemory(SQLBackend, ChatMemory):
                 f"session {session_id!r}: its row holds session id {stored_id[:80]!r} (tampered or a key collision)"
             )
 
-    def _decode(self, session_id: str, rows: Sequence[Any]) -> _Snapshot:
+    def _decode(self, session_id: str, rows: Sequence[Any]) -> Snapshot:
         """Decode the joined (version, message_count, seq, body) rows of one session."""
         if not rows:
-            return _EMPTY  # cleared between the two statements
+            return EMPTY  # cleared between the two statements
         version, expected = int(rows[0].version), int(rows[0].message_count)
         seqs = [row.seq for row in rows]
         if expected == 0 and seqs == [None]:
-            return _EMPTY
+            return EMPTY
         if seqs != list(range(expected)):
             found = "no message rows" if seqs == [None] else f"{len(seqs)} message rows"
             raise CorruptMemoryError(f"session {session_id!r} should have {expected} messages; found {found}")
-        decoded = []
-        for row in rows:
-            try:
-                decoded.append(Message.model_validate_json(row.body))
-            except (ValidationError, ValueError, TypeError) as error:
-                raise CorruptMemoryError(
-                    f"session {session_id!r}: stored message {row.seq} cannot be decoded ({error})"
-                ) from None
-        return _Snapshot(version, tuple(decoded))
+        return Snapshot(version, tuple(decode_message(session_id, row.seq, row.body) for row in rows))
 
 
 def _ignore(_: object) -> None:
