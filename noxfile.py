@@ -12,7 +12,7 @@ nox.needs_version = ">=2024.3.2"
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["lint", "typecheck", "tests"]
 
-SOURCES = ["packages/memweave/src"]
+SOURCES = ["packages/memweave/src", "packages/langchain-memweave/src", "packages/llama-index-memweave/src"]
 
 
 def install(session: nox.Session, *groups: str) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 import chat_save
+import langchain_history
 import numpy as np
 import vector_search
 from harness import Report
@@ -21,9 +22,9 @@ RESULTS = Path(__file__).parent / "results"
 
 def machine() -> str:
     """Facts about the machine and the packages measured."""
-    packages = ", ".join(
-        f"{name} {version(name)}" for name in ("memweave", "numpy", "SQLAlchemy", "langchain-core", "llama-index-core")
-    )
+    names = ["memweave", "numpy", "SQLAlchemy", "langchain-core", "langchain-community", "llama-index-core"]
+    names += ["langchain-memweave", "llama-index-memweave"]
+    packages = ", ".join(f"{name} {version(name)}" for name in names)
     blas = np.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {}).get("name", "?")  # type: ignore[union-attr]
     python = f"{platform.python_implementation()} {platform.python_version()}"
     return f"{platform.processor() or platform.machine()}, {python}, BLAS {blas}; {packages}"
@@ -36,6 +37,7 @@ def main() -> None:
     report = Report()
     vector_search.run(report, count=10_000 if args.quick else 100_000)
     chat_save.run(report, runs=10 if args.quick else 30)
+    langchain_history.run(report, turns=200 if args.quick else 1_000, runs=1 if args.quick else 3)
     text = "\n".join(
         [
             f"# memweave benchmarks ({'quick' if args.quick else 'full'})",

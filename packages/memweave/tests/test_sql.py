@@ -626,3 +626,14 @@ def test_processes_appending_to_one_session_lose_nothing(place: Place) -> None:
     assert len(loaded) == WRITERS * APPENDS
     for w in range(WRITERS):
         assert [m.metadata["index"] for m in loaded if m.metadata["writer"] == f"p{w}"] == list(range(APPENDS))
+
+
+# Connections of a closed loop can only be dropped, and aiosqlite warns when it finalizes them.
+@pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
+def test_async_calls_from_successive_event_loops_work(tmp_path: Path) -> None:
+    """Frameworks that call async code through `asyncio.run` give every call a new loop."""
+    memory = SQLChatMemory(f"sqlite:///{tmp_path}/loops.db")
+    for i in range(5):
+        asyncio.run(memory.aappend("s", [Message(role="user", content=str(i))]))
+        assert [m.text for m in asyncio.run(memory.aload("s"))] == [str(j) for j in range(i + 1)]
+    asyncio.run(memory.aclose())

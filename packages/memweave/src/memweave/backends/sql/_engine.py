@@ -264,7 +264,7 @@ class Database:
         """Async twin of `run`: the same `work.run`, on the async engine through `run_sync`."""
         if self._async_engines is None:
             return await asyncio.to_thread(self.run, work)
-        self._loop = asyncio.get_running_loop()
+        self._adopt_running_loop()
         with self.translated():
             attempt = 1
             while True:
@@ -276,6 +276,15 @@ class Database:
                         raise
                 await asyncio.sleep(_retry_delay(attempt))
                 attempt += 1
+
+    def _adopt_running_loop(self) -> None:
+        """Async connections belong to the loop that opened them; when calls move to another loop (each
+        `asyncio.run` makes a new one), drop the pooled connections of the old loop instead of reusing them."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not None and loop is not self._loop and self._built_async is not None:
+            # This thread runs `loop` now, so the old loop cannot run their close: they are only dropped.
+            self._built_async.sync_engine.dispose(close=False)
+        self._loop = loop
 
     def close(self) -> None:
         """Dispose the engines memweave created (an engine passed in stays open: its owner closes it)."""

@@ -1,0 +1,246 @@
+"""LlamaIndex `ChatMessage` <-> memweave `Message`, shared by both chat stores.
+
+Writing fills the core's standard fields (role, text, images, tool calls, tool call id, name), which every
+framework reads, and keeps LlamaIndex's own JSON (`ChatMessage.model_dump(mode="json")`) under
+`extras["llama_index"]`. Reading rebuilds the `ChatMessage` from that JSON when it still agrees with the standard
+fields, so a LlamaIndex round trip is exact; otherwise (a message written, or edited, by another framework) the
+`ChatMessage` is built from the standard fields.
+
+Other frameworks' extras (e.g. `extras["langchain"]`) have no place in a `ChatMessage`: putting them in
+`additional_kwargs` would send them to the LLM, since several LlamaIndex LLM integrations merge
+`additional_kwargs` into the provider's message. Instead `to_core_many` (used for every replace-all write)
+reuses the stored `Message` for each `ChatMessage` that reads back unchanged, so a session written by another
+framework, read here and saved back, is stored exactly as it was, extras included.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from llama_index.core.base.llms.types import ChatMessage, ContentBlock, MessageRole
+from pydantic import TypeAdapter, ValidationError
+
+from memweave.models import ImagePart, Message, OpaquePart, Role, TextPart
+
+__all__ = ["NAMESPACE", "to_chat", "to_chat_many", "to_core", "to_core_many"]
+
+NAMESPACE = "llama_index"
+"""The key of `Message.extras` that holds LlamaIndex's native JSON of the message."""
+
+_ROLES: dict[str, Role] = {
+    "system": "system",
+    "developer": "developer",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+    "function": "tool",
+    "chatbot": "assistant",  # Cohere's name for the assistant
+    "model": "assistant",  # Gemini's name for the assistant
+}
+_STANDARD_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
+_BLOCK: TypeAdapter[Any] = TypeAdapter(ContentBlock)
+
+
+# LlamaIndex -> core -------------------------------------------------------------------------------------------
+
+
+def to_core(message: ChatMessage) -> Message:
+    """The core `Message` for a `ChatMessage`: standard fields filled in, native JSON kept in extras."""
+    return _from_native(message.model_dump(mode="json"))
+
+
+def to_core_many(messages: Sequence[ChatMessage], stored: Sequence[Message] = ()) -> list[Message]:
+    """Convert `messages`, reusing the message of `stored` that each one was read from if it is unchanged.
+
+    Matching is by content (each stored message used at most once), so reordering and deleting keep the
+    untouched messages exactly as stored, including what other frameworks keep in `extras`.
+    """
+    unchanged: dict[str, list[Message]] = {}
+    for original in reversed(stored):
+        unchanged.setdefault(_fingerprint(_chat_json(original)), []).append(original)
+    result = []
+    for message in messages:
+        native = message.model_dump(mode="json")
+        same = unchanged.get(_fingerprint(native)) if unchanged else None
+        result.append(same.pop() if same else _from_native(native))
+    return result
+
+
+def _from_native(native: dict[str, Any]) -> Message:
+    return Message.model_validate({**_standard_fields(native), "extras": {NAMESPACE: native}})
+
+
+def _standard_fields(native: Mapping[str, Any]) -> dict[str, Any]:
+    """The core's standard fields, computed from a `ChatMessage`'s JSON."""
+    parts: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    for block in native.get("blocks", ()):
+        kind = block.get("block_type")
+        if kind == "text":
+            parts.append({"type": "text", "text": block["text"]})
+        elif kind == "tool_call":
+            calls.append(_call(block.get("tool_call_id"), block.get("tool_name"), block.get("tool_kwargs")))
+        else:
+            parts.append(_image_part(block) or {"type": "opaque", "kind": str(kind), "data": block})
+    kwargs = native.get("additional_kwargs") or {}
+    known = {call["id"] for call in calls}
+    calls += [call for call in _openai_calls(kwargs.get("tool_calls")) if call["id"] not in known]
+    if not parts:
+        content: str | list[dict[str, Any]] = ""
+    elif len(parts) == 1 and parts[0]["type"] == "text":
+        content = parts[0]["text"]
+    else:
+        content = parts
+    tool_call_id, name = kwargs.get("tool_call_id"), kwargs.get("name")
+    return {
+        "role": _ROLES[native.get("role", "user")],
+        "content": content,
+        "tool_calls": calls,
+        "tool_call_id": tool_call_id if isinstance(tool_call_id, str) else None,
+        "name": name if isinstance(name, str) else None,
+    }
+
+
+def _image_part(block: Mapping[str, Any]) -> dict[str, Any] | None:
+    """An `ImagePart` for an image block given inline or by URL (an image by local path stays opaque)."""
+    if block.get("block_type") != "image":
+        return None
+    if block.get("image"):
+        mime = block.get("image_mimetype") or "application/octet-stream"
+        return {"type": "image", "data": block["image"], "mime_type": mime, "detail": block.get("detail")}
+    if block.get("url"):
+        return {
+            "type": "image",
+            "url": str(block["url"]),
+            "mime_type": block.get("image_mimetype"),
+            "detail": block.get("detail"),
+        }
+    return None
+
+
+def _call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
+    if isinstance(arguments, str):
+        try:
+            arguments = json.loads(arguments)
+        except ValueError:
+            arguments = None
+    return {
+        "id": call_id if isinstance(call_id, str) else "",
+        "name": str(name),
+        "arguments": arguments if isinstance(arguments, dict) else {},
+    }
+
+
+def _openai_calls(value: Any) -> list[dict[str, Any]]:
+    """Tool calls kept the OpenAI way in `additional_kwargs["tool_calls"]` (`{id, function: {name, arguments}}`)."""
+    calls = []
+    for raw in value if isinstance(value, list) else ():
+        if not isinstance(raw, Mapping):
+            continue
+        function = raw["function"] if isinstance(raw.get("function"), Mapping) else raw
+        if isinstance(function.get("name"), str):
+            calls.append(_call(raw.get("id"), function["name"], function.get("arguments", function.get("input"))))
+    return calls
+
+
+# core -> LlamaIndex -------------------------------------------------------------------------------------------
+
+
+def to_chat(message: Message) -> ChatMessage:
+    """The `ChatMessage` for a core `Message`: its native form if still consistent, else from standard fields."""
+    native = _native(message)
+    if native is not None:
+        try:
+            return ChatMessage.model_validate(native)
+        except ValidationError:  # e.g. an image by path whose file is gone: read what the standard fields hold
+            pass
+    return _from_standard(message)
+
+
+def to_chat_many(messages: Iterable[Message]) -> list[ChatMessage]:
+    """`to_chat` over a list."""
+    return [to_chat(message) for message in messages]
+
+
+def _chat_json(message: Message) -> dict[str, Any]:
+    """The JSON of the `ChatMessage` that `message` reads as."""
+    native = _native(message)
+    return native if native is not None else _from_standard(message).model_dump(mode="json")
+
+
+def _native(message: Message) -> dict[str, Any] | None:
+    """A mutable copy of the message's LlamaIndex JSON, if it has one that agrees with its standard fields."""
+    native = message.extras.get(NAMESPACE)
+    if native is None or not _consistent(native, message):
+        return None
+    thawed: dict[str, Any] = _thaw(native)
+    return thawed
+
+
+def _from_standard(message: Message) -> ChatMessage:
+    kwargs = {key: value for key in ("tool_call_id", "name") if (value := getattr(message, key)) is not None}
+    return ChatMessage(role=MessageRole(message.role), blocks=_blocks(message), additional_kwargs=kwargs)
+
+
+def _consistent(native: Mapping[str, Any], message: Message) -> bool:
+    """Whether `message`'s standard fields are still the ones its native JSON produces (no one edited them)."""
+    try:
+        expected = Message.model_validate(_standard_fields(native))
+    except (ValidationError, KeyError, TypeError, AttributeError):
+        return False
+    return all(getattr(expected, field) == getattr(message, field) for field in _STANDARD_FIELDS)
+
+
+def _blocks(message: Message) -> list[Any]:
+    """The blocks for the standard fields; a part LlamaIndex cannot represent is left out."""
+    blocks: list[dict[str, Any]] = []
+    if isinstance(message.content, str):
+        if message.content:
+            blocks.append({"block_type": "text", "text": message.content})
+    else:
+        blocks += [block for part in message.content if (block := _block(part)) is not None]
+    blocks += [
+        {
+            "block_type": "tool_call",
+            "tool_call_id": call.id,
+            "tool_name": call.name,
+            "tool_kwargs": _thaw(call.arguments),
+        }
+        for call in message.tool_calls
+    ]
+    return [block for raw in blocks if (block := _validated(raw)) is not None]
+
+
+def _validated(block: dict[str, Any]) -> Any:
+    try:
+        return _BLOCK.validate_python(block)
+    except ValidationError:
+        return None
+
+
+def _block(part: TextPart | ImagePart | OpaquePart) -> dict[str, Any] | None:
+    """The block for a content part; None for an opaque part some other framework wrote (no LlamaIndex form)."""
+    if isinstance(part, TextPart):
+        return {"block_type": "text", "text": part.text}
+    if isinstance(part, ImagePart):
+        source = {"url": part.url} if part.url is not None else {"image": part.data}
+        return {"block_type": "image", **source, "image_mimetype": part.mime_type, "detail": part.detail}
+    if part.data.get("block_type") != part.kind:
+        return None
+    block: dict[str, Any] = _thaw(part.data)
+    return block
+
+
+def _thaw(value: Any) -> Any:
+    """A mutable deep copy of a frozen JSON value (LlamaIndex code mutates messages it is given)."""
+    if isinstance(value, dict):  # FrozenDict included
+        return {key: _thaw(item) for key, item in value.items()}
+    if isinstance(value, list):  # FrozenList included
+        return [_thaw(item) for item in value]
+    return value
+
+
+def _fingerprint(chat_json: Mapping[str, Any]) -> str:
+    return json.dumps(chat_json, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
