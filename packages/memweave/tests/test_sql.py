@@ -399,6 +399,36 @@ def test_append_inserts_only_the_new_rows(place: Place) -> None:
     assert memory.load("s") == [turn(i) for i in range(103)]
 
 
+def test_a_sliding_ttl_expires_idle_sessions_and_cleanup_deletes_them(place: Place) -> None:
+    import time
+
+    memory = place.chat(ttl=1.0)
+    memory.save("idle", [turn(0)])
+    memory.save("busy", [turn(0)])
+    for i in range(1, 4):  # every write resets the busy session's clock
+        time.sleep(0.4)
+        memory.append("busy", [turn(i)])
+    assert memory.load("idle") == [] and memory.load_versioned("idle").version == 0
+    assert memory.sessions() == ["busy"]
+    assert memory.cleanup_expired() == 1
+    assert memory.cleanup_expired() == 0
+    assert memory.save("idle", [turn(9)], expected_version=0) > 0  # an expired session starts afresh
+    assert [m.text for m in memory.load("busy")] == ["w-0", "w-1", "w-2", "w-3"]
+    assert asyncio.run(_async_cleanup(memory)) == 0
+
+
+async def _async_cleanup(memory: SQLChatMemory) -> int:
+    try:
+        return await memory.acleanup_expired()
+    finally:
+        await memory.aclose()
+
+
+def test_ttl_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError):
+        SQLChatMemory(f"sqlite:///{tmp_path}/x.db", ttl=0)
+
+
 def test_values_equal_in_python_but_not_in_json_are_rewritten(place: Place) -> None:
     memory = place.chat()
     memory.save("s", [Message(role="user", content="x", metadata={"flag": 1})])

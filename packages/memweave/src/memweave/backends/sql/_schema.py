@@ -3,7 +3,7 @@
 All tables of one store share a name prefix (``memweave_`` by default)::
 
     {prefix}meta        (name PK, value)                          -- one row: the schema version
-    {prefix}sessions    (session_key PK, session_id, version, message_count, updated_at)
+    {prefix}sessions    (session_key PK, session_id, version, message_count, updated_at, expires_at_ms)
     {prefix}messages    (session_key, seq, digest, body)          -- PK (session_key, seq)
     {prefix}collections (collection_key PK, name, dimension, metric, version, generation)
     {prefix}vectors     (collection_key, doc_key, doc_id, content, metadata, embedding, version, deleted)
@@ -104,6 +104,7 @@ class Tables:
                 sa.Column("version", sa.BigInteger, nullable=False),
                 sa.Column("message_count", sa.Integer, nullable=False),
                 sa.Column("updated_at", sa.DateTime(timezone=True), nullable=True),
+                sa.Column("expires_at_ms", sa.BigInteger, nullable=True, index=True),  # sliding TTL, epoch ms
             ),
             messages=table(
                 "messages",

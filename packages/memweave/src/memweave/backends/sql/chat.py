@@ -14,6 +14,7 @@ remembered snapshot when the stored version still matches, without fetching the 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -26,7 +27,7 @@ from memweave.backends.sql._base import SQLBackend
 from memweave.backends.sql._engine import Work
 from memweave.backends.sql._schema import create_tables, insert_ignoring, key_of
 from memweave.contracts import ChatMemory, History, MessagesIn, check_id, next_version
-from memweave.errors import ConcurrentModificationError, CorruptMemoryError
+from memweave.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 from memweave.history import (
     EMPTY,
     Edit,
@@ -52,7 +53,9 @@ class SQLChatMemory(SQLBackend, ChatMemory):
     ``mysql://user@host/db``, ``mariadb://...``), an `Engine` (async calls then run in a thread unless
     `async_engine` is given too) or an `AsyncEngine`. From a URL both a sync and an async engine are built
     (pysqlite/aiosqlite, psycopg 3, PyMySQL/aiomysql). Tables are created on first use. `cache_size` bounds
-    the snapshots kept for O(change) saves and loads (sessions; 0 turns the cache off).
+    the snapshots kept for O(change) saves and loads (sessions; 0 turns the cache off). With `ttl` (seconds)
+    a session expires when it has not been written for that long (every write resets it): it then reads as
+    absent, and `cleanup_expired()` deletes its rows.
 
     Use the async API from one event loop and close with `aclose()` after using it.
     """
@@ -67,6 +70,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         pool_timeout: float = 30.0,
         async_engine: AsyncEngine | None = None,
         cache_size: int = 256,
+        ttl: float | None = None,
     ) -> None:
         super().__init__(
             url_or_engine,
@@ -77,6 +81,9 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             async_engine=async_engine,
         )
         self._cache = SnapshotCache(cache_size)
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0):
+            raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")
+        self.ttl = ttl
         self._sessions = self._tables.sessions
         self._messages = self._tables.messages
 
@@ -117,6 +124,14 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         """Async twin of `sessions`."""
         return await self._aexecute(self._sessions_work())
 
+    def cleanup_expired(self) -> int:
+        """Delete the sessions whose TTL ran out (they already read as absent); return how many."""
+        return self._execute(self._cleanup_work())
+
+    async def acleanup_expired(self) -> int:
+        """Async twin of `cleanup_expired`."""
+        return await self._aexecute(self._cleanup_work())
+
     # Work ---------------------------------------------------------------------------------------------------
 
     def _setup_work(self) -> list[Work[Any, Any]]:
@@ -130,9 +145,11 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         def run(connection: Connection) -> Snapshot:
             sessions, messages = self._sessions, self._messages
             row = connection.execute(
-                sa.select(sessions.c.session_id, sessions.c.version).where(sessions.c.session_key == key)
+                sa.select(sessions.c.session_id, sessions.c.version, sessions.c.expires_at_ms).where(
+                    sessions.c.session_key == key
+                )
             ).first()
-            if row is None:
+            if row is None or _expired(row.expires_at_ms):
                 return EMPTY
             self._check_owner(row.session_id, session_id)
             cached = self._cache.get(session_id)
@@ -222,10 +239,28 @@ class SQLChatMemory(SQLBackend, ChatMemory):
 
     def _sessions_work(self) -> Work[list[str], list[str]]:
         def run(connection: Connection) -> list[str]:
-            query = sa.select(self._sessions.c.session_id).where(self._sessions.c.message_count > 0)
+            sessions = self._sessions
+            query = sa.select(sessions.c.session_id).where(sessions.c.message_count > 0, _alive(sessions))
             return sorted(connection.execute(query).scalars())
 
         return Work(run, _same)
+
+    def _cleanup_work(self) -> Work[int, int]:
+        def run(connection: Connection) -> int:
+            sessions, messages = self._sessions, self._messages
+            expired = [
+                row.session_key
+                for row in connection.execute(sa.select(sessions.c.session_key).where(sa.not_(_alive(sessions))))
+            ]
+            for start in range(0, len(expired), 500):
+                chunk = expired[start : start + 500]
+                connection.execute(sa.delete(messages).where(messages.c.session_key.in_(chunk)))
+                connection.execute(
+                    sa.delete(sessions).where(sessions.c.session_key.in_(chunk), sa.not_(_alive(sessions)))
+                )
+            return len(expired)
+
+        return Work(run, _same, write=True)
 
     # Helpers run inside a transaction -----------------------------------------------------------------------
 
@@ -241,10 +276,14 @@ class SQLChatMemory(SQLBackend, ChatMemory):
                 )
             )
             row = connection.execute(
-                sa.select(sessions.c.session_id, sessions.c.version, sessions.c.message_count)
+                sa.select(sessions.c.session_id, sessions.c.version, sessions.c.message_count, sessions.c.expires_at_ms)
                 .where(sessions.c.session_key == key)
                 .with_for_update()
             ).first()
+            if row is not None and _expired(row.expires_at_ms):  # an expired session is absent: purge it first
+                connection.execute(sa.delete(self._messages).where(self._messages.c.session_key == key))
+                connection.execute(sa.delete(sessions).where(sessions.c.session_key == key))
+                continue
             if row is not None:
                 self._check_owner(row.session_id, session_id)
                 return int(row.version), int(row.message_count)
@@ -289,7 +328,12 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         connection.execute(
             sa.update(self._sessions)
             .where(self._sessions.c.session_key == key)
-            .values(version=version, message_count=message_count, updated_at=datetime.now(timezone.utc))
+            .values(
+                version=version,
+                message_count=message_count,
+                updated_at=datetime.now(timezone.utc),
+                expires_at_ms=None if self.ttl is None else _now_ms() + int(self.ttl * 1000),
+            )
         )
         return version
 
@@ -311,6 +355,19 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             found = "no message rows" if seqs == [None] else f"{len(seqs)} message rows"
             raise CorruptMemoryError(f"session {session_id!r} should have {expected} messages; found {found}")
         return Snapshot(version, tuple(decode_message(session_id, row.seq, row.body) for row in rows))
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _expired(expires_at_ms: int | None) -> bool:
+    return expires_at_ms is not None and expires_at_ms <= _now_ms()
+
+
+def _alive(sessions: sa.Table) -> sa.ColumnElement[bool]:
+    """SQL: the session has no TTL or it has not run out."""
+    return sa.or_(sessions.c.expires_at_ms.is_(None), sessions.c.expires_at_ms > _now_ms())
 
 
 def _ignore(_: object) -> None:
