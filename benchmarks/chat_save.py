@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import tempfile
+import uuid
 from pathlib import Path
 
 from harness import Report, Timing, measure
@@ -35,12 +36,11 @@ def run(
     with tempfile.TemporaryDirectory() as directory:
         target = url or f"sqlite:///{Path(directory) / 'bench.db'}"
         label = target.split(":", 1)[0]
-        memory = SQLChatMemory(target)
+        memory = SQLChatMemory(target, table_prefix=f"mwbench_{uuid.uuid4().hex[:8]}_")
         try:
             timings = {size: save_after_two(memory, f"bench-{size}", size, runs) for size in sizes}
         finally:
-            for size in sizes:
-                memory.clear(f"bench-{size}")
+            memory.drop_tables()
             memory.close()
     base = timings[sizes[0]].median
     for size, timing in timings.items():

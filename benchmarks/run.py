@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 from datetime import datetime, timezone
@@ -14,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import chat_save
 import langchain_history
 import numpy as np
+import sql_vector
 import vector_search
 from harness import Report
 
@@ -37,6 +39,9 @@ def main() -> None:
     report = Report()
     vector_search.run(report, count=10_000 if args.quick else 100_000)
     chat_save.run(report, runs=10 if args.quick else 30)
+    postgres = os.environ.get("MEMWEAVE_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    chat_save.run(report, runs=10 if args.quick else 30, url=postgres)
+    sql_vector.run(report, url=postgres, count=10_000 if args.quick else 100_000)
     langchain_history.run(report, turns=200 if args.quick else 1_000, runs=1 if args.quick else 3)
     text = "\n".join(
         [

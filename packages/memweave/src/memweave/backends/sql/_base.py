@@ -80,6 +80,12 @@ class SQLBackend:
             self._ready = True
         return work.done(await self._db.arun(work))
 
+    def drop_tables(self) -> None:
+        """Drop every table of this prefix (all the sessions and collections stored under it). Irreversible."""
+        with self._db.translated():
+            self._tables.meta.metadata.drop_all(self._db.engine, checkfirst=True)
+        self._ready = False
+
     def close(self) -> None:
         """Dispose the connection pools this object created."""
         self._db.close()

@@ -189,9 +189,15 @@ class Database:
         self.where = where or engine.url.render_as_string(hide_password=True)
         if self.dialect not in SUPPORTED_DIALECTS:
             raise InvalidInputError(f"unsupported database {self.dialect!r} ({self.where})")
-        self._engines = {False: engine, True: engine.execution_options(**{_WRITE: True})}
+        # Reads are single statements (each a consistent snapshot), so on PostgreSQL they run in autocommit and
+        # skip the BEGIN and COMMIT round trips; psycopg switches autocommit on the client, at no cost.
+        reads: dict[str, Any] = {"isolation_level": "AUTOCOMMIT"} if self.dialect == "postgresql" else {}
+        self._engines = {False: engine.execution_options(**reads), True: engine.execution_options(**{_WRITE: True})}
         self._async_engines = (
-            {False: async_engine, True: async_engine.execution_options(**{_WRITE: True})}
+            {
+                False: async_engine.execution_options(**reads),
+                True: async_engine.execution_options(**{_WRITE: True}),
+            }
             if async_engine is not None
             else None
         )

@@ -314,20 +314,36 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
         return self._read_collection(connection)
 
     def _refresh(self, connection: Connection) -> None:
-        """Apply to the index what changed in the table since the version it reflects."""
+        """Apply to the index what changed in the table since the version it reflects.
+
+        Usually one statement (one round trip, one consistent snapshot): the collection row joined with the rows
+        written after the version this index has seen (an index range scan). When `clear()` moved the generation
+        meanwhile, a second statement reloads every live row.
+        """
+        c, v = self._collections, self._vectors
+        columns = (v.c.doc_id, v.c.content, v.c.metadata, v.c.embedding, v.c.deleted)
         while True:
-            stored = self._read_collection(connection)
             with self._lock:
                 base = (self._generation, self._seen)
+            newer = sa.and_(v.c.collection_key == c.c.collection_key, v.c.version > base[1])
+            rows = connection.execute(
+                sa.select(c.c.name, c.c.version, c.c.generation, c.c.dimension, *columns)
+                .select_from(c.outerjoin(v, newer))
+                .where(c.c.collection_key == self._key)
+            ).all()
+            if not rows:
+                raise CorruptMemoryError(f"collection {self.collection!r}: its row in {c.name} is missing")
+            head = rows[0]
+            if head.name != self.collection:
+                raise CorruptMemoryError(f"collection {self.collection!r}: its row holds the name {head.name[:80]!r}")
+            stored = _Collection(int(head.version), int(head.generation), head.dimension)
             if base >= (stored.generation, stored.version):
                 return
             reload = base[0] != stored.generation
-            v = self._vectors
-            query = sa.select(v.c.doc_id, v.c.content, v.c.metadata, v.c.embedding, v.c.deleted).where(
-                v.c.collection_key == self._key
-            )
-            query = query.where(sa.not_(v.c.deleted)) if reload else query.where(v.c.version > base[1])
-            changes = self._decode(connection.execute(query).all(), stored.dimension)
+            if reload:
+                live = sa.select(*columns).where(v.c.collection_key == self._key, sa.not_(v.c.deleted))
+                rows = connection.execute(live).all()
+            changes = self._decode([row for row in rows if row.doc_id is not None], stored.dimension)
             with self._lock:
                 if (self._generation, self._seen) != base:
                     continue  # another call moved the index meanwhile; look again
