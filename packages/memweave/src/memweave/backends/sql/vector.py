@@ -340,10 +340,11 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
             if base >= (stored.generation, stored.version):
                 return
             reload = base[0] != stored.generation
+            found: Sequence[Any] = [row for row in rows if row.doc_id is not None]
             if reload:
                 live = sa.select(*columns).where(v.c.collection_key == self._key, sa.not_(v.c.deleted))
-                rows = connection.execute(live).all()
-            changes = self._decode([row for row in rows if row.doc_id is not None], stored.dimension)
+                found = connection.execute(live).all()
+            changes = self._decode(found, stored.dimension)
             with self._lock:
                 if (self._generation, self._seen) != base:
                     continue  # another call moved the index meanwhile; look again
