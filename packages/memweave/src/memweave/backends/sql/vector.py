@@ -87,6 +87,14 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
         self._key = key_of(self.collection)
         self._collections = self._tables.collections
         self._vectors = self._tables.vectors
+        c, v = self._collections, self._vectors
+        newer = sa.and_(v.c.collection_key == c.c.collection_key, v.c.version > sa.bindparam("seen"))
+        self._changes_query = (  # built once: a refresh runs before every read
+            sa.select(c.c.name, c.c.version, c.c.generation, c.c.dimension)
+            .add_columns(v.c.doc_id, v.c.content, v.c.metadata, v.c.embedding, v.c.deleted)
+            .select_from(c.outerjoin(v, newer))
+            .where(c.c.collection_key == self._key)
+        )
         self._lock = threading.Lock()  # guards the index and the state below; never held during I/O
         self._index = VectorIndex(dimension, self.metric)
         self._generation = -1  # (generation, version) of the stored collection the index reflects
@@ -325,12 +333,7 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
         while True:
             with self._lock:
                 base = (self._generation, self._seen)
-            newer = sa.and_(v.c.collection_key == c.c.collection_key, v.c.version > base[1])
-            rows = connection.execute(
-                sa.select(c.c.name, c.c.version, c.c.generation, c.c.dimension, *columns)
-                .select_from(c.outerjoin(v, newer))
-                .where(c.c.collection_key == self._key)
-            ).all()
+            rows = connection.execute(self._changes_query, {"seen": base[1]}).all()
             if not rows:
                 raise CorruptMemoryError(f"collection {self.collection!r}: its row in {c.name} is missing")
             head = rows[0]
