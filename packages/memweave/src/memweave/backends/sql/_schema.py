@@ -11,8 +11,8 @@ All tables of one store share a name prefix (``memweave_`` by default)::
 Ids and names are stored as data, never used in SQL text or compared by the database: rows are keyed by the
 SHA-256 of the id (`key_of`), so ids of any length and characters stay apart whatever the collation
 (case twins, trailing spaces, NFC/NFD twins). Message bodies are stored as the exact
-`Message.model_dump_json()` text and document metadata as JSON text, so what is read back is exactly what was
-written, on every database.
+`Message.model_dump_json()` text and document metadata as JSON text, in the database's native JSON type where it
+keeps the text verbatim (PostgreSQL `json`, MariaDB `JSON`), so what is read back is exactly what was written.
 """
 
 from __future__ import annotations
@@ -45,6 +45,38 @@ _MYSQL_TABLE: dict[str, Any] = {
 KEY = sa.String(64).with_variant(mysql.CHAR(64, charset="ascii", collation="ascii_bin"), *_MYSQL)
 ID_TEXT = sa.Text().with_variant(mysql.MEDIUMTEXT(), *_MYSQL)  # ids are up to 64 KiB of UTF-8
 LONG_TEXT = sa.Text().with_variant(mysql.LONGTEXT(), *_MYSQL)
+
+
+class _JSONColumn(sa.types.UserDefinedType[str]):
+    """A native `JSON` column that stores the text exactly as given (PostgreSQL `json`, MariaDB `JSON`).
+
+    PostgreSQL's `json` (unlike `jsonb`) keeps the input text verbatim; it is read back cast to text so the
+    driver does not parse it. MariaDB's `JSON` is a checked LONGTEXT.
+    """
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "JSON"
+
+    def column_expression(self, column: Any) -> Any:
+        return sa.cast(column, sa.Text)
+
+
+class _JSONOnMariaDB(sa.types.TypeDecorator[str]):
+    """Native JSON on MariaDB; LONGTEXT on MySQL, whose binary JSON would normalize the text; TEXT elsewhere."""
+
+    impl = sa.Text
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: sa.Dialect) -> sa.types.TypeEngine[Any]:
+        if dialect.name in _MYSQL:
+            return dialect.type_descriptor(_JSONColumn() if getattr(dialect, "is_mariadb", False) else mysql.LONGTEXT())
+        return dialect.type_descriptor(sa.Text())
+
+
+JSON_TEXT = _JSONOnMariaDB().with_variant(_JSONColumn(), "postgresql")
+"""Exact JSON text in the database's native JSON type where it keeps text as given (SQLite has none)."""
 DIGEST = sa.LargeBinary(16).with_variant(mysql.BINARY(16), *_MYSQL)
 BLOB = sa.LargeBinary().with_variant(mysql.LONGBLOB(), *_MYSQL)
 
@@ -85,7 +117,7 @@ class Tables:
             sa.Column("doc_key", KEY, primary_key=True),
             sa.Column("doc_id", ID_TEXT, nullable=False),
             sa.Column("content", LONG_TEXT, nullable=False),
-            sa.Column("metadata", LONG_TEXT, nullable=False),
+            sa.Column("metadata", JSON_TEXT, nullable=False),
             sa.Column("embedding", BLOB, nullable=False),  # float32, little-endian
             sa.Column("version", sa.BigInteger, nullable=False),  # the collection version that last wrote it
             sa.Column("deleted", sa.Boolean, nullable=False),  # a tombstone, so other objects see the delete
@@ -111,7 +143,7 @@ class Tables:
                 sa.Column("session_key", KEY, primary_key=True),
                 sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
                 sa.Column("digest", DIGEST, nullable=False),
-                sa.Column("body", LONG_TEXT, nullable=False),
+                sa.Column("body", JSON_TEXT, nullable=False),
             ),
             collections=table(
                 "collections",
