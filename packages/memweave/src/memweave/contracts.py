@@ -8,6 +8,7 @@ invariants (CM1-CM9, VM1-VM8) are documented in docs/contracts.md and tested by 
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -20,6 +21,7 @@ from memweave.models import Message, ScoredDocument, VectorDocument
 __all__ = [
     "ChatMemory",
     "ChatSession",
+    "CollectionInfo",
     "History",
     "Metric",
     "VectorMemory",
@@ -34,6 +36,7 @@ DocumentsIn = Iterable[VectorDocument | Mapping[str, Any]]
 Filter = Mapping[str, Any]
 
 MAX_ID_BYTES = 65_536
+OPTIMISTIC_TRIES = 2  # conflicts after which a backend with a write lock runs `update` under it
 _T = TypeVar("_T")
 _Self = TypeVar("_Self", bound="_Closable")
 
@@ -62,6 +65,14 @@ def check_ids(ids: Iterable[str], what: str = "document id") -> list[str]:
     return [check_id(value, what) for value in ids]
 
 
+def _backoff(attempt: int) -> float:
+    """Seconds to wait after the `attempt`-th conflict of `update`: random, growing, capped at 0.2 s.
+
+    Without it, writers that keep colliding retry in lockstep and some run out of retries.
+    """
+    return random.uniform(0, min(0.2, 0.001 * 2**attempt))
+
+
 def next_version(current: int) -> int:
     """The version a session gets on its next write: strictly greater than `current`.
 
@@ -76,6 +87,15 @@ class History(NamedTuple):
 
     messages: list[Message]
     version: int
+
+
+class CollectionInfo(NamedTuple):
+    """A stored vector collection, as listed by `memweave.urls.vector_collections`: its name, metric and dimension
+    (None until its first store fixes it)."""
+
+    name: str
+    metric: Metric
+    dimension: int | None
 
 
 class _Closable:
@@ -138,13 +158,13 @@ class ChatMemory(_Closable, ABC):
         self.save(session_id, [])
 
     def update(self, session_id: str, change: Callable[[list[Message]], MessagesIn], *, retries: int = 16) -> int:
-        """Read-modify-write a session under its optimistic version, retrying on conflict."""
-        for _ in range(retries):
+        """Read-modify-write a session under its optimistic version, retrying on conflict (with random backoff)."""
+        for attempt in range(retries):
             messages, version = self.load_versioned(session_id)
             try:
                 return self.save(session_id, change(messages), expected_version=version)
             except ConcurrentModificationError:
-                continue
+                time.sleep(_backoff(attempt))
         raise ConcurrentModificationError(f"session {session_id!r} kept changing; gave up after {retries} tries")
 
     def session(self, session_id: str) -> ChatSession:
@@ -183,7 +203,7 @@ class ChatMemory(_Closable, ABC):
         retries: int = 16,
     ) -> int:
         """Async twin of `update`; `change` may be a coroutine function."""
-        for _ in range(retries):
+        for attempt in range(retries):
             messages, version = await self.aload_versioned(session_id)
             new = change(messages)
             if isinstance(new, Awaitable):
@@ -191,7 +211,7 @@ class ChatMemory(_Closable, ABC):
             try:
                 return await self.asave(session_id, new, expected_version=version)
             except ConcurrentModificationError:
-                continue
+                await asyncio.sleep(_backoff(attempt))
         raise ConcurrentModificationError(f"session {session_id!r} kept changing; gave up after {retries} tries")
 
 
@@ -295,6 +315,18 @@ class VectorMemory(_Closable, ABC):
     def clear(self) -> None:
         """Delete every document of the collection."""
 
+    def ids(self) -> list[str]:
+        """The ids of every stored document, sorted: with `get`, the way to read a whole collection (VM8).
+
+        This default finds them with one search over the whole collection (`top_k=count()`), which lists every
+        document on a backend whose search is exact; the built-in backends override it with a direct listing.
+        """
+        total, dimension = self.count(), self.dimension
+        if total == 0 or dimension is None:
+            return []
+        probe = [1.0] + [0.0] * (dimension - 1)  # any non-zero query: only the set of hits matters
+        return sorted(hit.document.id for hit in self.search(probe, top_k=total))
+
     async def astore(self, documents: DocumentsIn) -> None:
         """Async twin of `store`."""
         await asyncio.to_thread(self.store, documents)
@@ -325,3 +357,7 @@ class VectorMemory(_Closable, ABC):
     async def aclear(self) -> None:
         """Async twin of `clear`."""
         await asyncio.to_thread(self.clear)
+
+    async def aids(self) -> list[str]:
+        """Async twin of `ids`."""
+        return await asyncio.to_thread(self.ids)

@@ -7,6 +7,12 @@
 | `sqlite:///file.db`, `postgresql://...`, `mysql://...`, `mariadb://...` | `SQLChatMemory` | `SQLVectorMemory` |
 | `redis://...`, `rediss://...`, `redis+cluster://...` | `RedisChatMemory` | `RedisVectorMemory` |
 | `qdrant://host:6333`, `qdrants://...`, `qdrant+local:///dir`, `qdrant+memory://` | - | `QdrantVectorMemory` |
+
+A few backend options can ride in the URL's query string, so that a URL alone (an environment variable, a CLI
+argument) can name any store: `table_prefix` and `schema` on SQL URLs
+(``postgresql://host/db?table_prefix=app_``), `prefix` on Redis URLs (``redis://host:6379/0?prefix=app``). They
+are taken out of the URL before it reaches the driver; every other query parameter goes to the driver as before.
+`vector_collections(url)` lists the collections stored at a URL.
 """
 
 from __future__ import annotations
@@ -15,21 +21,31 @@ import os
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from memweave.contracts import ChatMemory, Metric, VectorMemory
+from memweave.contracts import ChatMemory, CollectionInfo, Metric, VectorMemory
 from memweave.errors import InvalidInputError
 
-__all__ = ["CHAT_URL_VARIABLE", "VECTOR_URL_VARIABLE", "open_chat_memory", "open_vector_memory", "redact_url"]
+__all__ = [
+    "CHAT_URL_VARIABLE",
+    "URL_OPTIONS",
+    "VECTOR_URL_VARIABLE",
+    "open_chat_memory",
+    "open_vector_memory",
+    "redact_url",
+    "vector_collections",
+]
 
 CHAT_URL_VARIABLE = "MEMWEAVE_CHAT_URL"
 VECTOR_URL_VARIABLE = "MEMWEAVE_VECTOR_URL"
 SQL_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "mariadb")
 REDIS_SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster")
 QDRANT_SCHEMES = ("qdrant", "qdrants", "qdrant+local", "qdrant+memory")
+URL_OPTIONS = {"sql": ("table_prefix", "schema"), "redis": ("prefix",)}
+"""The backend options a URL's query string may carry, per kind of URL."""
 _COLLECTION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 _EXAMPLES = (
     "memory://, file:///path/to/dir, sqlite:///memweave.db, postgresql://user@host/db, mysql://user@host/db, "
@@ -74,6 +90,34 @@ def _resolve(url: str | URL | None, variable: str) -> tuple[str, str | URL]:
     return base, url
 
 
+def _with_url_options(scheme: str, url: str | URL, options: dict[str, Any]) -> tuple[str | URL, dict[str, Any]]:
+    """Move the backend options found in the URL's query string (`URL_OPTIONS`) into `options`."""
+    kind = "sql" if scheme in SQL_SCHEMES else scheme
+    names = URL_OPTIONS.get(kind, ())
+    found: dict[str, Any] = {}
+    if kind == "sql":
+        parsed = make_url(url)
+        for name in names:
+            value = parsed.query.get(name)
+            if value is not None:
+                found[name] = value
+        url = parsed.difference_update_query(names) if found else url
+    elif names:
+        parts = urlsplit(str(url))
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        kept = [(key, value) for key, value in query if key not in names]
+        for key, value in query:
+            if key in names:
+                found[key] = (found[key], value) if key in found else value
+        url = urlunsplit(parts._replace(query=urlencode(kept))) if found else url
+    for name, value in found.items():
+        if not isinstance(value, str):
+            raise InvalidInputError(f"{name} appears more than once in the URL {redact_url(url)!r}")
+        if name in options:
+            raise InvalidInputError(f"{name} is given both in the URL and as an argument")
+    return url, {**options, **found}
+
+
 def _file_path(url: str) -> Path:
     parts = urlsplit(url)
     if parts.netloc not in ("", "localhost"):
@@ -87,6 +131,7 @@ def _file_path(url: str) -> Path:
 def open_chat_memory(url: str | URL | None = None, **options: Any) -> ChatMemory:
     """Open the chat memory a URL names (default: `$MEMWEAVE_CHAT_URL`); `options` go to the backend."""
     scheme, resolved = _resolve(url, CHAT_URL_VARIABLE)
+    resolved, options = _with_url_options(scheme, resolved, options)
     if scheme == "memory":
         from memweave.backends.memory import InMemoryChatMemory
 
@@ -116,6 +161,7 @@ def open_vector_memory(
 ) -> VectorMemory:
     """Open one vector collection at the URL (default: `$MEMWEAVE_VECTOR_URL`); `options` go to the backend."""
     scheme, resolved = _resolve(url, VECTOR_URL_VARIABLE)
+    resolved, options = _with_url_options(scheme, resolved, options)
     if not isinstance(collection, str) or not _COLLECTION.match(collection):
         raise InvalidInputError(f"collection names use letters, digits, '_', '.', '-' (max 100), got {collection!r}")
     if scheme == "memory":
@@ -138,3 +184,31 @@ def open_vector_memory(
     from memweave.backends.sql import SQLVectorMemory
 
     return SQLVectorMemory(resolved, collection=collection, dimension=dimension, metric=metric, **options)
+
+
+def vector_collections(url: str | URL | None = None, **options: Any) -> list[CollectionInfo]:
+    """The vector collections stored at the URL (default: `$MEMWEAVE_VECTOR_URL`), sorted by name.
+
+    Each comes with its metric and dimension, which is what `open_vector_memory` needs to open it. Read-only:
+    nothing is created. `options` select the store as for `open_vector_memory` (`table_prefix`, `prefix`, ...).
+    `memory://` persists nothing, so it never has any.
+    """
+    scheme, resolved = _resolve(url, VECTOR_URL_VARIABLE)
+    resolved, options = _with_url_options(scheme, resolved, options)
+    if scheme == "memory":
+        return []
+    if scheme == "file":
+        from memweave.backends.file import list_collections as file_collections
+
+        return file_collections(_file_path(str(resolved)))
+    if scheme == "redis":
+        from memweave.backends.redis_vector import list_collections as redis_collections
+
+        return redis_collections(str(resolved), **options)
+    if scheme == "qdrant":
+        from memweave.backends.qdrant import list_collections as qdrant_collections
+
+        return qdrant_collections(str(resolved), **options)
+    from memweave.backends.sql.vector import list_collections as sql_collections
+
+    return sql_collections(resolved, **options)

@@ -19,6 +19,7 @@ every member is verified on read.
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import hashlib
 import io
@@ -28,7 +29,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +41,9 @@ from pydantic import TypeAdapter, ValidationError
 
 from memweave.contracts import (
     MAX_ID_BYTES,
+    OPTIMISTIC_TRIES,
     ChatMemory,
+    CollectionInfo,
     DocumentsIn,
     Filter,
     History,
@@ -61,7 +64,7 @@ from memweave.errors import (
 from memweave.models import Message, ScoredDocument, VectorDocument, coerce_messages, freeze_json
 from memweave.vector_index import DocumentBatch, VectorIndex, as_matrix, check_dimension, check_metric
 
-__all__ = ["FileChatMemory", "FileVectorMemory"]
+__all__ = ["FileChatMemory", "FileVectorMemory", "list_collections"]
 
 _FORMAT = 1
 _LOCK_POLL_SECONDS = 0.002
@@ -305,7 +308,9 @@ class FileChatMemory(ChatMemory):
     File names are the SHA-256 of the session id, so any id stays inside `directory`; the id itself is stored in
     the file and checked on read. Loads are cached per session while the file is unchanged (`cache_sessions`
     sessions at most). A writer waits at most `lock_timeout` seconds (None: forever) for the session's lock,
-    then raises `BackendUnavailableError`.
+    then raises `BackendUnavailableError`. With `ttl` (seconds) a session expires when its file has not been
+    written for that long (judged by its modification time; every write resets it): it then reads as absent, and
+    `cleanup_expired()` deletes its file.
     """
 
     def __init__(
@@ -314,7 +319,11 @@ class FileChatMemory(ChatMemory):
         *,
         lock_timeout: float | None = _DEFAULT_LOCK_TIMEOUT,
         cache_sessions: int = 64,
+        ttl: float | None = None,
     ) -> None:
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0):
+            raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")
+        self.ttl = ttl
         self.directory = Path(directory).absolute()
         self._locks = self.directory / _LOCKS
         try:
@@ -371,6 +380,52 @@ class FileChatMemory(ChatMemory):
             self._write(session_id, path, version, [body, *lines], old.messages + tuple(added))
             return version
 
+    def update(self, session_id: str, change: Callable[[list[Message]], MessagesIn], *, retries: int = 16) -> int:
+        """Read-modify-write the session: optimistically at first, then (after `OPTIMISTIC_TRIES` conflicts)
+        holding the session's write lock while `change` runs, so a busy session cannot starve the update."""
+        try:
+            return super().update(session_id, change, retries=min(retries, OPTIMISTIC_TRIES))
+        except ConcurrentModificationError:
+            if retries <= OPTIMISTIC_TRIES:
+                raise
+        return self._locked_update(session_id, change, None)
+
+    async def aupdate(
+        self,
+        session_id: str,
+        change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]],
+        *,
+        retries: int = 16,
+    ) -> int:
+        """Async twin of `update`; `change` may be a coroutine function (awaited on this loop)."""
+        try:
+            return await super().aupdate(session_id, change, retries=min(retries, OPTIMISTIC_TRIES))
+        except ConcurrentModificationError:
+            if retries <= OPTIMISTIC_TRIES:
+                raise
+        return await asyncio.to_thread(self._locked_update, session_id, change, asyncio.get_running_loop())
+
+    def _locked_update(
+        self, session_id: str, change: Callable[[list[Message]], Any], loop: asyncio.AbstractEventLoop | None
+    ) -> int:
+        path = self.path_of(session_id)
+        with self._writing(session_id, path):
+            found = self._read(session_id, path, with_body=False)  # fully checked: never rewrite a damaged history
+            current = found[0] if found is not None else None
+            result = change(list(current.messages) if current is not None else [])
+            if isinstance(result, Awaitable):
+                if loop is None:
+                    raise InvalidInputError("update's change returned an awaitable; use aupdate for a coroutine")
+                result = asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
+            new = coerce_messages(result)
+            if not new:
+                _remove(path)
+                self._forget(path.name)
+                return 0
+            version = next_version(current.version if current is not None else 0)
+            self._write(session_id, path, version, [_MESSAGE.dump_json(m) + b"\n" for m in new], tuple(new))
+            return version
+
     def sessions(self) -> list[str]:
         """The stored session ids, sorted, read from the file headers (a damaged header raises `CorruptMemoryError`)."""
         ids = []
@@ -380,11 +435,40 @@ class FileChatMemory(ChatMemory):
             path = self.directory / name
             try:
                 with open(path, "rb") as stream:
+                    if self._expired(os.fstat(stream.fileno()).st_mtime_ns):
+                        continue
                     line = _read_header_line(stream)
             except FileNotFoundError:  # cleared meanwhile
                 continue
             ids.append(_parse_header(line, None, path).session_id)
         return sorted(ids)
+
+    def cleanup_expired(self) -> int:
+        """Delete the files of the sessions whose TTL ran out (they already read as absent); return how many."""
+        if self.ttl is None:
+            return 0
+        removed = 0
+        with os.scandir(self.directory) as entries:
+            names = [entry.name for entry in entries if _SESSION_FILE.fullmatch(entry.name)]
+        for name in names:
+            path = self.directory / name
+            with self._writing(name, path):
+                try:
+                    if not self._expired(os.stat(path).st_mtime_ns):
+                        continue
+                except FileNotFoundError:
+                    continue
+                _remove(path)
+                self._forget(name)
+                removed += 1
+        return removed
+
+    async def acleanup_expired(self) -> int:
+        """Async twin of `cleanup_expired`."""
+        return await asyncio.to_thread(self.cleanup_expired)
+
+    def _expired(self, mtime_ns: int) -> bool:
+        return self.ttl is not None and time.time_ns() - mtime_ns >= self.ttl * 1e9
 
     def close(self) -> None:
         """Drop the cache (there is nothing else to release)."""
@@ -407,6 +491,8 @@ class FileChatMemory(ChatMemory):
             return None
         with stream:
             key = _stat_key(os.fstat(stream.fileno()))
+            if self._expired(key.mtime_ns):
+                return None
             line = _read_header_line(stream)
             cached = self._cached(path.name)
             hit = cached is not None and cached.key == key and cached.header == line
@@ -422,6 +508,8 @@ class FileChatMemory(ChatMemory):
         """The session's version from its header (0 if absent; also 0 if damaged and `repairable`)."""
         try:
             with open(path, "rb") as stream:
+                if self._expired(os.fstat(stream.fileno()).st_mtime_ns):
+                    return 0
                 line = _read_header_line(stream)
         except FileNotFoundError:
             return 0
@@ -462,9 +550,36 @@ class FileChatMemory(ChatMemory):
             self._cache.pop(name, None)
 
 
+async def _awaited(result: Awaitable[Any]) -> Any:
+    return await result
+
+
 # Vector memory ---------------------------------------------------------------------------------------------------
 
 _MEMBERS = {"header", "embeddings", "documents"}
+_COLLECTION_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")  # as `open_vector_memory` accepts
+
+
+def list_collections(directory: str | os.PathLike[str]) -> list[CollectionInfo]:
+    """The vector collections stored in `directory` (its `<collection>.npz` files), sorted by name.
+
+    Reads each file's header; a file that cannot be decoded raises `CorruptMemoryError`.
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        return []
+    found = []
+    for path in sorted(root.glob("*.npz")):
+        if not _COLLECTION_NAME.match(path.stem):
+            continue
+        try:
+            header = _read_collection(path.read_bytes())[0]
+        except FileNotFoundError:  # deleted meanwhile
+            continue
+        except Exception as error:  # any failure to decode is damage, as in `FileVectorMemory`
+            raise CorruptMemoryError(f"vector collection {str(path)!r} is corrupt: {error}") from None
+        found.append(CollectionInfo(path.stem, header["metric"], header["dimension"]))
+    return found
 
 
 def _encode_collection(index: VectorIndex, stream: IO[bytes]) -> None:
@@ -622,6 +737,12 @@ class FileVectorMemory(VectorMemory):
             self._refresh()
             if len(self._index):
                 self._rewrite(lambda index: index.clear())
+
+    def ids(self) -> list[str]:
+        """The ids of every document, sorted."""
+        with self._guard:
+            self._refresh()
+            return sorted(self._index.ids)
 
     def _writing(self) -> AbstractContextManager[None]:
         return _write_lock(self._lock_path, self.lock_timeout, f"vector collection {str(self.path)!r}")

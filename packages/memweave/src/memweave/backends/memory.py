@@ -6,6 +6,7 @@ Their operations never block on I/O, so the async twins call the sync bodies dir
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Sequence
 
 from memweave.contracts import (
@@ -19,7 +20,7 @@ from memweave.contracts import (
     check_id,
     next_version,
 )
-from memweave.errors import ConcurrentModificationError
+from memweave.errors import ConcurrentModificationError, InvalidInputError
 from memweave.models import Message, ScoredDocument, VectorDocument, coerce_messages
 from memweave.vector_index import VectorIndex
 
@@ -27,18 +28,26 @@ __all__ = ["InMemoryChatMemory", "InMemoryVectorMemory"]
 
 
 class InMemoryChatMemory(ChatMemory):
-    """Chat histories in a dict. Messages are immutable, so snapshots share them without copying."""
+    """Chat histories in a dict. Messages are immutable, so snapshots share them without copying.
 
-    def __init__(self) -> None:
+    With `ttl` (seconds) a session expires when it has not been written for that long (every write resets it):
+    it then reads as absent, and `cleanup_expired()` frees it.
+    """
+
+    def __init__(self, *, ttl: float | None = None) -> None:
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0):
+            raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")
+        self.ttl = ttl
         self._lock = threading.Lock()
         self._sessions: dict[str, tuple[tuple[Message, ...], int]] = {}
+        self._deadlines: dict[str, float] = {}  # with a ttl: session id -> time.monotonic() it expires at
 
     def __repr__(self) -> str:
-        return "InMemoryChatMemory()"
+        return "InMemoryChatMemory()" if self.ttl is None else f"InMemoryChatMemory(ttl={self.ttl})"
 
     def load_versioned(self, session_id: str) -> History:
         """Return the session's messages and version."""
-        messages, version = self._sessions.get(check_id(session_id), ((), 0))
+        messages, version = self._live(check_id(session_id))
         return History(list(messages), version)
 
     def save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
@@ -49,29 +58,49 @@ class InMemoryChatMemory(ChatMemory):
             current = self._current_version(session_id, expected_version)
             if not new:
                 self._sessions.pop(session_id, None)
+                self._deadlines.pop(session_id, None)
                 return 0
-            version = next_version(current)
-            self._sessions[session_id] = (new, version)
-            return version
+            return self._store(session_id, new, next_version(current))
 
     def append(self, session_id: str, messages: MessagesIn) -> int:
         """Append to the session's history."""
         check_id(session_id)
         added = tuple(coerce_messages(messages))
         with self._lock:
-            old, current = self._sessions.get(session_id, ((), 0))
+            old, current = self._live(session_id)
             if not added:
                 return current
-            version = next_version(current)
-            self._sessions[session_id] = (old + added, version)
-            return version
+            return self._store(session_id, old + added, next_version(current))
 
     def sessions(self) -> list[str]:
         """The stored session ids, sorted."""
-        return sorted(self._sessions)
+        if self.ttl is None:
+            return sorted(self._sessions)
+        return sorted(session_id for session_id in list(self._sessions) if self._live(session_id)[1])
+
+    def cleanup_expired(self) -> int:
+        """Free the sessions whose TTL ran out (they already read as absent); return how many."""
+        with self._lock:
+            now = time.monotonic()
+            expired = [session_id for session_id, deadline in self._deadlines.items() if deadline <= now]
+            for session_id in expired:
+                del self._sessions[session_id], self._deadlines[session_id]
+            return len(expired)
+
+    def _live(self, session_id: str) -> tuple[tuple[Message, ...], int]:
+        """The session's messages and version, or an empty session if it expired."""
+        if self.ttl is not None and self._deadlines.get(session_id, float("inf")) <= time.monotonic():
+            return (), 0
+        return self._sessions.get(session_id, ((), 0))
+
+    def _store(self, session_id: str, messages: tuple[Message, ...], version: int) -> int:
+        self._sessions[session_id] = (messages, version)
+        if self.ttl is not None:
+            self._deadlines[session_id] = time.monotonic() + self.ttl
+        return version
 
     def _current_version(self, session_id: str, expected_version: int | None) -> int:
-        current = self._sessions.get(session_id, ((), 0))[1]
+        current = self._live(session_id)[1]
         if expected_version is not None and expected_version != current:
             raise ConcurrentModificationError(
                 f"session {session_id!r} is at version {current}, not {expected_version}; reload and retry"
@@ -93,6 +122,10 @@ class InMemoryChatMemory(ChatMemory):
     async def asessions(self) -> list[str]:
         """Async twin of `sessions`."""
         return self.sessions()
+
+    async def acleanup_expired(self) -> int:
+        """Async twin of `cleanup_expired`."""
+        return self.cleanup_expired()
 
     async def aclose(self) -> None:
         """Nothing to release."""
@@ -150,6 +183,11 @@ class InMemoryVectorMemory(VectorMemory):
         with self._lock:
             self._index.clear()
 
+    def ids(self) -> list[str]:
+        """The ids of every document, sorted."""
+        with self._lock:
+            return sorted(self._index.ids)
+
     async def astore(self, documents: DocumentsIn) -> None:
         """Async twin of `store`."""
         self.store(documents)
@@ -180,6 +218,10 @@ class InMemoryVectorMemory(VectorMemory):
     async def aclear(self) -> None:
         """Async twin of `clear`."""
         self.clear()
+
+    async def aids(self) -> list[str]:
+        """Async twin of `ids`."""
+        return self.ids()
 
     async def aclose(self) -> None:
         """Nothing to release."""

@@ -21,6 +21,7 @@ worker thread (`asyncio.to_thread`) over the one local client, whose calls are s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import re
 import threading
@@ -37,14 +38,14 @@ from qdrant_client import AsyncQdrantClient, QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 from qdrant_client.local.qdrant_local import QdrantLocal
 
-from memweave.contracts import DocumentsIn, Filter, Metric, VectorMemory, check_ids
+from memweave.contracts import CollectionInfo, DocumentsIn, Filter, Metric, VectorMemory, check_ids
 from memweave.errors import BackendUnavailableError, CorruptMemoryError, DimensionMismatchError, InvalidInputError
 from memweave.filters import compile_filter
 from memweave.models import FrozenList, ScoredDocument, VectorDocument, freeze_json
 from memweave.urls import redact_url
 from memweave.vector_index import VectorIndex, as_query, check_dimension, check_metric, check_search_args
 
-__all__ = ["QdrantVectorMemory", "point_id", "translate_filter"]
+__all__ = ["QdrantVectorMemory", "list_collections", "point_id", "translate_filter"]
 
 _T = TypeVar("_T")
 _COLLECTION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
@@ -267,6 +268,22 @@ class QdrantVectorMemory(VectorMemory):
             return 0
         return int((yield _Call("count", {"collection_name": self.collection, "exact": True})).count)
 
+    def _ids_steps(self) -> _Steps[list[str]]:
+        if not (yield from self._ensure_steps(None)):
+            return []
+        ids: list[str] = []
+        offset: Any = None
+        while True:
+            request = {"collection_name": self.collection, "limit": 1000, "offset": offset}
+            points, offset = yield _Call("scroll", {**request, "with_payload": ["id"], "with_vectors": False})
+            for point in points:
+                doc_id = (point.payload or {}).get("id")
+                if not isinstance(doc_id, str):
+                    raise CorruptMemoryError(f"collection {self.collection!r}: point {point.id} has no string id")
+                ids.append(doc_id)
+            if offset is None:
+                return sorted(ids)
+
     def _clear_steps(self) -> _Steps[None]:
         if (yield from self._ensure_steps(None)):  # delete the points, keep the collection and its payload indexes
             selector = models.FilterSelector(filter=models.Filter())
@@ -343,15 +360,7 @@ class QdrantVectorMemory(VectorMemory):
 
     def _unavailable(self, error: Exception) -> BackendUnavailableError | None:
         """A `BackendUnavailableError` naming the server if `error` means it could not be reached, else None."""
-        code = getattr(error, "code", None)  # grpc.RpcError carries a status code
-        status = code() if callable(code) and type(error).__module__.startswith("grpc") else None
-        if (
-            isinstance(error, (ResponseHandlingException, httpx.TransportError, ConnectionError, TimeoutError))
-            or (isinstance(error, UnexpectedResponse) and error.status_code in (502, 503, 504))
-            or getattr(status, "name", "") in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
-        ):
-            return BackendUnavailableError(f"Qdrant at {self._url} is unavailable: {error}")
-        return None
+        return _unavailable(error, self._url)
 
     # The contract -------------------------------------------------------------------------------------------
 
@@ -385,6 +394,10 @@ class QdrantVectorMemory(VectorMemory):
     def clear(self) -> None:
         """Delete every document; the collection (dimension, metric, payload indexes) stays."""
         self._run(self._clear_steps())
+
+    def ids(self) -> list[str]:
+        """The ids of every document, sorted (a scroll over the collection's payloads)."""
+        return self._run(self._ids_steps())
 
     def create_payload_index(self, key: str, field_type: str | models.PayloadSchemaType = "keyword") -> None:
         """Index the metadata field `key` (`keyword`, `integer`, `float`, `bool`, ...) to speed up its filters.
@@ -424,6 +437,10 @@ class QdrantVectorMemory(VectorMemory):
         """Async twin of `clear`."""
         await self._arun(self._clear_steps())
 
+    async def aids(self) -> list[str]:
+        """Async twin of `ids`."""
+        return await self._arun(self._ids_steps())
+
     async def acreate_payload_index(self, key: str, field_type: str | models.PayloadSchemaType = "keyword") -> None:
         """Async twin of `create_payload_index`."""
         await self._arun(self._create_payload_index_steps(key, field_type))
@@ -438,6 +455,46 @@ class QdrantVectorMemory(VectorMemory):
         if self._owns_clients and self._async_client is not None:
             await self._async_client.close()
         self.close()
+
+
+def _unavailable(error: Exception, where: str) -> BackendUnavailableError | None:
+    """A `BackendUnavailableError` naming the server if `error` means it could not be reached, else None."""
+    code = getattr(error, "code", None)  # grpc.RpcError carries a status code
+    status = code() if callable(code) and type(error).__module__.startswith("grpc") else None
+    if (
+        isinstance(error, (ResponseHandlingException, httpx.TransportError, ConnectionError, TimeoutError))
+        or (isinstance(error, UnexpectedResponse) and error.status_code in (502, 503, 504))
+        or getattr(status, "name", "") in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+    ):
+        return BackendUnavailableError(f"Qdrant at {where} is unavailable: {error}")
+    return None
+
+
+def list_collections(location_or_client: str | QdrantClient, **client_options: Any) -> list[CollectionInfo]:
+    """The collections memweave can open (one unnamed vector, cosine or dot distance), sorted by name."""
+    if isinstance(location_or_client, str):
+        where = redact_url(location_or_client)
+        client = _clients_from_location(location_or_client, client_options)[0]
+    else:
+        where, client = repr(location_or_client), location_or_client
+    metrics: dict[models.Distance, Metric] = {models.Distance.COSINE: "cosine", models.Distance.DOT: "dot"}
+    lock = _local_lock(client)
+    found = []
+    try:
+        with lock if lock is not None else contextlib.nullcontext():
+            for name in sorted(c.name for c in client.get_collections().collections):
+                params = client.get_collection(name).config.params.vectors if _COLLECTION.match(name) else None
+                if isinstance(params, models.VectorParams) and params.distance in metrics:
+                    found.append(CollectionInfo(name, metrics[params.distance], params.size))
+    except Exception as error:
+        failure = _unavailable(error, where)
+        if failure is None:
+            raise
+        raise failure from error
+    finally:
+        if isinstance(location_or_client, str):
+            client.close()
+    return found
 
 
 # Filters ----------------------------------------------------------------------------------------------------

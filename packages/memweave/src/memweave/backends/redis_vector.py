@@ -43,14 +43,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from memweave.backends.redis import KEY_PREFIX, as_text, clients_from_url
-from memweave.contracts import DocumentsIn, Filter, Metric, VectorMemory, check_ids
+from memweave.contracts import CollectionInfo, DocumentsIn, Filter, Metric, VectorMemory, check_ids
 from memweave.errors import BackendUnavailableError, CorruptMemoryError, DimensionMismatchError, InvalidInputError
 from memweave.filters import compile_filter
 from memweave.models import FrozenDict, ScoredDocument, VectorDocument, freeze_json
 from memweave.urls import redact_url
 from memweave.vector_index import DocumentBatch, VectorIndex, as_query, check_search_args
 
-__all__ = ["RedisVectorMemory"]
+__all__ = ["RedisVectorMemory", "list_collections"]
 
 _T = TypeVar("_T")
 _COLLECTION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
@@ -434,6 +434,11 @@ class RedisVectorMemory(VectorMemory):
         yield from self._sync_steps()
         return len(self._index)
 
+    def _ids_steps(self) -> _Steps[list[str]]:
+        yield from self._sync_steps()
+        with self._lock:
+            return sorted(self._index.ids)
+
     # Drivers ------------------------------------------------------------------------------------------------
 
     def _run(self, steps: _Steps[_T]) -> _T:
@@ -502,6 +507,10 @@ class RedisVectorMemory(VectorMemory):
         """Delete every document; the dimension and metric stay with the collection."""
         self._run(self._clear_steps())
 
+    def ids(self) -> list[str]:
+        """The ids of every document, sorted (from the synced index)."""
+        return self._run(self._ids_steps())
+
     async def astore(self, documents: DocumentsIn) -> None:
         """Async twin of `store`."""
         await self._arun(self._store_steps(documents))
@@ -533,6 +542,10 @@ class RedisVectorMemory(VectorMemory):
         """Async twin of `clear`."""
         await self._arun(self._clear_steps())
 
+    async def aids(self) -> list[str]:
+        """Async twin of `ids`."""
+        return await self._arun(self._ids_steps())
+
     def close(self) -> None:
         """Close the sync client's connections."""
         self._client.close()
@@ -542,3 +555,41 @@ class RedisVectorMemory(VectorMemory):
         if self._async_client is not None:
             await self._async_client.aclose()
         self._client.close()
+
+
+def list_collections(
+    url_or_client: str | redis.Redis | redis.cluster.RedisCluster,
+    *,
+    prefix: str = "memweave",
+    socket_timeout: float = 10.0,
+) -> list[CollectionInfo]:
+    """The collections stored under `prefix` (found with SCAN, never KEYS), sorted by name.
+
+    A collection is listed once it has been written (its config key holds the dimension and metric).
+    """
+    if not isinstance(prefix, str) or not KEY_PREFIX.match(prefix):
+        raise InvalidInputError(f"prefix must match {KEY_PREFIX.pattern}, got {prefix!r}")
+    where = redact_url(url_or_client) if isinstance(url_or_client, str) else repr(url_or_client)
+    client = clients_from_url(url_or_client, socket_timeout)[0] if isinstance(url_or_client, str) else url_or_client
+    head, tail = f"{prefix}:vec:{{", "}:config"
+    try:
+        found = []
+        for raw in client.scan_iter(match=f"{head}*{tail}", count=1000):
+            key = as_text(raw)
+            name = key[len(head) : -len(tail)]
+            if not _COLLECTION.match(name):
+                continue
+            dimension, metric = client.hmget(key, ["dimension", "metric"])
+            if metric is None:
+                continue
+            kind = as_text(metric)
+            if kind != "cosine" and kind != "dot":
+                raise CorruptMemoryError(f"collection {name!r}: its config holds the unknown metric {kind!r}")
+            known: Metric = "cosine" if kind == "cosine" else "dot"
+            found.append(CollectionInfo(name, known, None if dimension is None else int(dimension)))
+        return sorted(found)
+    except (RedisConnectionError, RedisTimeoutError, OSError) as error:
+        raise BackendUnavailableError(f"Redis at {where} is unavailable: {error}") from error
+    finally:
+        if isinstance(url_or_client, str):
+            client.close()

@@ -333,6 +333,18 @@ class VectorMemoryContract:
             assert exported["id"] == stored.id and exported["metadata"] == stored.metadata
             assert VectorDocument.model_validate_json(stored.model_dump_json()) == stored
 
+    def test_vm8_ids_list_every_document_so_a_collection_can_be_read_whole(self, memory: Driver) -> None:
+        assert memory.ids() == []
+        memory.store([doc(i, axis(n)) for n, i in enumerate(["b", "é", "a", "c", "B"])])
+        memory.delete(["c"])
+        memory.store([doc("a", axis(5), v=2)])
+        ids = memory.ids()
+        assert ids == sorted(["a", "b", "é", "B"])
+        assert [d.id for d in memory.get(ids)] == ids
+        assert memory.get(["a"])[0].metadata == {"v": 2}
+        memory.clear()
+        assert memory.ids() == []
+
     # A second object over the same storage ------------------------------------------------------------------
 
     def test_writes_are_seen_through_another_object(self, memory: Driver, other: Driver) -> None:

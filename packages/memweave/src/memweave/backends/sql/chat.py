@@ -14,19 +14,21 @@ remembered snapshot when the stored version still matches, without fetching the 
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.util import await_only
 
 from memweave.backends.sql._base import SQLBackend
 from memweave.backends.sql._engine import Work
 from memweave.backends.sql._schema import create_tables, insert_ignoring, key_of
-from memweave.contracts import ChatMemory, History, MessagesIn, check_id, next_version
+from memweave.contracts import OPTIMISTIC_TRIES, ChatMemory, History, MessagesIn, check_id, next_version
 from memweave.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 from memweave.history import (
     EMPTY,
@@ -41,7 +43,7 @@ from memweave.history import (
     prepare_edit,
     stored_prefix,
 )
-from memweave.models import coerce_messages
+from memweave.models import Message, coerce_messages
 
 __all__ = ["SQLChatMemory"]
 
@@ -124,6 +126,39 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         """Async twin of `sessions`."""
         return await self._aexecute(self._sessions_work())
 
+    def update(self, session_id: str, change: Callable[[list[Message]], MessagesIn], *, retries: int = 16) -> int:
+        """Read-modify-write the session: optimistically at first, then (after `OPTIMISTIC_TRIES` conflicts) in
+        one transaction that holds the session's row lock while `change` runs, so a busy session cannot starve
+        the update. `retries` at or below `OPTIMISTIC_TRIES` keeps it purely optimistic."""
+        try:
+            return super().update(session_id, change, retries=min(retries, OPTIMISTIC_TRIES))
+        except ConcurrentModificationError:
+            if retries <= OPTIMISTIC_TRIES:
+                raise
+        return self._execute(self._update_work(session_id, change, _refuse_awaitable))
+
+    async def aupdate(
+        self,
+        session_id: str,
+        change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]],
+        *,
+        retries: int = 16,
+    ) -> int:
+        """Async twin of `update`; `change` may be a coroutine function."""
+        try:
+            return await super().aupdate(session_id, change, retries=min(retries, OPTIMISTIC_TRIES))
+        except ConcurrentModificationError:
+            if retries <= OPTIMISTIC_TRIES:
+                raise
+        loop = asyncio.get_running_loop()
+
+        def from_thread(result: Awaitable[Any]) -> Any:  # the work runs in a thread: await on this loop
+            return asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
+
+        # With an async engine the work runs in SQLAlchemy's greenlet on this loop, which can await directly.
+        awaiter = from_thread if self.async_engine is None else await_only
+        return await self._aexecute(self._update_work(session_id, change, awaiter))
+
     def cleanup_expired(self) -> int:
         """Delete the sessions whose TTL ran out (they already read as absent); return how many."""
         return self._execute(self._cleanup_work())
@@ -143,7 +178,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         key = key_of(session_id)
 
         def run(connection: Connection) -> Snapshot:
-            sessions, messages = self._sessions, self._messages
+            sessions = self._sessions
             row = connection.execute(
                 sa.select(sessions.c.session_id, sessions.c.version, sessions.c.expires_at_ms).where(
                     sessions.c.session_key == key
@@ -156,12 +191,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             if cached is not None and cached.version == row.version:
                 return cached
             # One statement, so the version and the rows come from the same consistent read.
-            rows = connection.execute(
-                sa.select(sessions.c.version, sessions.c.message_count, messages.c.seq, messages.c.body)
-                .select_from(sessions.outerjoin(messages, messages.c.session_key == sessions.c.session_key))
-                .where(sessions.c.session_key == key)
-                .order_by(messages.c.seq)
-            ).all()
+            rows = connection.execute(self._rows_query(key)).all()
             return self._decode(session_id, rows)
 
         def done(snapshot: Snapshot) -> History:
@@ -223,6 +253,46 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             if cached is not None and cached.version == old:
                 self._cache.put(session_id, Snapshot(new, cached.messages + added))
             return new
+
+        return Work(run, done, write=True)
+
+    def _update_work(
+        self, session_id: str, change: Callable[[list[Message]], Any], awaiter: Callable[[Awaitable[Any]], Any]
+    ) -> Work[tuple[int, tuple[Message, ...]], int]:
+        """Lock the session's row, read it, apply `change` and write what changed, in one transaction."""
+        session_id = check_id(session_id)
+        key = key_of(session_id)
+
+        def run(connection: Connection) -> tuple[int, tuple[Message, ...]]:
+            version, stored_count = self._lock_session(connection, session_id, key)
+            cached = self._cache.get(session_id)
+            current = EMPTY
+            if cached is not None and cached.version == version:
+                current = cached
+            elif version:
+                current = self._decode(session_id, connection.execute(self._rows_query(key)).all())
+            result = change(list(current.messages))
+            edit = prepare_edit(awaiter(result) if isinstance(result, Awaitable) else result, current)
+            new = edit.messages
+            if not new:
+                connection.execute(sa.delete(self._messages).where(self._messages.c.session_key == key))
+                connection.execute(sa.delete(self._sessions).where(self._sessions.c.session_key == key))
+                return 0, new
+            kept = kept_prefix(new, current.messages, edit.identical)
+            if kept < stored_count:
+                connection.execute(
+                    sa.delete(self._messages).where(self._messages.c.session_key == key, self._messages.c.seq >= kept)
+                )
+            self._insert(connection, key, kept, [encode_message(m) for m in new[kept:]])
+            return self._set_version(connection, key, next_version(version), len(new)), new
+
+        def done(written: tuple[int, tuple[Message, ...]]) -> int:
+            version, new = written
+            if version:
+                self._cache.put(session_id, Snapshot(version, new))
+            else:
+                self._cache.drop(session_id)
+            return version
 
         return Work(run, done, write=True)
 
@@ -288,6 +358,16 @@ class SQLChatMemory(SQLBackend, ChatMemory):
                 self._check_owner(row.session_id, session_id)
                 return int(row.version), int(row.message_count)
         raise ConcurrentModificationError(f"session {session_id!r} kept being cleared while writing; retry")
+
+    def _rows_query(self, key: str) -> sa.Select[Any]:
+        """The session row joined with its message rows, in order."""
+        sessions, messages = self._sessions, self._messages
+        return (
+            sa.select(sessions.c.version, sessions.c.message_count, messages.c.seq, messages.c.body)
+            .select_from(sessions.outerjoin(messages, messages.c.session_key == sessions.c.session_key))
+            .where(sessions.c.session_key == key)
+            .order_by(messages.c.seq)
+        )
 
     def _unchanged(
         self,
@@ -355,6 +435,14 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             found = "no message rows" if seqs == [None] else f"{len(seqs)} message rows"
             raise CorruptMemoryError(f"session {session_id!r} should have {expected} messages; found {found}")
         return Snapshot(version, tuple(decode_message(session_id, row.seq, row.body) for row in rows))
+
+
+def _refuse_awaitable(result: Awaitable[Any]) -> Any:
+    raise InvalidInputError("update's change returned an awaitable; use aupdate for a coroutine function")
+
+
+async def _awaited(result: Awaitable[Any]) -> Any:
+    return await result
 
 
 def _now_ms() -> int:

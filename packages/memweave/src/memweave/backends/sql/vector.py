@@ -21,14 +21,14 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memweave.backends.sql._base import SQLBackend
-from memweave.backends.sql._engine import Work
-from memweave.backends.sql._schema import create_tables, insert_ignoring, key_of, upsert
-from memweave.contracts import DocumentsIn, Filter, Metric, VectorMemory, check_id, check_ids
+from memweave.backends.sql._engine import Database, Work
+from memweave.backends.sql._schema import Tables, check_identifier, create_tables, insert_ignoring, key_of, upsert
+from memweave.contracts import CollectionInfo, DocumentsIn, Filter, Metric, VectorMemory, check_id, check_ids
 from memweave.errors import CorruptMemoryError, DimensionMismatchError, InvalidInputError
 from memweave.models import FrozenDict, ScoredDocument, VectorDocument, freeze_json
 from memweave.vector_index import DocumentBatch, VectorIndex, check_dimension, check_metric
 
-__all__ = ["SQLVectorMemory"]
+__all__ = ["SQLVectorMemory", "list_collections"]
 
 T = TypeVar("T")
 _CHUNK = 500  # ids per DELETE ... IN (...) statement
@@ -144,6 +144,10 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
         """Delete every document of the collection (its dimension and metric stay)."""
         self._execute(self._clear_work())
 
+    def ids(self) -> list[str]:
+        """The ids of every stored document, sorted."""
+        return self._execute(self._read_work(_sorted_ids))
+
     async def astore(self, documents: DocumentsIn) -> None:
         """Async twin of `store`."""
         await self._aexecute(self._store_work(documents))
@@ -174,6 +178,10 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
     async def aclear(self) -> None:
         """Async twin of `clear`."""
         await self._aexecute(self._clear_work())
+
+    async def aids(self) -> list[str]:
+        """Async twin of `ids`."""
+        return await self._aexecute(self._read_work(_sorted_ids))
 
     # Work ---------------------------------------------------------------------------------------------------
 
@@ -412,5 +420,34 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
             self._index = VectorIndex(dimension, self.metric)
 
 
+def list_collections(
+    url_or_engine: str | URL | Engine, *, table_prefix: str = "memweave_", schema: str | None = None
+) -> list[CollectionInfo]:
+    """The collections stored under `table_prefix` (and `schema`) in the database, sorted by name.
+
+    Read-only: creates no table, and no file for an SQLite database that does not exist yet.
+    """
+    tables = Tables.build(
+        check_identifier(table_prefix, "table_prefix"), None if schema is None else check_identifier(schema, "schema")
+    )
+    database = Database(url_or_engine)
+    c = tables.collections
+    try:
+        sqlite_file = database._sqlite_file
+        if sqlite_file is not None and not sqlite_file.exists():
+            return []
+        with database.translated(), database.engine.connect() as connection:
+            if not sa.inspect(connection).has_table(c.name, schema=c.schema):
+                return []
+            rows = connection.execute(sa.select(c.c.name, c.c.metric, c.c.dimension)).all()
+    finally:
+        database.close()
+    return sorted(CollectionInfo(row.name, check_metric(row.metric), row.dimension) for row in rows)
+
+
 def _ignore(_: object) -> None:
     return None
+
+
+def _sorted_ids(index: VectorIndex) -> list[str]:
+    return sorted(index.ids)
