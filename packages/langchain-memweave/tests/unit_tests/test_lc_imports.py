@@ -3,12 +3,14 @@ import inspect
 import langchain_memweave
 
 EXPECTED_ALL = [
+    "ChatModelSummarizer",
     "EmbedFnEmbeddings",
     "MemweaveChatMessageHistory",
     "MemweaveStore",
     "MemweaveVectorStore",
     "__version__",
     "embed_fn_from_embeddings",
+    "summarizer_from_chat_model",
 ]
 
 
