@@ -1,0 +1,30 @@
+"""The `memweave` command line (extra `memweave[cli]`): inspect, export, import and migrate memory by URL.
+
+`memweave demo`, `memweave sessions list|show|delete`, `memweave export` / `import` (the JSON Lines format of
+docs/export-format.md), `memweave migrate FROM TO` and `memweave vectors stats|search`. Exit codes: 0 success,
+1 failure (a one-line reason on stderr, passwords hidden), 2 bad usage. typer and rich are imported only here,
+never by the core.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+_CLI_EXTRA = ("typer", "rich", "click")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """The `memweave` console script: run the command line on `argv` (default: `sys.argv[1:]`)."""
+    try:
+        from memweave.cli._app import run
+    except ModuleNotFoundError as error:
+        if error.name not in _CLI_EXTRA:
+            raise
+        sys.stderr.write(
+            f"memweave: error: the command line needs the cli extra: pip install 'memweave[cli]' ({error})\n"
+        )
+        raise SystemExit(1) from None
+    run(argv)
