@@ -8,7 +8,7 @@ from pathlib import Path
 
 from harness import Report, Timing, measure
 
-from memweave import Message
+from memweave import ChatMemory, Message
 from memweave.backends.sql import SQLChatMemory
 
 
@@ -17,7 +17,7 @@ def _message(i: int) -> Message:
     return Message(role=role, content=f"message number {i}: " + "lorem ipsum dolor sit amet " * 4)
 
 
-def save_after_two(memory: SQLChatMemory, session: str, size: int, runs: int) -> Timing:
+def save_after_two(memory: ChatMemory, session: str, size: int, runs: int) -> Timing:
     """Time `save(history + 2 new messages)` on a session that already holds `size` messages."""
     memory.save(session, [_message(i) for i in range(size)])
     state: dict[str, list[Message]] = {}

@@ -14,7 +14,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import chat_save
 import langchain_history
+import llama_index_bench
 import numpy as np
+import qdrant_bench
+import redis_bench
 import sql_vector
 import vector_search
 from harness import Report
@@ -25,7 +28,7 @@ RESULTS = Path(__file__).parent / "results"
 def machine() -> str:
     """Facts about the machine and the packages measured."""
     names = ["memweave", "numpy", "SQLAlchemy", "langchain-core", "langchain-community", "llama-index-core"]
-    names += ["langchain-memweave", "llama-index-memweave"]
+    names += ["langchain-memweave", "llama-index-memweave", "redis", "qdrant-client"]
     packages = ", ".join(f"{name} {version(name)}" for name in names)
     blas = np.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {}).get("name", "?")  # type: ignore[union-attr]
     python = f"{platform.python_implementation()} {platform.python_version()}"
@@ -43,6 +46,14 @@ def main() -> None:
     chat_save.run(report, runs=10 if args.quick else 30, url=postgres)
     sql_vector.run(report, url=postgres, count=10_000 if args.quick else 100_000)
     langchain_history.run(report, turns=200 if args.quick else 1_000, runs=1 if args.quick else 3)
+    llama_index_bench.run(report, count=10_000 if args.quick else 100_000, runs=3 if args.quick else 10)
+    redis = os.environ.get("MEMWEAVE_REDIS_URL", "redis://127.0.0.1:6379/0")
+    redis_bench.run(report, url=redis, runs=10 if args.quick else 30)
+    if args.quick:
+        qdrant_bench.run(report, count=10_000, upsert_runs=2, search_runs=10)
+    else:  # local-mode Qdrant takes ~20-30 s per 100k upsert: 2 runs each there
+        qdrant_bench.run(report, count=10_000, upsert_runs=3)
+        qdrant_bench.run(report, count=100_000, upsert_runs=2, warmup=0, search_runs=10)
     text = "\n".join(
         [
             f"# memweave benchmarks ({'quick' if args.quick else 'full'})",

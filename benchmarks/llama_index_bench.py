@@ -1,0 +1,119 @@
+"""LlamaIndex through llama-index-memweave, against LlamaIndex's own stores on the same data.
+
+`set_messages` of 1,000 messages on a SQLite file: `MemweaveChatStore` over `SQLChatMemory` against
+`SQLAlchemyChatStore`. The latter has only an async API, so both are timed through their async `set_messages`
+(`aset_messages` for `MemweaveChatStore`), each call run to completion on one event loop, each on a fresh key.
+Then the top-10 `query` at N x 384: `MemweaveVectorStore` over `InMemoryVectorMemory` against `SimpleVectorStore`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from harness import Report, Timing, measure
+from vector_search import _corpus
+
+from llama_index.storage.chat_store.memweave import MemweaveChatStore
+from llama_index.vector_stores.memweave import MemweaveVectorStore
+from memweave import InMemoryVectorMemory
+from memweave.backends.sql import SQLChatMemory
+
+
+def _chat_messages(count: int) -> list[Any]:
+    from llama_index.core.llms import ChatMessage
+
+    return [
+        ChatMessage(
+            role="user" if i % 2 == 0 else "assistant",
+            content=f"message number {i}: " + "lorem ipsum dolor sit amet " * 4,
+        )
+        for i in range(count)
+    ]
+
+
+def _set_messages(
+    loop: asyncio.AbstractEventLoop,
+    write: Callable[[str, list[Any]], Awaitable[None]],
+    read: Callable[[str], Awaitable[list[Any]]],
+    messages: list[Any],
+    runs: int,
+) -> Timing:
+    """Time `write(fresh key, messages)`; checks first that a write reads back as it was written."""
+    key = uuid.uuid4().hex
+    loop.run_until_complete(write(key, messages))
+    assert loop.run_until_complete(read(key)) == messages, "the chat store did not read back what it wrote"
+    state = {"key": key}
+
+    def fresh_key() -> None:
+        state["key"] = uuid.uuid4().hex
+
+    return measure(lambda: loop.run_until_complete(write(state["key"], messages)), runs=runs, setup=fresh_key)
+
+
+def chat(report: Report, *, count: int = 1_000, runs: int = 10) -> None:
+    """Add the `set_messages` rows and the ≥ 20x target to `report`."""
+    from llama_index.core.storage.chat_store.sql import SQLAlchemyChatStore
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    messages = _chat_messages(count)
+    loop = asyncio.new_event_loop()
+    try:
+        with tempfile.TemporaryDirectory() as directory:
+            memory = SQLChatMemory(f"sqlite:///{Path(directory) / 'memweave.db'}")
+            ours = MemweaveChatStore(memory)
+            theirs_url = f"sqlite+aiosqlite:///{Path(directory) / 'llama_index.db'}"
+            engine = create_async_engine(theirs_url)
+            theirs = SQLAlchemyChatStore("bench", async_database_uri=theirs_url, async_engine=engine)
+            try:
+                mine = _set_messages(loop, ours.aset_messages, ours.aget_messages, messages, runs)
+                other = _set_messages(loop, theirs.set_messages, theirs.get_messages, messages, runs)
+            finally:
+                loop.run_until_complete(memory.aclose())
+                memory.close()
+                loop.run_until_complete(engine.dispose())
+    finally:
+        loop.close()
+    name = f"LlamaIndex set_messages, {count:,} messages (SQLite, async)"
+    report.add(name, "MemweaveChatStore over SQLChatMemory", mine, "1.0")
+    speedup = other.median / mine.median
+    report.add(name, "SQLAlchemyChatStore (llama-index-core)", other, f"memweave is {speedup:.1f}x faster")
+    report.target(f"{name}: speed-up over SQLAlchemyChatStore", speedup, 20, True)
+
+
+def query(report: Report, *, count: int, dimension: int = 384) -> None:
+    """Add the vector store `query` rows and the ≥ 100x target to `report`."""
+    from llama_index.core.schema import TextNode
+    from llama_index.core.vector_stores import SimpleVectorStore, VectorStoreQuery
+
+    ids, vectors, queries = _corpus(count, dimension)
+    nodes = [TextNode(id_=i, text=i, embedding=v) for i, v in zip(ids, vectors.tolist())]
+    ours = MemweaveVectorStore(InMemoryVectorMemory(dimension))
+    for start in range(0, count, 10_000):
+        ours.add(nodes[start : start + 10_000])
+    theirs = SimpleVectorStore()
+    theirs.add(nodes)
+    del nodes
+    request = VectorStoreQuery(query_embedding=queries[0].tolist(), similarity_top_k=10)
+    expected = ours.query(request)
+    got = theirs.query(request)
+    assert got.ids == expected.ids, "SimpleVectorStore and MemweaveVectorStore disagree on the top 10"
+    assert np.allclose(got.similarities or [], expected.similarities or [], atol=1e-5)
+    mine = measure(lambda: ours.query(request), runs=50, warmup=3)
+    other = measure(lambda: theirs.query(request), runs=5)
+    name = f"LlamaIndex query top-10, {count:,}x{dimension}"
+    report.add(name, "MemweaveVectorStore over InMemoryVectorMemory", mine, "1.0")
+    speedup = other.median / mine.median
+    report.add(name, "SimpleVectorStore (llama-index-core)", other, f"memweave is {speedup:.0f}x faster")
+    report.target(f"{name}: speed-up over SimpleVectorStore", speedup, 100, True)
+
+
+def run(report: Report, *, count: int, runs: int = 10) -> None:
+    """Both LlamaIndex benchmarks: `set_messages` (`runs` calls each) and `query` at `count` x 384."""
+    chat(report, runs=runs)
+    query(report, count=count)
