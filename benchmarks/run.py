@@ -20,6 +20,7 @@ import qdrant_bench
 import redis_bench
 import sql_vector
 import vector_search
+import window_bench
 from harness import Report
 
 RESULTS = Path(__file__).parent / "results"
@@ -54,6 +55,7 @@ def main() -> None:
     else:  # local-mode Qdrant takes ~20-30 s per 100k upsert: 2 runs each there
         qdrant_bench.run(report, count=10_000, upsert_runs=3)
         qdrant_bench.run(report, count=100_000, upsert_runs=2, warmup=0, search_runs=10)
+    window_bench.run(report, quick=args.quick)
     text = "\n".join(
         [
             f"# memweave benchmarks ({'quick' if args.quick else 'full'})",
