@@ -1,33 +1,41 @@
-"""Backends the policy tests run on: every embedded one (in-memory, file, SQLite) and PostgreSQL.
+"""Backends the policy tests run on: every embedded one (in-memory, file, SQLite) and PostgreSQL (Redis for TTLs).
 
-PostgreSQL is skipped when the test server is down (failed under MEMWEAVE_REQUIRE_SERVICES=1); each test gets its
-own `table_prefix` and drops only its own tables afterwards.
+A server backend is skipped when its server is down (failed under MEMWEAVE_REQUIRE_SERVICES=1); each test gets its
+own PostgreSQL `table_prefix` or Redis key prefix and removes only its own tables or keys afterwards.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import strategies as st
 
 from memweave import ChatMemory, FileChatMemory, InMemoryChatMemory, Message, ToolCall
 from memweave.backends.sql import SQLChatMemory
-from memweave_test_support import postgres_url, unique_name
+from memweave.policies import SUMMARY_KEY
+from memweave_test_support import postgres_url, redis_url, unique_name
 
 BACKENDS = ["memory", "file", "sqlite", pytest.param("postgresql", marks=pytest.mark.service)]
 EMBEDDED = ["memory", "file", "sqlite"]
+ALL = [*BACKENDS, pytest.param("redis", marks=pytest.mark.service)]
 
 
-def open_backend(kind: str, tmp_path: Path) -> ChatMemory:
-    """A fresh, empty chat memory of `kind` (its tables or files private to the test)."""
+def open_backend(kind: str, tmp_path: Path, **options: Any) -> ChatMemory:
+    """A fresh, empty chat memory of `kind` (its tables, keys or files private to the test); `options` such as ttl."""
     if kind == "memory":
-        return InMemoryChatMemory()
+        return InMemoryChatMemory(**options)
     if kind == "file":
-        return FileChatMemory(tmp_path / "chat")
+        return FileChatMemory(tmp_path / "chat", **options)
     if kind == "sqlite":
-        return SQLChatMemory(f"sqlite:///{tmp_path}/chat.db")
-    return SQLChatMemory(postgres_url(), table_prefix=unique_name("mwpol") + "_")
+        return SQLChatMemory(f"sqlite:///{tmp_path}/chat.db", **options)
+    if kind == "redis":
+        from memweave.backends.redis import RedisChatMemory
+
+        return RedisChatMemory(redis_url(), prefix=unique_name("mwpol"), **options)
+    return SQLChatMemory(postgres_url(), table_prefix=unique_name("mwpol") + "_", **options)
 
 
 def reopen(memory: ChatMemory) -> ChatMemory:
@@ -40,10 +48,21 @@ def reopen(memory: ChatMemory) -> ChatMemory:
 
 
 def dispose(memory: ChatMemory) -> None:
-    """Close the memory; on a server, drop this test's tables (and only those)."""
+    """Close the memory; on a server, drop this test's tables or delete its keys (and only those)."""
     try:
         if isinstance(memory, SQLChatMemory) and memory.engine.dialect.name != "sqlite":
             memory.drop_tables()
+        elif type(memory).__name__ == "RedisChatMemory":
+            import redis
+
+            from memweave.backends.redis import RedisChatMemory
+
+            assert isinstance(memory, RedisChatMemory)
+            client = redis.Redis.from_url(redis_url())
+            keys = list(client.scan_iter(match=f"{memory.prefix}:*", count=1000))
+            if keys:
+                client.delete(*keys)
+            client.close()
     finally:
         memory.close()
 
@@ -80,3 +99,33 @@ def assert_no_orphans(messages: list[Message]) -> None:
             open_calls = {call.id for call in message.tool_calls}
         else:
             open_calls = set()
+
+
+KINDS = ("instr", "user", "assistant", "tools", "orphan", "summary")
+
+
+@st.composite
+def histories(draw: st.DrawFn, kinds: tuple[str, ...] = KINDS, max_size: int | None = None) -> list[Message]:
+    """Random histories: instructions, turns, tool calls with their results, orphaned results and summaries.
+
+    A "tools" unit is an assistant message calling 1-3 tools followed by their results; "orphan" is results
+    without a call.
+    """
+    words = st.integers(min_value=0, max_value=40).map(lambda n: " ".join(["tok"] * n))
+    messages: list[Message] = []
+    for kind in draw(st.lists(st.sampled_from(kinds), max_size=max_size)):
+        text = draw(words)
+        if kind == "instr":
+            messages.append(Message(role=draw(st.sampled_from(["system", "developer"])), content=text))
+        elif kind in ("user", "assistant"):
+            messages.append(Message(role=kind, content=text))
+        elif kind == "summary":
+            messages.append(Message(role="system", content=text, metadata={SUMMARY_KEY: {}}))
+        else:
+            n = draw(st.integers(min_value=1, max_value=3))
+            ids = [f"c{len(messages)}-{k}" for k in range(n)]
+            if kind == "tools":
+                calls = [ToolCall(id=i, name="f", arguments={"text": text}) for i in ids]
+                messages.append(Message(role="assistant", tool_calls=calls))
+            messages += [Message(role="tool", tool_call_id=i, content=draw(words)) for i in ids]
+    return messages

@@ -9,20 +9,33 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from policy_backends import BACKENDS, EMBEDDED, assert_no_orphans, backend_fixture, conversation, open_backend
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from policy_backends import (
+    ALL,
+    BACKENDS,
+    EMBEDDED,
+    assert_no_orphans,
+    backend_fixture,
+    conversation,
+    dispose,
+    histories,
+    open_backend,
+)
 
 from memweave import ChatMemory, FileChatMemory, InMemoryChatMemory, InvalidInputError, Message
-from memweave.backends.sql import SQLChatMemory
 from memweave.policies import (
     SUMMARY_KEY,
     SummarizingChatMemory,
     TrimmingChatMemory,
     acleanup_expired,
+    archive_id,
     atrim,
     cleanup_expired,
     plan_trim,
     trim,
 )
+from memweave.policies._base import head_end
 from memweave.testing import ChatMemoryContract, turn
 
 
@@ -56,6 +69,24 @@ def test_the_summary_of_a_summarizing_memory_is_part_of_the_head() -> None:
     summary = Message(role="system", content="s", metadata={SUMMARY_KEY: {}})
     kept, _ = plan_trim([SYSTEM, summary, *conversation(5, tools_every=0)], 4) or ([], [])
     assert kept[:2] == [SYSTEM, summary] and [m.text for m in kept[2:]] == ["question 4", "answer 4"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(history=histories(("instr", "user", "assistant", "tools", "summary")), max_messages=st.integers(1, 10))
+def test_property_trimming_loses_nothing_and_orphans_nothing(history: list[Message], max_messages: int) -> None:
+    planned = plan_trim(history, max_messages)
+    head = head_end(history)
+    if planned is None:  # short enough, or nothing but the head and the newest unit, which is kept whole
+        rest = history[head:]
+        assert len(history) <= max_messages or all(m.role == "tool" for m in rest[1:])
+        return
+    kept, removed = planned
+    assert [*kept[:head], *removed, *kept[head:]] == history  # removed = a contiguous run after the head
+    assert removed and len(kept) < len(history)
+    assert_no_orphans(kept)
+    if len(kept) > max_messages:  # only the head and the newest unit, kept whole
+        tail = kept[head:]
+        assert tail[0].role != "tool" and all(m.role == "tool" for m in tail[1:]), tail
 
 
 def test_trimming_memory_archives_on_every_backend(chat_memory: ChatMemory) -> None:
@@ -103,38 +134,47 @@ def test_policies_compose() -> None:
 
 class TestTrimmingChatMemoryContract(ChatMemoryContract):
     @pytest.fixture
-    def chat_memory(self) -> ChatMemory:
-        return TrimmingChatMemory(InMemoryChatMemory(), max_messages=100_000)
+    def chat_memory(self, tmp_path: Path) -> ChatMemory:
+        return TrimmingChatMemory(FileChatMemory(tmp_path / "chat"), max_messages=100_000)
+
+    def reopen(self, memory: ChatMemory) -> ChatMemory:
+        assert isinstance(memory, TrimmingChatMemory) and isinstance(memory.inner, FileChatMemory)
+        return TrimmingChatMemory(FileChatMemory(memory.inner.directory), max_messages=100_000)
+
+    def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
+        assert isinstance(memory, TrimmingChatMemory) and isinstance(memory.inner, FileChatMemory)
+        path = memory.inner.path_of(session_id)
+        path.write_bytes(path.read_bytes()[:-7])
 
 
 # Expiry ----------------------------------------------------------------------------------------------------------
 
 
 def _with_ttl(kind: str, tmp_path: Path, ttl: float) -> ChatMemory:
-    if kind == "memory":
-        return InMemoryChatMemory(ttl=ttl)
-    if kind == "file":
-        return FileChatMemory(tmp_path / "chat", ttl=ttl)
-    return SQLChatMemory(f"sqlite:///{tmp_path}/chat.db", ttl=ttl)
+    return open_backend(kind, tmp_path, ttl=ttl)
 
 
-@pytest.mark.parametrize("kind", EMBEDDED)
-def test_a_sliding_ttl_on_every_embedded_backend(kind: str, tmp_path: Path) -> None:
-    memory = _with_ttl(kind, tmp_path, 0.6)
+@pytest.mark.parametrize("kind", ALL)
+def test_a_sliding_ttl_on_every_backend(kind: str, tmp_path: Path) -> None:
+    """Every backend: writes reset the clock, idle sessions read as absent; Redis expires them natively."""
+    memory = _with_ttl(kind, tmp_path, 0.8)
     try:
-        memory.save("idle", [turn(0)])
+        wrapped = TrimmingChatMemory(memory, max_messages=3)  # through a policy, and its archive expires too
+        wrapped.save("idle", [turn(i) for i in range(4)])
         memory.save("busy", [turn(0)])
         for i in range(1, 4):  # every write resets the busy session's clock
-            time.sleep(0.25)
+            time.sleep(0.3)
             memory.append("busy", [turn(i)])
         assert memory.load("idle") == [] and memory.load_versioned("idle").version == 0
+        assert memory.load(archive_id("idle")) == []
         assert memory.sessions() == ["busy"]
-        assert cleanup_expired(memory) == 1 and cleanup_expired(memory) == 0
+        expected = 0 if kind == "redis" else 2  # Redis deleted them itself
+        assert cleanup_expired(memory) == expected and cleanup_expired(memory) == 0
         assert memory.save("idle", [turn(9)], expected_version=0) > 0  # an expired session starts afresh
         assert [m.text for m in memory.load("busy")] == ["w-0", "w-1", "w-2", "w-3"]
         assert asyncio.run(acleanup_expired(memory)) == 0
     finally:
-        memory.close()
+        dispose(memory)
 
 
 def test_an_expired_file_session_appends_afresh(tmp_path: Path) -> None:

@@ -83,3 +83,19 @@ def test_async_twins_over_a_summarizing_memory(chat_memory: ChatMemory) -> None:
         assert await manager.ahistory() == [] and await manager.working.ato_dict() == {}
 
     asyncio.run(scenario())
+
+
+def test_windows_keep_what_the_summarizing_memory_pins(chat_memory: ChatMemory) -> None:
+    memory = SummarizingChatMemory(
+        chat_memory, summarizer=lambda ms: "the gist", trigger=8, keep_first=1, keep_recent=2
+    )
+    manager = MemoryManager(memory, "chat", max_messages=3)
+    assert manager.keep_first == 1 and MemoryManager(chat_memory, "x").keep_first == 0
+    manager.add([Message(role="user", content="I am Ada")])
+    for number in range(6):
+        manager.add(conversation(1, tools_every=0, start=number))
+    assert manager.window().messages[0].text == "I am Ada"
+    assert manager.window().messages[1].text.endswith("the gist")
+    for i in range(10):  # the scratchpad is not a conversation: never summarized
+        manager.working.set(f"k{i}", i)
+    assert len(manager.working.keys()) == 10

@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from policy_backends import BACKENDS, assert_no_orphans, backend_fixture, conversation
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from policy_backends import BACKENDS, assert_no_orphans, backend_fixture, conversation, histories
 
-from memweave import ChatMemory, InMemoryChatMemory, InvalidInputError, Message
+from memweave import ChatMemory, FileChatMemory, InMemoryChatMemory, InvalidInputError, Message, ToolCall
 from memweave.contracts import MessagesIn
 from memweave.policies import (
     SUMMARY_KEY,
@@ -84,6 +86,58 @@ def test_200_turns_with_tool_calls(chat_memory: ChatMemory) -> None:
         failing.compact("s")
     assert memory.compact("s") and len(memory.load("s")) <= trigger  # a working summarizer catches up
     assert [*pinned, *memory.archived("s"), *memory.load("s")[3:]] == [*sent, *extra]
+
+
+# Properties -------------------------------------------------------------------------------------------------------
+
+
+@st.composite
+def _settings(draw: st.DrawFn) -> tuple[int, int, int]:
+    trigger = draw(st.integers(min_value=3, max_value=14))
+    keep_first = draw(st.integers(min_value=0, max_value=trigger - 2))
+    keep_recent = draw(st.integers(min_value=0, max_value=trigger - keep_first - 2))
+    return trigger, keep_first, keep_recent
+
+
+@settings(max_examples=150, deadline=None)
+@given(history=histories(("user", "assistant", "tools"), max_size=40), options=_settings())
+def test_property_compaction_loses_nothing_and_stays_under_the_trigger(
+    history: list[Message], options: tuple[int, int, int]
+) -> None:
+    trigger, keep_first, keep_recent = options
+    recorder = Recorder()
+    memory = SummarizingChatMemory(
+        InMemoryChatMemory(), summarizer=recorder, trigger=trigger, keep_first=keep_first, keep_recent=keep_recent
+    )
+    starts = [i for i, m in enumerate(history) if m.role != "tool"]  # each unit is appended at once
+    sent: list[Message] = []
+    for start, end in zip(starts, [*starts[1:], len(history)]):
+        memory.append("s", history[start:end])
+        sent += history[start:end]
+        stored, archived = memory.load("s"), memory.archived("s")
+        assert sum(map(is_summary, stored)) <= 1
+        rebuilt = [m for message in stored for m in (archived if is_summary(message) else [message])]
+        assert rebuilt == sent  # every original exactly once: stored or archived, in order
+        assert_no_orphans(stored)
+        pinned_past_a_call = len(stored) > keep_first and stored[keep_first].role == "tool"
+        assert len(stored) <= trigger or pinned_past_a_call
+    for middle in recorder.inputs:
+        assert_no_orphans([m for m in middle if not is_summary(m)])
+
+
+def test_a_tool_call_waiting_for_its_results_is_not_summarized() -> None:
+    memory, _, recorder = _simple(trigger=4, keep_recent=0)
+    calls = [ToolCall(id=f"c{k}", name="lookup", arguments={"k": k}) for k in range(2)]
+    memory.append("s", conversation(2, tools_every=0))
+    memory.append("s", [Message(role="assistant", tool_calls=calls)])  # past the trigger, results still to come
+    for call in calls:  # results arrive one at a time, as an agent loop writes them
+        memory.append("s", [Message(role="tool", tool_call_id=call.id, content=f"result {call.id}")])
+        assert_no_orphans(memory.load("s"))
+    stored = memory.load("s")
+    assert recorder.inputs and [m.role for m in stored[1:]] == ["assistant", "tool", "tool"]
+    memory.append("s", [Message(role="assistant", content="done")])  # the unit is complete: it may go now
+    assert [m.role for m in memory.load("s")] == ["system"]
+    assert [m.role for m in memory.archived("s")][-4:] == ["assistant", "tool", "tool", "assistant"]
 
 
 # Behaviour -------------------------------------------------------------------------------------------------------
@@ -256,10 +310,19 @@ def test_transcript_rendering() -> None:
     assert "tool result (lookup): result c0-0" in text
 
 
-# The wrapper is a ChatMemory: the conformance suite, with a trigger that never fires -----------------------------
+# The wrapper is a ChatMemory: the conformance suite over files, with a trigger that never fires ------------------
 
 
 class TestSummarizingChatMemoryContract(ChatMemoryContract):
     @pytest.fixture
-    def chat_memory(self) -> ChatMemory:
-        return SummarizingChatMemory(InMemoryChatMemory(), summarizer=Recorder(), trigger=100_000)
+    def chat_memory(self, tmp_path: Path) -> ChatMemory:
+        return SummarizingChatMemory(FileChatMemory(tmp_path / "chat"), summarizer=Recorder(), trigger=100_000)
+
+    def reopen(self, memory: ChatMemory) -> ChatMemory:
+        assert isinstance(memory, SummarizingChatMemory) and isinstance(memory.inner, FileChatMemory)
+        return SummarizingChatMemory(FileChatMemory(memory.inner.directory), summarizer=Recorder(), trigger=100_000)
+
+    def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
+        assert isinstance(memory, SummarizingChatMemory) and isinstance(memory.inner, FileChatMemory)
+        path = memory.inner.path_of(session_id)
+        path.write_bytes(path.read_bytes()[:-7])

@@ -10,7 +10,7 @@ import pytest
 from policy_backends import BACKENDS, backend_fixture, reopen
 
 from memweave import ChatMemory, InMemoryChatMemory, InvalidInputError, Message
-from memweave.policies import UserMemory, normalize_fact
+from memweave.policies import SummarizingChatMemory, TrimmingChatMemory, UserMemory, normalize_fact
 
 
 @pytest.fixture(params=BACKENDS)
@@ -81,3 +81,11 @@ def test_validation() -> None:
     with pytest.raises(InvalidInputError):
         UserMemory(InMemoryChatMemory(), "u").add_many([42])  # type: ignore[list-item]
     assert normalize_fact("  Hello\tWORLD ") == "hello world"
+
+
+def test_conversation_policies_never_rewrite_the_facts(chat_memory: ChatMemory) -> None:
+    summarizing = SummarizingChatMemory(chat_memory, summarizer=lambda ms: "gist", trigger=4, keep_recent=1)
+    user = UserMemory(TrimmingChatMemory(summarizing, max_messages=2), "dave", max_facts=6)
+    assert user.store is chat_memory
+    assert user.add_many([f"fact {i}" for i in range(8)]) == [f"fact {i}" for i in range(8)]
+    assert user.facts() == [f"fact {i}" for i in range(2, 8)] and user.archived() == ["fact 0", "fact 1"]

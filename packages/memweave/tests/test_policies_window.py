@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from policy_backends import BACKENDS, assert_no_orphans, backend_fixture, conversation
+from policy_backends import BACKENDS, assert_no_orphans, backend_fixture, conversation, histories
 
 from memweave import ChatMemory, ImagePart, InvalidInputError, Message, TextPart, ToolCall
 from memweave.policies import (
@@ -129,28 +129,6 @@ def test_a_window_costs_what_it_holds_not_the_history() -> None:
 
 
 # Properties ------------------------------------------------------------------------------------------------------
-
-
-@st.composite
-def histories(draw: st.DrawFn) -> list[Message]:
-    words = st.integers(min_value=0, max_value=40).map(lambda n: " ".join(["tok"] * n))
-    messages: list[Message] = []
-    for kind in draw(st.lists(st.sampled_from(["instr", "user", "assistant", "tools", "orphan", "summary"]))):
-        text = draw(words)
-        if kind == "instr":
-            messages.append(Message(role=draw(st.sampled_from(["system", "developer"])), content=text))
-        elif kind in ("user", "assistant"):
-            messages.append(Message(role=kind, content=text))
-        elif kind == "summary":
-            messages.append(Message(role="system", content=text, metadata={SUMMARY_KEY: {}}))
-        else:
-            n = draw(st.integers(min_value=1, max_value=3))
-            ids = [f"c{len(messages)}-{k}" for k in range(n)]
-            if kind == "tools":
-                calls = [ToolCall(id=i, name="f", arguments={"text": text}) for i in ids]
-                messages.append(Message(role="assistant", tool_calls=calls))
-            messages += [Message(role="tool", tool_call_id=i, content=draw(words)) for i in ids]
-    return messages
 
 
 def _is_subsequence(part: list[Message], whole: list[Message]) -> bool:

@@ -11,7 +11,7 @@ import pytest
 from policy_backends import BACKENDS, backend_fixture, reopen
 
 from memweave import ChatMemory, CorruptMemoryError, InMemoryChatMemory, InvalidInputError, Message
-from memweave.policies import WorkingMemory
+from memweave.policies import SummarizingChatMemory, TrimmingChatMemory, WorkingMemory
 
 
 @pytest.fixture(params=BACKENDS)
@@ -107,3 +107,14 @@ def test_a_foreign_message_in_a_scope_is_reported() -> None:
     memory.append(working.session_id, [Message(role="user", content="not an entry")])
     with pytest.raises(CorruptMemoryError):
         working.keys()
+
+
+def test_conversation_policies_never_rewrite_the_scratchpad(chat_memory: ChatMemory) -> None:
+    summarizing = SummarizingChatMemory(chat_memory, summarizer=lambda ms: "gist", trigger=4, keep_recent=1)
+    for store in (summarizing, TrimmingChatMemory(summarizing, max_messages=3)):
+        working = WorkingMemory(store, "agent")
+        assert working.store is chat_memory  # entries live in the backend under the policies
+        for i in range(8):
+            working.set(f"k{i}", i)
+        assert working.to_dict() == {f"k{i}": i for i in range(8)}
+        working.clear()

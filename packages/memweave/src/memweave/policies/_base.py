@@ -34,9 +34,11 @@ __all__ = [
     "group_end",
     "group_start",
     "not_yet_archived",
+    "pending_call_start",
     "rewrite_steps",
     "run",
     "unit_before",
+    "unwrap",
     "without_orphans",
 ]
 
@@ -135,6 +137,23 @@ def group_end(messages: Sequence[Message], index: int) -> int:
     while index < len(messages) and messages[index].role == "tool":
         index += 1
     return index
+
+
+def pending_call_start(messages: Sequence[Message], floor: int = 0) -> int:
+    """Where the history's last tool-call unit starts if some of its calls have no result yet, else its end.
+
+    A compaction or trim that removed such a call would orphan the results that arrive after it.
+    """
+    n = start = len(messages)
+    while start > floor and messages[start - 1].role == "tool":
+        start -= 1
+    if start > floor and _calls_tools(messages[start - 1]):
+        results = messages[start:n]
+        answered = {m.tool_call_id for m in results}
+        calls = messages[start - 1].tool_calls
+        if len(results) < len(calls) and not all(call.id in answered for call in calls):
+            return start - 1
+    return n
 
 
 def not_yet_archived(removed: Sequence[Message], archived: Sequence[Message]) -> list[Message]:
@@ -319,6 +338,17 @@ class WrappingChatMemory(ChatMemory):
     async def aclose(self) -> None:
         """Async twin of `close`."""
         await self.inner.aclose()
+
+
+def unwrap(memory: ChatMemory) -> ChatMemory:
+    """The backend under any stack of policy wrappers (`WrappingChatMemory.inner`, followed to the end).
+
+    Working memory and user facts are stored here: a conversation policy (summarizing, trimming) must never
+    rewrite a scratchpad or a fact list as if it were a conversation.
+    """
+    while isinstance(memory, WrappingChatMemory):
+        memory = memory.inner
+    return memory
 
 
 def rewrite_steps(

@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from memweave.contracts import ChatMemory, ChatSession, MessagesIn, check_id
 from memweave.errors import InvalidInputError
 from memweave.models import Message
+from memweave.policies._base import WrappingChatMemory
+from memweave.policies.summarize import SummarizingChatMemory
 from memweave.policies.tokens import MessageTokenCounter, TokenizerLike, token_counter
 from memweave.policies.user import UserMemory
 from memweave.policies.window import Window, window
@@ -40,6 +42,15 @@ def step_id(session_id: str, step: int) -> str:
     return check_id(f"{session_id}{STEP_SEPARATOR}{step}")
 
 
+def _pinned_by(memory: ChatMemory) -> int:
+    """The `keep_first` of the first `SummarizingChatMemory` in a stack of policy wrappers (0 if none)."""
+    while isinstance(memory, WrappingChatMemory):
+        if isinstance(memory, SummarizingChatMemory):
+            return memory.keep_first
+        memory = memory.inner
+    return 0
+
+
 def _steps_of(session_id: str, sessions: Sequence[str]) -> list[int]:
     prefix = session_id + STEP_SEPARATOR
     found = {int(s[len(prefix) :]) for s in sessions if s.startswith(prefix) and s[len(prefix) :].isdigit()}
@@ -49,8 +60,10 @@ def _steps_of(session_id: str, sessions: Sequence[str]) -> list[int]:
 class MemoryManager:
     """A conversation (a session of `memory`), a `WorkingMemory` scope and optionally a user's `UserMemory`.
 
-    `working_store` and `user_store` default to `memory`. The window budget (`max_messages`, `max_tokens`,
-    `tokenizer`, `keep_first`) applies to `window()` and `prompt()`. Every method has an async twin.
+    `working_store` and `user_store` default to `memory` (working memory and facts are kept in the backend under
+    any policy wrapper). The window budget (`max_messages`, `max_tokens`, `tokenizer`, `keep_first`) applies to
+    `window()` and `prompt()`; `keep_first` defaults to that of a `SummarizingChatMemory` in `memory`, so the
+    pinned messages and the summary stay in every window. Every method has an async twin.
     """
 
     def __init__(
@@ -65,14 +78,15 @@ class MemoryManager:
         max_messages: int | None = None,
         max_tokens: int | None = None,
         tokenizer: TokenizerLike | MessageTokenCounter = None,
-        keep_first: int = 0,
+        keep_first: int | None = None,
     ) -> None:
         self.memory = memory
         self.session_id = check_id(session_id)
         self.scope_id = check_id(scope_id if scope_id is not None else session_id, "scope id")
         self.working = WorkingMemory(working_store or memory, self.scope_id)
         self.user = UserMemory(user_store or memory, user_id) if user_id is not None else None
-        self.max_messages, self.max_tokens, self.keep_first = max_messages, max_tokens, keep_first
+        self.max_messages, self.max_tokens = max_messages, max_tokens
+        self.keep_first = _pinned_by(memory) if keep_first is None else keep_first
         self.counter = token_counter(tokenizer)
 
     def __repr__(self) -> str:

@@ -51,6 +51,7 @@ from memweave.policies._base import (
     group_start,
     is_summary,
     not_yet_archived,
+    pending_call_start,
     run,
 )
 from memweave.policies.tokens import MessageTokenCounter, TokenizerLike, token_counter
@@ -297,6 +298,8 @@ class SummarizingChatMemory(WrappingChatMemory):
             start = group_start(messages, cut, pinned)  # keep a tool call with its results among the recent ...
             if not self._fits(messages, pinned, start):
                 start = group_end(messages, cut)  # ... unless that would stay past the trigger
+            if start == n:  # nothing left recent: a tool call still waiting for results stays for them
+                start = pending_call_start(messages, pinned)
         middle = messages[pinned:start]
         if not any(not is_summary(m) for m in middle):
             return None

@@ -7,7 +7,9 @@ A user's facts are one session, ``memweave:user:<user_id>`` by default, one mess
 Adding is case- and whitespace-insensitive: a fact already known (compared casefolded, spaces collapsed) is not
 added again. Past `max_facts`, the oldest facts are dropped, and appended to ``<session>:archive`` first unless
 ``archive=False``; `delete` and `clear` remove facts outright, as asked. An optional `extractor` (any callable,
-sync or async, from messages to an iterable of fact strings) lets `learn(messages)` add what it finds.
+sync or async, from messages to an iterable of fact strings) lets `learn(messages)` add what it finds. Given a
+policy wrapper (`SummarizingChatMemory`, `TrimmingChatMemory`), facts are stored in the backend under it: a
+conversation policy never summarizes or trims them.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 from memweave.contracts import ChatMemory, check_id
 from memweave.errors import InvalidInputError
 from memweave.models import Message
-from memweave.policies._base import Steps, archive_id, arun, call_async, call_sync, rewrite_steps, run
+from memweave.policies._base import Steps, archive_id, arun, call_async, call_sync, rewrite_steps, run, unwrap
 
 __all__ = ["FACT_KEY", "UserMemory", "normalize_fact"]
 
@@ -67,7 +69,7 @@ class UserMemory:
             raise InvalidInputError(f"max_facts must be a positive int, got {max_facts!r}")
         if extractor is not None and not callable(extractor):
             raise InvalidInputError("extractor must be callable")
-        self.store = store
+        self.store = unwrap(store)
         self.user_id = check_id(user_id, "user id")
         self.session_id = check_id(namespace + user_id, "user memory session id")
         self.max_facts = max_facts

@@ -9,8 +9,9 @@ entry in insertion order::
 
 The content is a readable rendering; the metadata is the source of truth. Writes are read-modify-write under the
 session's optimistic version (`ChatMemory.update`), so concurrent writers to one scope lose nothing, and scopes
-never see each other. Values are JSON values (str, int, float, bool, None, lists and dicts of them); they are
-returned as plain, mutable copies.
+never see each other. Given a policy wrapper (`SummarizingChatMemory`, `TrimmingChatMemory`), the scratchpad is
+stored in the backend under it: conversation policies never summarize or trim entries. Values are JSON values
+(str, int, float, bool, None, lists and dicts of them); they are returned as plain, mutable copies.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pydantic import JsonValue, TypeAdapter, ValidationError
 from memweave.contracts import ChatMemory, check_id
 from memweave.errors import CorruptMemoryError, InvalidInputError
 from memweave.models import Message, freeze_json
+from memweave.policies._base import unwrap
 
 __all__ = ["WORKING_KEY", "WorkingMemory"]
 
@@ -83,11 +85,12 @@ class WorkingMemory:
     """A key-value scratchpad for one scope (an agent, a task, a run), stored in a `ChatMemory`.
 
     Every method has an async twin (``aset``, ``aget``, ...). `importance` (0 to 1) orders
-    `to_context_string()` and lets it leave out minor entries.
+    `to_context_string()` and lets it leave out minor entries. `store` may be a policy wrapper: entries are kept
+    in the backend under it (`store` is that backend).
     """
 
     def __init__(self, store: ChatMemory, scope_id: str, *, namespace: str = "memweave:working:") -> None:
-        self.store = store
+        self.store = unwrap(store)
         self.scope_id = check_id(scope_id, "scope id")
         self.session_id = check_id(namespace + scope_id, "working memory session id")
 
