@@ -158,14 +158,35 @@ class ChatMemory(_Closable, ABC):
         self.save(session_id, [])
 
     def update(self, session_id: str, change: Callable[[list[Message]], MessagesIn], *, retries: int = 16) -> int:
-        """Read-modify-write a session under its optimistic version, retrying on conflict (with random backoff)."""
-        for attempt in range(retries):
+        """Read-modify-write a session under its optimistic version, retrying on conflict (with random backoff).
+
+        A backend with a per-session write lock (`_update_locked`) switches to it after `OPTIMISTIC_TRIES`
+        conflicts, so a busy session cannot starve the update; `retries` at or below that stays optimistic.
+        """
+        locked = self._has_update_lock() and retries > OPTIMISTIC_TRIES
+        for attempt in range(OPTIMISTIC_TRIES if locked else retries):
             messages, version = self.load_versioned(session_id)
             try:
                 return self.save(session_id, change(messages), expected_version=version)
             except ConcurrentModificationError:
                 time.sleep(_backoff(attempt))
+        if locked:
+            return self._update_locked(session_id, change)
         raise ConcurrentModificationError(f"session {session_id!r} kept changing; gave up after {retries} tries")
+
+    def _has_update_lock(self) -> bool:
+        """Whether this backend overrides `_update_locked` (and `_aupdate_locked`)."""
+        return type(self)._update_locked is not ChatMemory._update_locked
+
+    def _update_locked(self, session_id: str, change: Callable[[list[Message]], MessagesIn]) -> int:
+        """Run `change` and write its result while holding the session's write lock (backends that have one)."""
+        raise NotImplementedError
+
+    async def _aupdate_locked(
+        self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
+    ) -> int:
+        """Async twin of `_update_locked`; `change` may be a coroutine function."""
+        raise NotImplementedError
 
     def session(self, session_id: str) -> ChatSession:
         """A view of one session with the per-session shape: `load()`, `save(messages)`, ..."""
@@ -203,7 +224,8 @@ class ChatMemory(_Closable, ABC):
         retries: int = 16,
     ) -> int:
         """Async twin of `update`; `change` may be a coroutine function."""
-        for attempt in range(retries):
+        locked = self._has_update_lock() and retries > OPTIMISTIC_TRIES
+        for attempt in range(OPTIMISTIC_TRIES if locked else retries):
             messages, version = await self.aload_versioned(session_id)
             new = change(messages)
             if isinstance(new, Awaitable):
@@ -212,6 +234,8 @@ class ChatMemory(_Closable, ABC):
                 return await self.asave(session_id, new, expected_version=version)
             except ConcurrentModificationError:
                 await asyncio.sleep(_backoff(attempt))
+        if locked:
+            return await self._aupdate_locked(session_id, change)
         raise ConcurrentModificationError(f"session {session_id!r} kept changing; gave up after {retries} tries")
 
 

@@ -38,10 +38,10 @@ from typing import IO, Any, NamedTuple, NoReturn
 import filelock
 import numpy as np
 from pydantic import TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from memweave.contracts import (
     MAX_ID_BYTES,
-    OPTIMISTIC_TRIES,
     ChatMemory,
     CollectionInfo,
     DocumentsIn,
@@ -62,7 +62,7 @@ from memweave.errors import (
     InvalidInputError,
 )
 from memweave.models import Message, ScoredDocument, VectorDocument, coerce_messages, freeze_json
-from memweave.vector_index import DocumentBatch, VectorIndex, as_matrix, check_dimension, check_metric
+from memweave.vector_index import DocumentBatch, VectorIndex, as_matrix, check_dimension, check_metric, require_utf8
 
 __all__ = ["FileChatMemory", "FileVectorMemory", "list_collections"]
 
@@ -298,6 +298,14 @@ def _decode_body(body: bytes, header: _Header, path: Path) -> list[Message]:
     return messages
 
 
+def _message_line(message: Message) -> bytes:
+    """A message's line in a session file (`InvalidInputError` if it has no UTF-8 form: a lone surrogate)."""
+    try:
+        return _MESSAGE.dump_json(message) + b"\n"
+    except PydanticSerializationError as error:
+        raise InvalidInputError(f"a message cannot be encoded as UTF-8 JSON ({error})") from None
+
+
 def _read_header_line(stream: IO[bytes]) -> bytes:
     return stream.readline(_MAX_HEADER_BYTES)
 
@@ -351,7 +359,7 @@ class FileChatMemory(ChatMemory):
         """Replace the session's history atomically (compare-and-swap with `expected_version`)."""
         path = self.path_of(session_id)
         new = coerce_messages(messages)
-        lines = [_MESSAGE.dump_json(message) + b"\n" for message in new]
+        lines = [_message_line(message) for message in new]
         with self._writing(session_id, path):
             current = self._stored_version(session_id, path, repairable=expected_version is None)
             if expected_version is not None and expected_version != current:
@@ -372,7 +380,7 @@ class FileChatMemory(ChatMemory):
         added = coerce_messages(messages)
         if not added:
             return self.load_versioned(session_id).version
-        lines = [_MESSAGE.dump_json(message) + b"\n" for message in added]
+        lines = [_message_line(message) for message in added]
         with self._writing(session_id, path):
             found = self._read(session_id, path, with_body=True)  # fully checked: never extend a damaged history
             old, body = found if found is not None else (_Snapshot(b"", _StatKey(0, 0, 0, 0), (), 0), b"")
@@ -380,29 +388,14 @@ class FileChatMemory(ChatMemory):
             self._write(session_id, path, version, [body, *lines], old.messages + tuple(added))
             return version
 
-    def update(self, session_id: str, change: Callable[[list[Message]], MessagesIn], *, retries: int = 16) -> int:
-        """Read-modify-write the session: optimistically at first, then (after `OPTIMISTIC_TRIES` conflicts)
-        holding the session's write lock while `change` runs, so a busy session cannot starve the update."""
-        try:
-            return super().update(session_id, change, retries=min(retries, OPTIMISTIC_TRIES))
-        except ConcurrentModificationError:
-            if retries <= OPTIMISTIC_TRIES:
-                raise
+    def _update_locked(self, session_id: str, change: Callable[[list[Message]], MessagesIn]) -> int:
+        """Run `change` and write its result while holding the session's write lock (see `ChatMemory.update`)."""
         return self._locked_update(session_id, change, None)
 
-    async def aupdate(
-        self,
-        session_id: str,
-        change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]],
-        *,
-        retries: int = 16,
+    async def _aupdate_locked(
+        self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
     ) -> int:
-        """Async twin of `update`; `change` may be a coroutine function (awaited on this loop)."""
-        try:
-            return await super().aupdate(session_id, change, retries=min(retries, OPTIMISTIC_TRIES))
-        except ConcurrentModificationError:
-            if retries <= OPTIMISTIC_TRIES:
-                raise
+        """Async twin of `_update_locked`: the locked work runs in a thread; a coroutine `change` runs on this loop."""
         return await asyncio.to_thread(self._locked_update, session_id, change, asyncio.get_running_loop())
 
     def _locked_update(
@@ -423,7 +416,7 @@ class FileChatMemory(ChatMemory):
                 self._forget(path.name)
                 return 0
             version = next_version(current.version if current is not None else 0)
-            self._write(session_id, path, version, [_MESSAGE.dump_json(m) + b"\n" for m in new], tuple(new))
+            self._write(session_id, path, version, [_message_line(m) for m in new], tuple(new))
             return version
 
     def sessions(self) -> list[str]:
@@ -695,6 +688,7 @@ class FileVectorMemory(VectorMemory):
         with self._guard, self._writing():
             self._refresh()
             batch = self._index.prepare(documents)
+            require_utf8(batch)
             if batch.ids:
                 self._rewrite(lambda index: index.upsert(batch))
 

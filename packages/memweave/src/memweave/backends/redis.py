@@ -15,9 +15,12 @@ The sync and async classes share everything but I/O: each operation is a generat
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import re
-from collections.abc import Generator
+import time
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -26,6 +29,7 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import LockError, RedisClusterException
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from memweave.contracts import ChatMemory, History, MessagesIn, check_id
@@ -42,12 +46,16 @@ from memweave.history import (
     prepare_edit,
     stored_prefix,
 )
-from memweave.models import coerce_messages
+from memweave.models import Message, coerce_messages
 from memweave.urls import redact_url
 
 __all__ = ["RedisChatMemory"]
 
 _T = TypeVar("_T")
+_LOCK_LEASE = 30.0  # seconds an update lock lives if its holder dies
+_LOCK_WAIT = 60.0  # seconds a locked update waits for its turn
+_LOCK_POLL = 0.005  # seconds between attempts to take the lock
+_LOCKED_TRIES = 16  # retries under the lock, against writers that do not take it (save, append)
 KEY_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")  # no glob or hash-tag characters
 
 _NEXT_VERSION = """
@@ -196,6 +204,10 @@ class RedisChatMemory(ChatMemory):
     def _keys(self, session_id: str) -> list[str]:
         tag = hashlib.sha256(session_id.encode("utf-8")).hexdigest()
         return [f"{self.prefix}:{{{tag}}}:{part}" for part in ("meta", "msgs", "digests")]
+
+    def _lock_key(self, session_id: str) -> str:
+        """The key of the session's update lock (same hash tag as its data; `sessions()` only scans `:meta`)."""
+        return self._keys(check_id(session_id))[0][: -len("meta")] + "lock"
 
     # Operations as I/O-free steps ---------------------------------------------------------------------------
 
@@ -351,6 +363,54 @@ class RedisChatMemory(ChatMemory):
         """Async twin of `sessions`."""
         return await self._arun(self._sessions_steps())
 
+    def _update_locked(self, session_id: str, change: Callable[[list[Message]], MessagesIn]) -> int:
+        """`update` after repeated conflicts: the optimistic loop again, but with the writers that also ended up
+        here taking turns under a Redis lock (redis-py's `Lock`, a lease). The version check still decides what
+        is written, so a lease that runs out while `change` is slow can cost a retry, never a lost write."""
+        lock = self._client.lock(self._lock_key(session_id), timeout=_LOCK_LEASE, sleep=_LOCK_POLL)
+        try:
+            if not lock.acquire(blocking_timeout=_LOCK_WAIT):
+                raise ConcurrentModificationError(f"session {session_id!r}: its update lock stayed busy; retry")
+            try:
+                for attempt in range(_LOCKED_TRIES):
+                    messages, version = self.load_versioned(session_id)
+                    try:
+                        return self.save(session_id, change(messages), expected_version=version)
+                    except ConcurrentModificationError:
+                        time.sleep(_LOCK_POLL * attempt)
+            finally:
+                with contextlib.suppress(LockError):  # the lease ran out: someone else may hold it now
+                    lock.release()
+        except (RedisConnectionError, RedisTimeoutError, OSError) as error:
+            raise BackendUnavailableError(f"Redis at {self._url} is unavailable: {error}") from error
+        raise ConcurrentModificationError(f"session {session_id!r} kept changing under its update lock; retry")
+
+    async def _aupdate_locked(
+        self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
+    ) -> int:
+        """Async twin of `_update_locked`; `change` may be a coroutine function."""
+        assert self._async_client is not None
+        lock = self._async_client.lock(self._lock_key(session_id), timeout=_LOCK_LEASE, sleep=_LOCK_POLL)
+        try:
+            if not await lock.acquire(blocking_timeout=_LOCK_WAIT):
+                raise ConcurrentModificationError(f"session {session_id!r}: its update lock stayed busy; retry")
+            try:
+                for attempt in range(_LOCKED_TRIES):
+                    messages, version = await self.aload_versioned(session_id)
+                    new = change(messages)
+                    if isinstance(new, Awaitable):
+                        new = await new
+                    try:
+                        return await self.asave(session_id, new, expected_version=version)
+                    except ConcurrentModificationError:
+                        await asyncio.sleep(_LOCK_POLL * attempt)
+            finally:
+                with contextlib.suppress(LockError):
+                    await lock.release()
+        except (RedisConnectionError, RedisTimeoutError, OSError) as error:
+            raise BackendUnavailableError(f"Redis at {self._url} is unavailable: {error}") from error
+        raise ConcurrentModificationError(f"session {session_id!r} kept changing under its update lock; retry")
+
     def close(self) -> None:
         """Close the sync client's connections."""
         self._client.close()
@@ -366,11 +426,19 @@ def clients_from_url(url: str, socket_timeout: float) -> tuple[Any, Any]:  # sha
     """Sync and async clients for a `redis://`, `rediss://` or `redis+cluster://` URL."""
     options: dict[str, Any] = {"socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout}
     scheme, _, rest = url.partition("://")
-    if scheme in ("redis+cluster", "rediss+cluster"):
-        plain = f"{scheme.split('+')[0]}://{rest}"
-        return redis.cluster.RedisCluster.from_url(plain, **options), redis.asyncio.cluster.RedisCluster.from_url(
-            plain, **options
-        )
-    if scheme not in ("redis", "rediss", "unix"):
-        raise InvalidInputError(f"not a Redis URL: {redact_url(url)!r}")
-    return redis.Redis.from_url(url, **options), redis.asyncio.Redis.from_url(url, **options)
+    try:
+        if scheme in ("redis+cluster", "rediss+cluster"):
+            plain = f"{scheme.split('+')[0]}://{rest}"
+            # the sync cluster client connects at once, to learn the slot map
+            return redis.cluster.RedisCluster.from_url(plain, **options), redis.asyncio.cluster.RedisCluster.from_url(
+                plain, **options
+            )
+        if scheme not in ("redis", "rediss", "unix"):
+            raise InvalidInputError(f"not a Redis URL: {redact_url(url)!r}")
+        return redis.Redis.from_url(url, **options), redis.asyncio.Redis.from_url(url, **options)
+    except (RedisConnectionError, RedisTimeoutError, RedisClusterException) as error:
+        raise BackendUnavailableError(f"Redis at {redact_url(url)} is unavailable: {error}") from None
+    except ValueError as error:  # a port or database number that is not a number, an unknown option, ...
+        if isinstance(error, InvalidInputError):
+            raise
+        raise InvalidInputError(f"malformed Redis URL {redact_url(url)!r}: {error}") from None

@@ -28,7 +28,7 @@ from sqlalchemy.util import await_only
 from memweave.backends.sql._base import SQLBackend
 from memweave.backends.sql._engine import Work
 from memweave.backends.sql._schema import create_tables, insert_ignoring, key_of
-from memweave.contracts import OPTIMISTIC_TRIES, ChatMemory, History, MessagesIn, check_id, next_version
+from memweave.contracts import ChatMemory, History, MessagesIn, check_id, next_version
 from memweave.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 from memweave.history import (
     EMPTY,
@@ -126,30 +126,14 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         """Async twin of `sessions`."""
         return await self._aexecute(self._sessions_work())
 
-    def update(self, session_id: str, change: Callable[[list[Message]], MessagesIn], *, retries: int = 16) -> int:
-        """Read-modify-write the session: optimistically at first, then (after `OPTIMISTIC_TRIES` conflicts) in
-        one transaction that holds the session's row lock while `change` runs, so a busy session cannot starve
-        the update. `retries` at or below `OPTIMISTIC_TRIES` keeps it purely optimistic."""
-        try:
-            return super().update(session_id, change, retries=min(retries, OPTIMISTIC_TRIES))
-        except ConcurrentModificationError:
-            if retries <= OPTIMISTIC_TRIES:
-                raise
+    def _update_locked(self, session_id: str, change: Callable[[list[Message]], MessagesIn]) -> int:
+        """Run `change` and write its result in one transaction holding the session's row lock."""
         return self._execute(self._update_work(session_id, change, _refuse_awaitable))
 
-    async def aupdate(
-        self,
-        session_id: str,
-        change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]],
-        *,
-        retries: int = 16,
+    async def _aupdate_locked(
+        self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
     ) -> int:
-        """Async twin of `update`; `change` may be a coroutine function."""
-        try:
-            return await super().aupdate(session_id, change, retries=min(retries, OPTIMISTIC_TRIES))
-        except ConcurrentModificationError:
-            if retries <= OPTIMISTIC_TRIES:
-                raise
+        """Async twin of `_update_locked`; a coroutine `change` is awaited on this loop."""
         loop = asyncio.get_running_loop()
 
         def from_thread(result: Awaitable[Any]) -> Any:  # the work runs in a thread: await on this loop
