@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from memweave import ImagePart, InvalidInputError, Message, TextPart, ToolCall
 from memweave.policies import (
@@ -136,3 +139,44 @@ def test_the_cache_is_bounded() -> None:
     messages = [Message(role="user", content=str(i)) for i in range(50)]
     counter.total(messages)
     assert len(counter._cache) == 10
+
+
+_words = st.lists(st.sampled_from(["alpha", "beta", "gamma"]), max_size=6).map(" ".join)
+_parts = st.lists(
+    st.one_of(
+        _words.map(lambda text: TextPart(text=text)),
+        st.sampled_from(["low", "high", "auto"]).map(lambda detail: ImagePart(url="https://x/i.png", detail=detail)),
+    ),
+    max_size=5,
+)
+_calls = st.lists(
+    st.builds(
+        lambda name, value: ToolCall(id="c", name=name, arguments={"q": value}),
+        st.sampled_from(["search", "get weather"]),
+        _words,
+    ),
+    max_size=3,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(name=st.none() | st.just("ada"), parts=_parts, calls=_calls, result=_words)
+def test_property_every_part_of_a_message_is_counted(
+    name: str | None, parts: list[TextPart | ImagePart], calls: list[ToolCall], result: str
+) -> None:
+    """Text, each image (its per-image estimate), each tool call's name and arguments, and tool results all count."""
+    words = MessageTokenCounter(lambda text: len(text.split()), image_tokens=700, low_detail_image_tokens=70)
+    user = Message(role="user", name=name, content=parts)
+    expected = 3 + (1 + 1 if name else 0)
+    for part in parts:
+        if isinstance(part, TextPart):
+            expected += len(part.text.split())
+        else:
+            expected += 70 if part.detail == "low" else 700
+    assert words.count(user) == expected
+    if parts:  # dropping any part never costs more
+        assert words.count(Message(role="user", name=name, content=parts[1:])) <= expected
+    caller = Message(role="assistant", tool_calls=calls)
+    arguments = [json.dumps(c.arguments, separators=(",", ":")) for c in calls]  # as compact JSON
+    assert words.count(caller) == 3 + sum(3 + len(c.name.split()) + len(a.split()) for c, a in zip(calls, arguments))
+    assert words.count(Message(role="tool", tool_call_id="c", content=result)) == 3 + len(result.split())
