@@ -6,6 +6,8 @@ virtual environment, with the workspace packages editable.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nox
 
 nox.needs_version = ">=2024.3.2"
@@ -64,3 +66,13 @@ def bench(session: nox.Session) -> None:
     """Benchmarks against the peer libraries, side by side in one run (`-- --quick` for a smoke run)."""
     install(session, "bench")
     session.run("python", "benchmarks/run.py", *session.posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site with mkdocs, warnings as errors (into a temporary directory)."""
+    install(session, "docs")
+    site = Path(session.create_tmp()) / "site"
+    quiet = {"NO_MKDOCS_2_WARNING": "1"}  # mkdocs-material's banner about its successor, not about these docs
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(site), *session.posargs, env=quiet)
+    session.log(f"site built in {site}")
