@@ -2,8 +2,8 @@
 
 When a write leaves a session past its `trigger` (a message count and/or a token count), the *middle* of the
 history (after the first `keep_first` messages, before the last `keep_recent`, never splitting a tool call from
-its results) goes to the summarizer, and the session is saved, in one atomic save under the version it was read
-at, as::
+its results, and never taking a tool call whose results have not all arrived) goes to the summarizer, and the
+session is saved, in one atomic save under the version it was read at, as::
 
     pinned messages + one summary message (role "system", metadata {"memweave_summary": {...}}) + recent messages
 
