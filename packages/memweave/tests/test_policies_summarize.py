@@ -88,6 +88,30 @@ def test_200_turns_with_tool_calls(chat_memory: ChatMemory) -> None:
     assert [*pinned, *memory.archived("s"), *memory.load("s")[3:]] == [*sent, *extra]
 
 
+def test_async_compaction_with_an_async_summarizer(chat_memory: ChatMemory) -> None:
+    async def summarize(messages: list[Message], *, session_id: str) -> str:
+        await chat_memory.aappend(session_id, [Message(role="user", content=f"{len(messages)} to summarize")])
+        return f"{len(messages)} messages"
+
+    memory = SummarizingChatMemory(chat_memory, summarizer=summarize, trigger=20, keep_first=1, keep_recent=6)
+
+    async def scenario() -> list[Message]:
+        sent = [Message(role="system", content="rules")]
+        await memory.aappend("a", sent)
+        for turn in range(30):
+            messages = conversation(1, tools_every=2, start=turn)
+            await memory.aappend("a", messages)
+            sent += messages
+            assert len(await memory.aload("a")) <= 20
+        stored, archived = await memory.aload("a"), await memory.aarchived("a")
+        assert [*stored[:1], *archived, *stored[2:]] == sent and is_summary(stored[1])
+        return stored
+
+    stored = asyncio.run(scenario())
+    assert_no_orphans(stored)
+    assert len(chat_memory.load("a:summarizer")) == stored[1].metadata[SUMMARY_KEY]["layers"]
+
+
 # Properties -------------------------------------------------------------------------------------------------------
 
 
