@@ -19,6 +19,7 @@ from operator import is_not
 from typing import NamedTuple
 
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 
 from memweave.contracts import MessagesIn
 from memweave.errors import CorruptMemoryError, InvalidInputError
@@ -50,8 +51,11 @@ EMPTY = Snapshot(0, ())
 
 
 def encode_message(message: Message) -> str:
-    """The canonical JSON text of a message, exactly as stored."""
-    return message.model_dump_json()
+    """The canonical JSON text of a message, exactly as stored (`InvalidInputError` if it has no UTF-8 form)."""
+    try:
+        return message.model_dump_json()
+    except PydanticSerializationError as error:  # a lone surrogate: valid in a Python str, not in UTF-8
+        raise InvalidInputError(f"a message cannot be encoded as UTF-8 JSON ({error})") from None
 
 
 def digest(body: str) -> bytes:

@@ -8,6 +8,7 @@ and an `argpartition` top-k, with no per-query rebuilding.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ __all__ = [
     "check_dimension",
     "check_metric",
     "check_search_args",
+    "require_utf8",
 ]
 
 Matrix = npt.NDArray[np.float32]
@@ -87,9 +89,27 @@ def as_matrix(vectors: Any, dimension: int | None, metric: Metric) -> Matrix:
         raise DimensionMismatchError(f"embedding has dimension {matrix.shape[1]}, the collection has {dimension}")
     if not np.isfinite(matrix).all():
         raise InvalidInputError("embeddings cannot contain NaN or infinity (or values beyond float32 range)")
-    if metric == "cosine" and not np.all(np.einsum("ij,ij->i", matrix, matrix) > 0):
-        raise InvalidInputError("a zero vector has no direction; cosine similarity is undefined for it")
+    if metric == "cosine":
+        with np.errstate(over="ignore"):
+            squares = np.einsum("ij,ij->i", matrix, matrix)
+        if not np.all(squares > 0):
+            raise InvalidInputError("a zero vector has no direction; cosine similarity is undefined for it")
+        if not np.isfinite(squares).all():  # its norm is beyond float32: cosine scores would be NaN
+            raise InvalidInputError("an embedding's norm is beyond float32 range; scale it down")
     return matrix
+
+
+def require_utf8(batch: DocumentBatch) -> None:
+    """Refuse documents whose content or metadata has no UTF-8 form (a lone surrogate), for stores that need it."""
+    for doc_id, content, metadata in zip(batch.ids, batch.contents, batch.metadata):
+        try:
+            content.encode("utf-8")
+            if metadata:
+                json.dumps(metadata, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidInputError(
+                f"document {doc_id[:80]!r}: its content or metadata holds a lone surrogate, which UTF-8 cannot encode"
+            ) from None
 
 
 def _stack(embeddings: list[list[float]]) -> Matrix:

@@ -49,6 +49,7 @@ SQLITE_BUSY_TIMEOUT_MS = 30_000
 _ATTEMPTS = 8  # tries of one transaction when the database reports a deadlock or serialization failure
 _DDL_ATTEMPTS = 3  # tries of schema creation (several processes may race to create the same tables)
 _RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})  # PostgreSQL: serialization failure, deadlock detected
+_MARIADB_CHECK_FAILED = 4025  # ER_CONSTRAINT_FAILED
 _RETRYABLE_MYSQL_CODES = frozenset({1213, 1020})  # deadlock; MariaDB "record has changed since last read"
 
 
@@ -79,6 +80,8 @@ def _backend_url(url: URL, where: str) -> tuple[str, URL, URL]:
             f"memweave talks to {backend} through {sync_driver} and {async_driver}, not {driver!r} ({where}); "
             f"drop the '+{driver}' part of the URL or pass your own Engine"
         )
+    if backend == "sqlite" and url.database is not None and "\x00" in url.database:
+        raise InvalidInputError(f"an SQLite file name cannot contain NUL characters ({where})")
     if backend == "sqlite" and (url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"):
         raise InvalidInputError(
             "an in-memory SQLite database lives inside one connection; use a file (sqlite:///memweave.db) "
@@ -134,6 +137,16 @@ def _is_transient(error: DBAPIError) -> bool:
         return True
     args: tuple[Any, ...] = getattr(orig, "args", ())
     return bool(args) and isinstance(args[0], int) and args[0] in _RETRYABLE_MYSQL_CODES
+
+
+def _json_refused(error: BaseException) -> bool:
+    """MariaDB refused a value for a JSON column (its CHECK (JSON_VALID(...)) failed: nesting deeper than 32).
+
+    Every value memweave writes there is valid JSON, so this is the only way the check fails; the transaction
+    rolled back, so nothing was written.
+    """
+    args: tuple[Any, ...] = getattr(getattr(error, "orig", None), "args", ())
+    return bool(args) and args[0] == _MARIADB_CHECK_FAILED
 
 
 def _retry_delay(attempt: int) -> float:
@@ -233,6 +246,10 @@ class Database:
         except MemweaveError:
             raise
         except (OperationalError, InterfaceError, PoolTimeoutError, OSError) as error:
+            if _json_refused(error):
+                raise InvalidInputError(
+                    f"{self.where} refused the data: MariaDB's JSON type holds at most 32 levels of nesting"
+                ) from None
             raise BackendUnavailableError(f"database {self.where} is unavailable ({_error_text(error)})") from error
         except DBAPIError as error:
             if error.connection_invalidated:

@@ -26,7 +26,7 @@ from memweave.backends.sql._schema import Tables, check_identifier, create_table
 from memweave.contracts import CollectionInfo, DocumentsIn, Filter, Metric, VectorMemory, check_id, check_ids
 from memweave.errors import CorruptMemoryError, DimensionMismatchError, InvalidInputError
 from memweave.models import FrozenDict, ScoredDocument, VectorDocument, freeze_json
-from memweave.vector_index import DocumentBatch, VectorIndex, check_dimension, check_metric
+from memweave.vector_index import DocumentBatch, VectorIndex, check_dimension, check_metric, require_utf8
 
 __all__ = ["SQLVectorMemory", "list_collections"]
 
@@ -212,6 +212,9 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
 
     def _store_work(self, documents: DocumentsIn) -> Work[Any, None]:
         batch = self._index.prepare(documents)  # validated before anything is written
+        require_utf8(batch)
+        if self._db.dialect == "postgresql" and any("\x00" in content for content in batch.contents):
+            raise InvalidInputError("PostgreSQL text cannot hold NUL characters (document content)")
         if not batch.ids:
             return Work(_ignore, _ignore)
         dimension = int(batch.vectors.shape[1])
