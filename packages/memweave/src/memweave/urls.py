@@ -74,7 +74,10 @@ def _resolve(url: str | URL | None, variable: str) -> tuple[str, str | URL]:
         return url.get_backend_name(), url
     if not isinstance(url, str):
         raise InvalidInputError(f"a memory URL must be a string, got {type(url).__name__}")
-    scheme = urlsplit(url).scheme.lower()
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError as error:  # e.g. an unclosed IPv6 bracket
+        raise InvalidInputError(f"malformed {where}: {error}") from None
     if scheme in REDIS_SCHEMES:
         return "redis", url
     if scheme in QDRANT_SCHEMES:
@@ -83,7 +86,7 @@ def _resolve(url: str | URL | None, variable: str) -> tuple[str, str | URL]:
     if base in SQL_SCHEMES:
         try:
             make_url(url)
-        except ArgumentError as error:
+        except (ArgumentError, ValueError) as error:
             raise InvalidInputError(f"malformed {where}: {error}") from None
     elif base not in ("memory", "file"):
         raise InvalidInputError(f"unsupported scheme in {where}; use one of: {_EXAMPLES}")
