@@ -625,7 +625,7 @@ def _clients_from_location(location: str, options: dict[str, Any]) -> tuple[Qdra
         path = unquote(parts.path)
         if parts.netloc not in ("", "localhost") or not path:
             raise InvalidInputError(
-                f"qdrant+local URLs name a local directory (qdrant+local:///abs/path), got {location!r}"
+                f"qdrant+local URLs name a local directory (qdrant+local:///abs/path), got {redact_url(location)!r}"
             )
         return QdrantClient(path=path, force_disable_check_same_thread=True, **options), None  # calls are serialized
     if scheme not in ("qdrant", "qdrants") or not parts.hostname:

@@ -47,7 +47,7 @@ from memweave.history import (
     stored_prefix,
 )
 from memweave.models import Message, coerce_messages
-from memweave.urls import redact_url
+from memweave.urls import redact_text, redact_url
 
 __all__ = ["RedisChatMemory"]
 
@@ -437,8 +437,10 @@ def clients_from_url(url: str, socket_timeout: float) -> tuple[Any, Any]:  # sha
             raise InvalidInputError(f"not a Redis URL: {redact_url(url)!r}")
         return redis.Redis.from_url(url, **options), redis.asyncio.Redis.from_url(url, **options)
     except (RedisConnectionError, RedisTimeoutError, RedisClusterException) as error:
-        raise BackendUnavailableError(f"Redis at {redact_url(url)} is unavailable: {error}") from None
+        raise BackendUnavailableError(
+            f"Redis at {redact_url(url)} is unavailable: {redact_text(str(error), url)}"
+        ) from None
     except ValueError as error:  # a port or database number that is not a number, an unknown option, ...
         if isinstance(error, InvalidInputError):
             raise
-        raise InvalidInputError(f"malformed Redis URL {redact_url(url)!r}: {error}") from None
+        raise InvalidInputError(f"malformed Redis URL {redact_url(url)!r}: {redact_text(str(error), url)}") from None

@@ -28,6 +28,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from memweave.errors import BackendUnavailableError, InvalidInputError, MemweaveError
+from memweave.urls import redact_url
 
 __all__ = ["Database", "Work"]
 
@@ -189,7 +190,7 @@ class Database:
                 url = make_url(url_or_engine)
             except (ArgumentError, ValueError) as error:
                 raise InvalidInputError(f"malformed database URL: {error}") from None
-            where = url.render_as_string(hide_password=True)
+            where = redact_url(url)
             engine = self._build(url, pool_size, pool_timeout, with_async=async_engine is None)
             async_engine = async_engine or self._built_async
         else:
@@ -199,7 +200,7 @@ class Database:
         self.engine = engine
         self.async_engine = async_engine
         self.dialect = engine.dialect.name
-        self.where = where or engine.url.render_as_string(hide_password=True)
+        self.where = where or redact_url(engine.url)
         if self.dialect not in SUPPORTED_DIALECTS:
             raise InvalidInputError(f"unsupported database {self.dialect!r} ({self.where})")
         # Reads are single statements (each a consistent snapshot), so on PostgreSQL they run in autocommit and
@@ -221,7 +222,7 @@ class Database:
             raise InvalidInputError(f"pool_size must be a positive int, got {pool_size!r}")
         if not isinstance(pool_timeout, (int, float)) or pool_timeout <= 0:
             raise InvalidInputError(f"pool_timeout must be a positive number, got {pool_timeout!r}")
-        where = url.render_as_string(hide_password=True)
+        where = redact_url(url)
         backend, sync_url, async_url = _backend_url(url, where)
         options = _engine_options(backend, pool_size, pool_timeout)
         engine = create_engine(sync_url, **options)
