@@ -76,3 +76,43 @@ def docs(session: nox.Session) -> None:
     quiet = {"NO_MKDOCS_2_WARNING": "1"}  # mkdocs-material's banner about its successor, not about these docs
     session.run("mkdocs", "build", "--strict", "--site-dir", str(site), *session.posargs, env=quiet)
     session.log(f"site built in {site}")
+
+
+# Vulnerabilities that `nox -s audit` knowingly accepts, each with the reason (none so far).
+AUDIT_IGNORED: dict[str, str] = {}
+
+
+@nox.session
+def audit(session: nox.Session) -> None:
+    """Known vulnerabilities in every locked dependency (pip-audit against PyPI's advisory data).
+
+    Audits the lock file itself (all packages, extras and groups, for every Python version), not whatever
+    happens to be installed; the workspace's own packages are not on PyPI and are left out. `--strict` makes a
+    dependency that could not be looked up a failure, so the audit never passes without having looked.
+    """
+    install(session, "audit")
+    requirements = Path(session.create_tmp()) / "locked-requirements.txt"
+    session.run(
+        "uv",
+        "export",
+        "--locked",
+        "--all-packages",
+        "--all-extras",
+        "--all-groups",
+        "--no-emit-workspace",
+        "--format=requirements-txt",
+        f"--output-file={requirements}",
+        "--quiet",
+        external=True,
+    )
+    session.run(
+        "pip-audit",
+        f"--requirement={requirements}",
+        "--require-hashes",  # pinned and hashed by the lock: nothing to resolve, no pip needed
+        "--disable-pip",
+        "--vulnerability-service=pypi",
+        "--strict",
+        "--progress-spinner=off",
+        *(f"--ignore-vuln={vulnerability}" for vulnerability in AUDIT_IGNORED),
+        *session.posargs,
+    )
