@@ -4,6 +4,7 @@ import asyncio
 import itertools
 import json
 import random
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,12 @@ def test_string_ids_map_to_stable_uuid_points(memory: QdrantVectorMemory) -> Non
     assert [d.id for d in memory.get(["\U0001f600 x", "doc-1", "doc-1"])] == ["\U0001f600 x", "doc-1", "doc-1"]
 
 
+@pytest.mark.parametrize("doc_id", ["doc-1", "d", "\U0001f600 x", "é" * 300, "a:b{c}*?[", "0"])
+def test_point_ids_are_uuid5_of_the_fixed_namespace(doc_id: str) -> None:
+    namespace = uuid.UUID("8a0f6f4e-3c55-5a8e-9a4b-6d656d776561")  # stored points depend on it: never changes
+    assert point_id(doc_id) == str(uuid.uuid5(namespace, doc_id))
+
+
 def test_cosine_embeddings_come_back_as_stored(memory: QdrantVectorMemory) -> None:
     vector = [0.1, -3.5, 1e-3, 250.0]
     memory.store([doc("a", *vector)])
@@ -259,7 +266,7 @@ def test_large_stores_are_batched(memory: QdrantVectorMemory, monkeypatch: pytes
     upsert = memory.client.upsert
 
     def counting_upsert(**kwargs: Any) -> Any:
-        calls.append(len(kwargs["points"].ids))
+        calls.append(len(kwargs["points"]))
         return upsert(**kwargs)
 
     monkeypatch.setattr(memory.client, "upsert", counting_upsert)
