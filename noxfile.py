@@ -56,9 +56,9 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def demo(session: nox.Session) -> None:
-    """A scripted conversation and semantic recall on an embedded SQLite file; no API key, no server."""
+    """`memweave demo`, the README demo: offline, on a temporary SQLite file (`-- --url sqlite:///demo.db` keeps it)."""
     install(session)
-    session.run("python", "-m", "memweave.demo", *session.posargs)
+    session.run("memweave", "demo", *session.posargs)
 
 
 @nox.session

@@ -65,9 +65,11 @@ def command(*args: str) -> list[str]:
     return [str(SCRIPT), *args] if SCRIPT.exists() else [sys.executable, "-m", "memweave.cli", *args]
 
 
-def memweave(*args: str, stdin: bytes | None = None, cwd: Path | None = None) -> Result:
-    """Run `memweave ARGS` in a subprocess."""
-    done = subprocess.run(command(*args), input=stdin, capture_output=True, timeout=300, env=ENV, cwd=cwd)
+def memweave(
+    *args: str, stdin: bytes | None = None, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> Result:
+    """Run `memweave ARGS` in a subprocess (`env`: variables added to the environment)."""
+    done = subprocess.run(command(*args), input=stdin, capture_output=True, timeout=300, env=ENV | (env or {}), cwd=cwd)
     return Result(args, done.returncode, done.stdout.decode(), done.stderr.decode())
 
 

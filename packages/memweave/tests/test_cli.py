@@ -5,14 +5,20 @@ Independent commands of one test run concurrently: a process spends most of its 
 
 from __future__ import annotations
 
+import ast
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cli_support import CONVERSATION, EMBED, NOTES, contents, memweave, memweave_all, place, seed
+from cli_support import CONVERSATION, EMBED, ENV, NOTES, contents, memweave, memweave_all, place, seed
+from sqlalchemy.engine import make_url
 
-from memweave import Message, VectorDocument
+import memweave as memweave_package
+from memweave import Message, ToolCall, VectorDocument
+from memweave.cli._demo import ADAPTERS, SESSION, TURNS, core_message
 from memweave.urls import open_chat_memory, open_vector_memory
 from memweave_test_support import postgres_url
 
@@ -70,9 +76,7 @@ def test_sessions_delete(store: str) -> None:
     assert deleted.returncode == 0, deleted.stderr
     assert "deleted session 'trip/1' (5 messages)" in deleted.stdout
     with open_chat_memory(store) as chat:
-        assert chat.sessions() == ["notes:é"]
-    again = memweave("sessions", "delete", store, "trip/1")
-    assert again.failed_with("no session 'trip/1'")
+        assert chat.sessions() == ["notes:é"]  # (deleting an unknown session: the failure tests)
 
 
 def test_export_then_import_is_lossless(store: str, kind: str, tmp_path: Path) -> None:
@@ -135,31 +139,60 @@ def test_failures_are_one_line_with_exit_code_1(tmp_path: Path) -> None:
             ("sessions", "list", "nosuch://host/db"),
             ("sessions", "list", f"sqlite:///{tmp_path}/missing.db"),
             ("sessions", "list", "postgresql://alice:s3cr%40t@127.0.0.1:1/db"),
-            ("vectors", "search", url, "tea"),  # two collections: which one? (bad usage)
-            ("vectors", "search", url, "tea", "-c", "notes", "--dimension", "32"),
             ("vectors", "search", url, "tea", "-c", "notes", "--embed-fn", "no_such_module:embed"),
             ("sessions", "list", "qdrant+memory://"),
             ("migrate", url, "qdrant+memory://", "--dry-run"),
-            ("migrate", url, url),
+            ("sessions", "delete", url, "nope"),
         )
         imported_junk = memweave("import", url, stdin=b'{"hello": "world"}\n')
         imported_truncated = memweave("import", f"sqlite:///{tmp_path}/new.db", stdin=truncated)
         from_the_future = memweave(
             "import", url, stdin=b'{"type":"header","format":"memweave-export","version":99}\n{"type":"end"}\n'
         )
-    scheme, missing, unreachable, ambiguous, dimension, embed_fn, qdrant_chat, qdrant_target, same = results
+    scheme, missing, unreachable, embed_fn, qdrant_chat, qdrant_target, deleted = results
     assert scheme.failed_with("unsupported scheme")
     assert missing.failed_with("no SQLite database")
     assert unreachable.failed_with("unavailable") and "s3cr" not in unreachable.stderr and "***" in unreachable.stderr
-    assert ambiguous.returncode == 2 and "several collections" in ambiguous.stderr
-    assert dimension.failed_with("dimension")
     assert embed_fn.failed_with("no_such_module")
     assert qdrant_chat.failed_with("vectors only")
     assert qdrant_target.failed_with("vectors only")
-    assert same.failed_with("the same store")
+    assert deleted.failed_with("no session 'nope'")
     assert imported_junk.failed_with("not a memweave export")
     assert imported_truncated.failed_with("truncated")
     assert from_the_future.failed_with("version 99")
+
+
+def test_failures_on_postgresql(tmp_path: Path) -> None:
+    missing_database = (
+        make_url(postgres_url()).set(password="pa55-w0rd", database="memweave_no_such_db").render_as_string(False)
+    )
+    with place("postgresql", tmp_path) as url, place("sqlite", tmp_path) as local:
+        seed(url)
+        seed(local)
+        results = memweave_all(
+            ("sessions", "list", missing_database),
+            ("migrate", local, missing_database),
+            ("export", url, "--collection", "nope"),
+            ("sessions", "delete", url, "nope"),
+            ("vectors", "search", url, "tea"),
+            ("vectors", "search", url, "tea", "-c", "notes", "--dimension", "32"),
+            ("migrate", url, url),
+            ("migrate", url, f"sqlite:///{tmp_path}/never.db", "--dry-run"),
+        )
+        junk = memweave("import", url, stdin=b'{"type":"header","format":"memweave-export","version":1}\n[1, 2]\n')
+        assert contents(url)[0].keys() == {"trip/1", "notes:é"}  # nothing was deleted or imported
+    listed, migrated, collection, deleted, ambiguous, dimension, same, dry = results
+    for result in (listed, migrated):
+        assert result.failed_with("memweave_no_such_db") and "unavailable" in result.stderr, result.stderr
+        assert "pa55" not in result.stderr and "w0rd" not in result.stderr and "***" in result.stderr
+    assert collection.failed_with("no vector collection 'nope'")
+    assert deleted.failed_with("no session 'nope'")
+    assert ambiguous.returncode == 2 and "several collections (dots, notes)" in ambiguous.stderr
+    assert dimension.failed_with("dimension")
+    assert same.failed_with("the same store")
+    assert dry.returncode == 0 and "2 sessions" in dry.stdout and "3 documents (cosine, dimension 64)" in dry.stdout
+    assert not (tmp_path / "never.db").exists()  # a dry run does not touch the target
+    assert junk.failed_with("line 2: a record is a JSON object")
 
 
 def test_bad_usage_exits_with_2(tmp_path: Path) -> None:
@@ -178,6 +211,14 @@ def test_bad_usage_exits_with_2(tmp_path: Path) -> None:
     assert top.returncode in (0, 2) and "sessions" in top.stdout + top.stderr
 
 
+def _script() -> list[tuple[str, str, list[ToolCall], str | None]]:
+    return [_essentials(core_message(role, body)) for turn in TURNS for role, body in turn]
+
+
+def _essentials(message: Message) -> tuple[str, str, list[ToolCall], str | None]:
+    return message.role, message.text, list(message.tool_calls), message.tool_call_id
+
+
 def test_demo(kind: str, tmp_path: Path) -> None:
     if kind == "sqlite":  # as a new user runs it: no arguments, a temporary file
         result = memweave("demo", cwd=tmp_path)
@@ -188,20 +229,55 @@ def test_demo(kind: str, tmp_path: Path) -> None:
             result = memweave("demo", "--url", url)
             assert result.returncode == 0, result.stderr
             sessions, collections = contents(url)
-            assert [len(m) for m in sessions.values()] == [9] and len(collections["notes"]) == 5
-            assert "postgres" in postgres_url()
+            assert [_essentials(m) for m in sessions[SESSION]] == _script()  # what LangChain wrote
+            assert list(sessions) == [SESSION] and len(collections["notes"]) == 5
     out = result.stdout
     for expected in [
         "LangChain writes",
-        "-> search_restaurants(",
+        "AIMessage  -> search_restaurants(",
         "LlamaIndex reads",
         "<- result of call_1",
         "Alice is vegetarian and allergic to peanuts.",
-        "alice/trip-planning",
+        f"session    │ {SESSION}",
         "9 messages",
         "5 documents",
     ]:
         assert expected in out, expected
+    assert "not installed" not in out and "pip install" not in out
+
+
+def test_demo_without_the_adapters(tmp_path: Path) -> None:
+    """Without langchain-memweave and llama-index-memweave the core API does their part, and says how to get them."""
+    hide = "; ".join(f"sys.modules[{module!r}] = None" for module in ADAPTERS.values())  # as if not installed
+    url = f"sqlite:///{tmp_path}/demo.db"
+    code = f"import sys; {hide}; from memweave.cli import main; main(['demo', '--url', {url!r}])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=300, env=ENV)
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()
+    assert "The core API writes" in out and "The core API reads" in out and "LangChain writes" not in out
+    assert "LangChain adapter not installed" in out and "LlamaIndex adapter not installed" in out
+    assert "pip install langchain-memweave llama-index-memweave" in out
+    assert "Alice is vegetarian and allergic to peanuts." in out and "-> forecast(" in out
+    sessions, collections = contents(url)
+    assert sessions == {SESSION: [core_message(role, body) for turn in TURNS for role, body in turn]}
+    assert len(collections["notes"]) == 5
+
+
+def test_the_core_never_imports_an_adapter_or_a_framework() -> None:
+    """Data flows one way: the adapters import memweave, never the reverse (the demo looks them up at run time)."""
+    frameworks = ("langchain", "langchain_core", "langchain_memweave", "llama_index", "langgraph")
+    source = Path(memweave_package.__file__).parent
+    offenders = []
+    for path in sorted(source.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            offenders += [f"{path.relative_to(source)}: {n}" for n in names if n.split(".")[0] in frameworks]
+    assert offenders == []
+    assert set(ADAPTERS.values()) == {"langchain_memweave", "llama_index.storage.chat_store.memweave"}
 
 
 def test_import_keeps_other_data_and_checks_dimensions(tmp_path: Path) -> None:

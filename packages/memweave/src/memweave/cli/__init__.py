@@ -2,8 +2,8 @@
 
 `memweave demo`, `memweave sessions list|show|delete`, `memweave export` / `import` (the JSON Lines format of
 docs/export-format.md), `memweave migrate FROM TO` and `memweave vectors stats|search`. Exit codes: 0 success,
-1 failure (a one-line reason on stderr, passwords hidden), 2 bad usage. typer and rich are imported only here,
-never by the core.
+1 failure (a one-line reason on stderr, passwords hidden), 2 bad usage, 130 interrupted (Ctrl-C). typer and rich
+are imported only here, never by the core.
 """
 
 from __future__ import annotations

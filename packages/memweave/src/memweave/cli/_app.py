@@ -1,4 +1,5 @@
-"""The `memweave` commands (typer + rich). Exit codes: 0 success, 1 failure (one line on stderr), 2 bad usage."""
+"""The `memweave` commands (typer + rich). Exit codes: 0 success, 1 failure (one line on stderr), 2 bad usage,
+130 interrupted."""
 
 from __future__ import annotations
 
@@ -77,6 +78,16 @@ def _note(message: str) -> None:
     _err.print(Text(message, style="dim"))
 
 
+@contextmanager
+def _resumable(command: str) -> Iterator[None]:
+    """On Ctrl-C, say that running the same command again carries on; exit 130, the shell's code for it."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        _err.print(Text(f"memweave: error: interrupted; run the same {command} again and it resumes"))
+        raise typer.Exit(130) from None
+
+
 # demo ----------------------------------------------------------------------------------------------------------
 
 
@@ -90,8 +101,8 @@ def demo(
     """Show memweave at work, offline.
 
     A scripted conversation with tool calls is written through the LangChain adapter and read back through the
-    LlamaIndex one; a few documents are stored and recalled by meaning with HashingEmbedFn; then a summary of
-    what is stored. No API key, no model, no server.
+    LlamaIndex one (through the core API when an adapter is not installed); a few documents are stored and
+    recalled by meaning with HashingEmbedFn; then a summary of what is stored. No API key, no model, no server.
     """
     from memweave.cli._demo import SESSION, run_demo
 
@@ -264,9 +275,10 @@ def import_command(
     if input_path is None:
         if sys.stdin.isatty():
             raise click.UsageError("pipe an export into stdin (memweave import URL < export.jsonl) or pass --input")
-        counts = import_records(store, sys.stdin.buffer)
+        with _resumable("import"):
+            counts = import_records(store, sys.stdin.buffer)
     else:
-        with open(input_path, "rb") as stream:
+        with _resumable("import"), open(input_path, "rb") as stream:
             counts = import_records(store, stream)
     _note(f"imported {_counts(counts)} into {store.shown}")
 
@@ -327,7 +339,7 @@ def migrate_command(
         TaskProgressColumn(),
         TimeRemainingColumn(),
     )
-    with Progress(*columns, console=_err, disable=not _err.is_terminal) as progress:
+    with _resumable("migrate"), Progress(*columns, console=_err, disable=not _err.is_terminal) as progress:
         report = migrate(origin, into, reporter=_Bars(progress), batch_size=batch_size)
     stdout_console().print(
         Text(
@@ -513,8 +525,6 @@ def run(argv: Sequence[str] | None = None) -> None:
     except click.ClickException as error:  # bad usage found inside a command (the parser's own exit by itself)
         error.show()
         raise SystemExit(error.exit_code) from None
-    except KeyboardInterrupt:
-        _fail("interrupted (a migration or import can be run again: it resumes)", arguments)
     except Exception as error:
         if os.environ.get("MEMWEAVE_DEBUG"):
             raise

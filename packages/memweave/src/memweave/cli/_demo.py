@@ -1,27 +1,75 @@
 """`memweave demo`: one conversation written through LangChain, read back through LlamaIndex, plus semantic recall.
 
-Offline (no API key, no model, no server). The adapters are imported here, inside the command, so that the core
-never depends on them; without them the command says how to install them.
+Offline: no API key, no model, no server. This is the one place in the memweave package that reaches the
+framework adapters, and only optionally. The adapters are separate packages that depend on memweave, never the
+reverse, so they are looked up at run time with `importlib` rather than imported. When one is not installed, its
+step goes through the core API instead (`ChatSession.append` / `ChatSession.load`) and the demo says how to
+install it.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from memweave.cli._render import ROLE_STYLES, human_size
-from memweave.cli._stores import Failure, summarize
+from memweave.cli._render import ROLE_STYLES, human_size, message_text, messages_table
+from memweave.cli._stores import summarize
+from memweave.contracts import ChatMemory
 from memweave.embed import HashingEmbedFn
-from memweave.models import VectorDocument
+from memweave.models import Message, ToolCall, VectorDocument
 from memweave.urls import open_chat_memory, open_vector_memory, redact_url
 
-__all__ = ["SESSION", "run_demo"]
+__all__ = ["ADAPTERS", "SESSION", "TURNS", "core_message", "run_demo"]
 
 SESSION = "alice/trip-planning"
+ADAPTERS = {"langchain": "langchain_memweave", "llama_index": "llama_index.storage.chat_store.memweave"}
+"""The adapter modules the demo uses when they are installed (pip names: langchain-memweave, llama-index-memweave)."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """An assistant's tool call."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Result:
+    """A tool's result for the call `id`."""
+
+    id: str
+    name: str
+    content: str
+
+
+TURNS: list[list[tuple[str, str | Call | Result]]] = [
+    [
+        ("system", "You are a helpful travel assistant."),
+        ("user", "Find me a vegetarian restaurant near Cortina for my July trip."),
+    ],
+    [
+        ("assistant", Call("call_1", "search_restaurants", {"town": "Cortina", "diet": "vegetarian"})),
+        ("tool", Result("call_1", "search_restaurants", '["Baita Fraina", "El Brite"]')),
+        ("assistant", "Baita Fraina and El Brite both have vegetarian menus."),
+    ],
+    [("user", "And what will the weather be like on the 14th?")],
+    [
+        ("assistant", Call("call_2", "forecast", {"town": "Cortina", "day": "07-14"})),
+        ("tool", Result("call_2", "forecast", "Sunny, 24°C, light wind")),
+        ("assistant", "Sunny and 24°C: a good day for the Tofana trail."),
+    ],
+]
+"""The scripted conversation, turn by turn (each turn is one atomic append, as an agent loop would write it)."""
+
 NOTES = {
     "trip": "Alice is planning a hiking trip to the Dolomites in July.",
     "diet": "Alice is vegetarian and allergic to peanuts.",
@@ -30,51 +78,43 @@ NOTES = {
     "music": "Alice plays jazz piano on weekends.",
 }
 QUESTIONS = ["Which foods is Alice allergic to?", "Where is she hiking in July?", "Does she have a cat?"]
-INSTALL = (
-    "memweave demo writes through the LangChain adapter and reads through the LlamaIndex one; install them with "
-    "`pip install langchain-memweave llama-index-memweave` (or run the core-only demo: python -m memweave.demo)"
-)
 
 
-def _turns() -> list[list[Any]]:
-    """The scripted conversation, turn by turn, as LangChain messages (two tool calls and their results)."""
-    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+def core_message(role: str, body: str | Call | Result) -> Message:
+    """One step of the script as a memweave `Message`."""
+    if isinstance(body, Call):
+        return Message(role=role, tool_calls=[ToolCall(id=body.id, name=body.name, arguments=body.arguments)])
+    if isinstance(body, Result):
+        return Message(role=role, tool_call_id=body.id, name=body.name, content=body.content)
+    return Message(role=role, content=body)
 
-    return [
-        [
-            SystemMessage("You are a helpful travel assistant."),
-            HumanMessage("Find me a vegetarian restaurant near Cortina for my July trip."),
-        ],
-        [
-            AIMessage(
-                "",
-                tool_calls=[
-                    {"name": "search_restaurants", "args": {"town": "Cortina", "diet": "vegetarian"}, "id": "call_1"}
-                ],
-            ),
-            ToolMessage('["Baita Fraina", "El Brite"]', tool_call_id="call_1", name="search_restaurants"),
-            AIMessage("Baita Fraina and El Brite both have vegetarian menus."),
-        ],
-        [HumanMessage("And what will the weather be like on the 14th?")],
-        [
-            AIMessage(
-                "", tool_calls=[{"name": "forecast", "args": {"town": "Cortina", "day": "07-14"}, "id": "call_2"}]
-            ),
-            ToolMessage("Sunny, 24°C, light wind", tool_call_id="call_2", name="forecast"),
-            AIMessage("Sunny and 24°C: a good day for the Tofana trail."),
-        ],
-    ]
+
+def _langchain_message(role: str, body: str | Call | Result) -> Any:
+    """One step of the script as a LangChain message."""
+    messages = importlib.import_module("langchain_core.messages")
+    if isinstance(body, Call):
+        return messages.AIMessage("", tool_calls=[{"name": body.name, "args": body.arguments, "id": body.id}])
+    if isinstance(body, Result):
+        return messages.ToolMessage(body.content, tool_call_id=body.id, name=body.name)
+    kind = {"system": "SystemMessage", "user": "HumanMessage", "assistant": "AIMessage"}[role]
+    return getattr(messages, kind)(body)
 
 
 def _langchain_line(message: Any) -> Text:
-    line = Text(f"{message.type:>6}  ", style="bold")
+    line = Text(f"{type(message).__name__:>13}  ", style="bold")
     calls = getattr(message, "tool_calls", None) or []
     if calls:
-        line.append(", ".join(f"-> {c['name']}({json.dumps(c['args'])})" for c in calls))
+        line.append(", ".join(f"-> {c['name']}({json.dumps(c['args'])})  [{c['id']}]" for c in calls))
     elif message.type == "tool":
         line.append(f"<- {message.tool_call_id}: {message.content}")
     else:
         line.append(str(message.content))
+    return line
+
+
+def _core_line(message: Message) -> Text:
+    line = Text(f"{message.role:>9}  ", style=f"bold {ROLE_STYLES.get(message.role, '')}")
+    line.append(" | ".join(message_text(message).plain.splitlines()))
     return line
 
 
@@ -90,34 +130,63 @@ def _llama_index_row(message: Any) -> tuple[Text, Text]:
     return Text(role, style=ROLE_STYLES.get(role, "")), Text("\n".join(parts))
 
 
+def _adapter(name: str) -> tuple[ModuleType | None, str]:
+    """The adapter module if it can be imported, else None and why not."""
+    try:
+        return importlib.import_module(ADAPTERS[name]), ""
+    except ImportError as error:
+        return None, str(error)
+
+
+def _write(chat: ChatMemory, console: Console, langchain: ModuleType | None, missing: str) -> None:
+    if langchain is None:
+        console.rule(f"1. The core API writes session {SESSION!r}, one atomic append per turn")
+        session = chat.session(SESSION)
+        session.clear()
+        for turn in TURNS:
+            messages = [core_message(role, body) for role, body in turn]
+            session.append(messages)
+            for message in messages:
+                console.print(_core_line(message))
+        console.print(Text(f"(LangChain adapter not installed: {missing})", style="dim"))
+        return
+    console.rule(f"1. LangChain writes session {SESSION!r} (MemweaveChatMessageHistory), one atomic append per turn")
+    history = langchain.MemweaveChatMessageHistory(chat, SESSION)
+    history.clear()
+    for turn in TURNS:
+        lc_messages = [_langchain_message(role, body) for role, body in turn]
+        history.add_messages(lc_messages)
+        for lc_message in lc_messages:
+            console.print(_langchain_line(lc_message))
+
+
+def _read(chat: ChatMemory, console: Console, llama_index: ModuleType | None, missing: str) -> None:
+    if llama_index is None:
+        console.rule("2. The core API reads the same session back")
+        messages, version = chat.load_versioned(SESSION)
+        console.print(messages_table(SESSION, messages, version))
+        console.print(Text(f"(LlamaIndex adapter not installed: {missing})", style="dim"))
+        return
+    console.rule("2. LlamaIndex reads the same session back (MemweaveChatStore)")
+    table = Table(show_header=True)
+    table.add_column("role", no_wrap=True)
+    table.add_column("LlamaIndex ChatMessage")
+    for message in llama_index.MemweaveChatStore(chat).get_messages(SESSION):
+        table.add_row(*_llama_index_row(message))
+    console.print(table)
+
+
 def run_demo(url: str, console: Console) -> None:
     """Write, read back, store, recall and summarize at `url`, showing each step."""
-    try:
-        from langchain_memweave import MemweaveChatMessageHistory
-        from llama_index.storage.chat_store.memweave import MemweaveChatStore
-    except ImportError as error:
-        raise Failure(f"{INSTALL} ({error})") from None
+    adapters = {name: _adapter(name) for name in ADAPTERS}
     embed = HashingEmbedFn(dimension=256)
     console.print(Text(f"memweave demo on {redact_url(url)}", style="bold"))
     with (
         open_chat_memory(url) as chat,
         open_vector_memory(url, collection="notes", dimension=embed.dimension) as notes,
     ):
-        history = MemweaveChatMessageHistory(chat, SESSION)
-        history.clear()
-        console.rule(f"1. LangChain writes session {SESSION!r}, one atomic append per turn")
-        for turn in _turns():
-            history.add_messages(turn)
-            for message in turn:
-                console.print(_langchain_line(message))
-
-        console.rule("2. LlamaIndex reads the same session back")
-        table = Table(show_header=True)
-        table.add_column("role", no_wrap=True)
-        table.add_column("LlamaIndex ChatMessage")
-        for message in MemweaveChatStore(chat).get_messages(SESSION):
-            table.add_row(*_llama_index_row(message))
-        console.print(table)
+        _write(chat, console, *adapters["langchain"])
+        _read(chat, console, *adapters["llama_index"])
 
         console.rule("3. Documents stored and recalled by meaning (HashingEmbedFn, offline)")
         notes.store(
@@ -143,3 +212,11 @@ def run_demo(url: str, console: Console) -> None:
             stored.add_row("session", Text(session_id), f"{summary.messages} messages", human_size(summary.size))
         stored.add_row("collection", "notes", f"{notes.count()} documents", f"dimension {notes.dimension}")
         console.print(stored)
+    if any(module is None for module, _ in adapters.values()):
+        console.print(
+            Text(
+                "\nTo see this session written through LangChain and read back through LlamaIndex, install the "
+                "adapters: pip install langchain-memweave llama-index-memweave",
+                style="bold",
+            )
+        )
