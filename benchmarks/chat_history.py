@@ -16,7 +16,7 @@ import shutil
 import tempfile
 import uuid
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,7 +104,11 @@ class Peer:
     def fill(self, key: str, count: int) -> None:
         raise NotImplementedError
 
-    def add_turn(self, key: str, index: int) -> None:
+    def message(self, index: int) -> Any:
+        """The framework's message for `index` (built outside the timed call)."""
+        return _li(index)
+
+    def add_turn(self, key: str, pair: list[Any]) -> None:
         raise NotImplementedError
 
     def read(self, key: str) -> int:
@@ -145,8 +149,11 @@ class LangChainSQL(Peer):
     def fill(self, key: str, count: int) -> None:
         self.history(key).add_messages([_lc(i) for i in range(count)])
 
-    def add_turn(self, key: str, index: int) -> None:
-        self.history(key).add_messages([_lc(index), _lc(index + 1)])
+    def message(self, index: int) -> Any:
+        return _lc(index)
+
+    def add_turn(self, key: str, pair: list[Any]) -> None:
+        self.history(key).add_messages(pair)
 
     def read(self, key: str) -> int:
         return len(self.history(key).messages)
@@ -190,9 +197,9 @@ class LlamaSimple(Peer):
         if self.persist:
             self.store.persist(self.path)
 
-    def add_turn(self, key: str, index: int) -> None:
-        self.store.add_message(key, _li(index))
-        self.store.add_message(key, _li(index + 1))
+    def add_turn(self, key: str, pair: list[Any]) -> None:
+        for message in pair:
+            self.store.add_message(key, message)
         if self.persist:
             self.store.persist(self.path)
 
@@ -214,9 +221,9 @@ class LlamaRedis(Peer):
         self.keys.append(self.prefix + key)
         self.store.set_messages(self.prefix + key, [_li(i) for i in range(count)])
 
-    def add_turn(self, key: str, index: int) -> None:
-        self.store.add_message(self.prefix + key, _li(index))
-        self.store.add_message(self.prefix + key, _li(index + 1))
+    def add_turn(self, key: str, pair: list[Any]) -> None:
+        for message in pair:
+            self.store.add_message(self.prefix + key, message)
 
     def read(self, key: str) -> int:
         return len(self.store.get_messages(self.prefix + key))
@@ -241,10 +248,10 @@ class LlamaSQLAlchemy(Peer):
     def fill(self, key: str, count: int) -> None:
         self.loop.run_until_complete(self.store.set_messages(key, [_li(i) for i in range(count)]))
 
-    def add_turn(self, key: str, index: int) -> None:
+    def add_turn(self, key: str, pair: list[Any]) -> None:
         async def turn() -> None:
-            await self.store.add_message(key, _li(index))
-            await self.store.add_message(key, _li(index + 1))
+            for message in pair:
+                await self.store.add_message(key, message)
 
         self.loop.run_until_complete(turn())
 
@@ -285,8 +292,14 @@ def peer_curves(sizes: tuple[int, ...], runs: int, *, redis: str) -> tuple[list[
                         key = f"bench-{size}"
                         peer.fill(key, size)
                         counter = iter(range(size, 10**9, 2))
+                        turn: list[Any] = []
+
+                        def prepare(p: Peer = peer, c: Iterator[int] = counter, t: list[Any] = turn) -> None:
+                            index = next(c)
+                            t[:] = [p.message(index), p.message(index + 1)]
+
                         add.points[size] = measure(
-                            lambda p=peer, k=key, c=counter: p.add_turn(k, next(c)), runs=runs, warmup=1
+                            lambda p=peer, k=key, t=turn: p.add_turn(k, t), runs=runs, warmup=1, setup=prepare
                         )
                         load.points[size] = measure(lambda p=peer, k=key: p.read(k), runs=max(3, runs // 3), warmup=1)
                 finally:

@@ -14,6 +14,7 @@ with the reason printed and written to the results.
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import os
 import shutil
@@ -24,7 +25,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,6 +92,10 @@ def memory_bandwidth(megabytes: int = 256, runs: int = 5) -> float:
 
 
 def _rss() -> int:
+    """Resident bytes, after a garbage collection and handing freed heap pages back to the OS (glibc)."""
+    gc.collect()
+    with suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
@@ -487,13 +492,11 @@ def measure_subject(
     while not fills or (len(fills) < 3 and sum(fills) < budget / 3 and not subject.slow):
         if fills:
             subject.close()
-        gc.collect()
         subject.open(vectors.shape[1])
         before = _rss()
         start = time.perf_counter()
         subject.fill(ids, vectors)
         fills.append(time.perf_counter() - start)
-        gc.collect()
         memory = max(memory, _rss() - before)
     try:
         few = 4 if subject.slow else len(queries)  # a pure-Python scan takes ~0.1-1 s per query
@@ -585,7 +588,8 @@ def markdown(cases: list[Case], bandwidth: float) -> str:
     lines = [
         f"Memory bandwidth (numpy scan, best of 5): {bandwidth / 1e9:.1f} GB/s. Floor: N x d x 4 bytes / bandwidth. "
         f"QPS: {BATCH_QUERIES} queries (4 on the slow stores) through the library's batch API where it has one "
-        "(faiss, qdrant-client), else one after another. Memory: resident set growth while filling (approximate).",
+        "(faiss, qdrant-client), else one after another. Memory: resident set growth while filling, after gc and "
+        "malloc_trim (approximate: allocator fragmentation counts).",
         "",
     ]
     for case in cases:
@@ -642,3 +646,40 @@ def ratio_rows(cases: list[Case]) -> list[tuple[str, float, float, float]]:
         label = f"search {case.count // 1000}kx{case.dimension}: {theirs} / {mine.removeprefix('memweave ')}"
         rows.append((label, b.p50 / a.p50, min(b.latency) / max(a.latency), max(b.latency) / min(a.latency)))
     return rows
+
+
+def sixteen_bit_probe(count: int, dimension: int = 384, runs: int = 7) -> str:
+    """Why there is no float16 storage mode yet: what a 16-bit scan costs in numpy against the float32 one.
+
+    Halving the bytes scanned only pays if the scan stays memory-bound; numpy has no float16 BLAS kernel, so the
+    16-bit scan is either numpy's generic float16 matmul or a float16 -> float32 conversion per block of rows
+    (kept in cache) followed by the float32 product. Both are timed here next to the float32 product.
+    """
+    rng = np.random.default_rng(3)
+    matrix = rng.standard_normal((count, dimension), dtype=np.float32)
+    query = rng.standard_normal(dimension, dtype=np.float32)
+    half, half_query = matrix.astype(np.float16), query.astype(np.float16)
+    block = np.empty((1024, dimension), dtype=np.float32)
+    out = np.empty(count, dtype=np.float32)
+
+    def blocked() -> None:
+        for start in range(0, count, len(block)):
+            rows = half[start : start + len(block)]
+            target = block[: len(rows)]
+            target[...] = rows
+            np.matmul(target, query, out=out[start : start + len(rows)])
+
+    timings = {
+        "float32 matrix @ query (BLAS sgemv)": _timing(_repeat(lambda: matrix @ query, runs=runs, budget=2.0)),
+        "float16 matrix @ float16 query (numpy)": _timing(_repeat(lambda: half @ half_query, runs=3, budget=2.0)),
+        "float16 -> float32 per 1,024-row block, then sgemv": _timing(_repeat(blocked, runs=3, budget=2.0)),
+    }
+    base = next(iter(timings.values())).median
+    lines = [
+        f"#### 16-bit storage probe, {count:,}x{dimension} (why no float16 mode yet)",
+        "",
+        "| scan | time | vs float32 |",
+        "| --- | --- | --- |",
+    ]
+    lines += [f"| {name} | {timing} | {timing.median / base:.1f}x |" for name, timing in timings.items()]
+    return "\n".join([*lines, ""])
