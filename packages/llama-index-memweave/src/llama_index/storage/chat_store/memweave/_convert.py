@@ -15,7 +15,9 @@ framework, read here and saved back, is stored exactly as it was, extras include
 
 from __future__ import annotations
 
+import functools
 import json
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -59,7 +61,7 @@ def to_core_many(messages: Sequence[ChatMessage], stored: Sequence[Message] = ()
     """
     unchanged: dict[str, list[Message]] = {}
     for original in reversed(stored):
-        unchanged.setdefault(_fingerprint(_chat_json(original)), []).append(original)
+        unchanged.setdefault(_reading(original).fingerprint(original), []).append(original)
     result = []
     for message in messages:
         native = message.model_dump(mode="json")
@@ -164,16 +166,52 @@ def to_chat_many(messages: Iterable[Message]) -> list[ChatMessage]:
     return [to_chat(message) for message in messages]
 
 
-def _chat_json(message: Message) -> dict[str, Any]:
-    """The JSON of the `ChatMessage` that `message` reads as."""
-    native = _native(message)
-    return native if native is not None else _from_standard(message).model_dump(mode="json")
+class _Reading:
+    """How a stored message reads, worked out once per message object (messages are immutable).
+
+    Checking that the native JSON agrees with the standard fields is half the cost of a read, and chat engines
+    read the whole history on every turn, mostly the very objects the backend's snapshot cache holds.
+    """
+
+    __slots__ = ("_fingerprint", "native")
+
+    def __init__(self, message: Message) -> None:
+        native = message.extras.get(NAMESPACE)
+        self.native: Mapping[str, Any] | None = native if native is not None and _consistent(native, message) else None
+        self._fingerprint: str | None = None
+
+    def fingerprint(self, message: Message) -> str:
+        """`_fingerprint` of the JSON of the `ChatMessage` that `message` reads as."""
+        if self._fingerprint is None:
+            chat_json = self.native if self.native is not None else _from_standard(message).model_dump(mode="json")
+            self._fingerprint = _fingerprint(chat_json)
+        return self._fingerprint
+
+
+_READINGS: dict[int, tuple[weakref.ref[Message], _Reading]] = {}  # by id() of live messages only
+
+
+def _reading(message: Message) -> _Reading:
+    key = id(message)
+    known = _READINGS.get(key)
+    if known is not None and known[0]() is message:
+        return known[1]
+    reading = _Reading(message)
+    _READINGS[key] = (weakref.ref(message, functools.partial(_forget, key)), reading)
+    return reading
+
+
+def _forget(key: int, ref: weakref.ref[Message]) -> None:
+    """Drop the reading of a message that no longer exists (before its id can be reused)."""
+    known = _READINGS.get(key)
+    if known is not None and known[0] is ref:
+        _READINGS.pop(key, None)
 
 
 def _native(message: Message) -> dict[str, Any] | None:
     """A mutable copy of the message's LlamaIndex JSON, if it has one that agrees with its standard fields."""
-    native = message.extras.get(NAMESPACE)
-    if native is None or not _consistent(native, message):
+    native = _reading(message).native
+    if native is None:
         return None
     thawed: dict[str, Any] = _thaw(native)
     return thawed
