@@ -396,19 +396,20 @@ def test_a_changed_role_or_a_plaintext_message_is_detected() -> None:
         chat.load("s")
 
 
-def test_vector_tampering_and_swaps_are_detected() -> None:
-    vectors = EncryptedVectorMemory(InMemoryVectorMemory(3), key=KEY)
+@pytest.mark.parametrize("hashed", [False, True])
+def test_vector_tampering_and_swaps_are_detected(hashed: bool) -> None:
+    vectors = EncryptedVectorMemory(InMemoryVectorMemory(3), key=KEY, id_key=ID_KEY if hashed else None)
     vectors.store(
         [VectorDocument(id="a", content="A", embedding=[1, 0, 0]), VectorDocument(id="b", embedding=[0, 1, 0])]
     )
-    [a, b] = vectors.inner.get(["a", "b"])
+    [a, b] = vectors.inner.get([vectors.stored_id("a"), vectors.stored_id("b")])
     vectors.inner.store([b.model_copy(update={"content": a.content})])  # a's ciphertext under b's id
-    with pytest.raises(CorruptMemoryError, match=r"'b'.*fails authentication"):
+    with pytest.raises(CorruptMemoryError, match=r"document 'b' fails authentication"):
         vectors.get(["b"])
     with pytest.raises(CorruptMemoryError):
         vectors.search([0.0, 1.0, 0.0], top_k=1)
     vectors.inner.store([a.model_copy(update={"content": _flip(a.content)})])
-    with pytest.raises(CorruptMemoryError, match="'a'"):
+    with pytest.raises(CorruptMemoryError, match="document 'a'"):
         vectors.get(["a"])
 
 

@@ -559,9 +559,9 @@ class EncryptedVectorMemory(VectorMemory):
             sealed.append(VectorDocument(id=stored_id, content=token, embedding=embedding))
         return sealed
 
-    def _open(self, stored: VectorDocument) -> VectorDocument:
-        """Decrypt a stored document."""
-        name = stored.id
+    def _open(self, stored: VectorDocument, name: str | None = None) -> VectorDocument:
+        """Decrypt a stored document (`name`: its original id when known, for errors)."""
+        name = stored.id if name is None else name
         try:
             payload = json.loads(self.keyring.open(stored.content, b"vector\x00" + stored.id.encode("utf-8")))
             if not isinstance(payload, dict) or not {"content", "metadata"} <= payload.keys():
@@ -625,8 +625,10 @@ class EncryptedVectorMemory(VectorMemory):
 
     def _get_steps(self, ids: Iterable[str]) -> Steps[list[VectorDocument]]:
         wanted = check_ids(ids)
-        stored: list[VectorDocument] = yield Call(self.inner, "get", ([self.stored_id(i) for i in wanted],))
-        return [self._open(document) for document in stored]
+        stored_ids = [self.stored_id(i) for i in wanted]
+        names = dict(zip(stored_ids, wanted))
+        stored: list[VectorDocument] = yield Call(self.inner, "get", (stored_ids,))
+        return [self._open(document, names.get(document.id)) for document in stored]
 
     def _ids_steps(self) -> Steps[list[str]]:
         if not self._hash:
