@@ -264,9 +264,10 @@ class _SealedCache:
 class EncryptedChatMemory(ChatMemory):
     """A `ChatMemory` that keeps every message of `inner` encrypted with AES-GCM (see the module docs).
 
-    Versions, atomicity, isolation and concurrency are `inner`'s: the wrapper only transforms messages. A save
-    re-encrypts only the messages that changed (the others keep their ciphertext), so the backend's O(change)
-    saves stay O(change).
+    Versions, atomicity, isolation and concurrency are `inner`'s: the wrapper only transforms messages. For the
+    last `cache_size` sessions it read or wrote, it remembers which ciphertext holds which message, so a save
+    re-encrypts only the messages that changed and the backend's O(change) saves stay O(change) (a session it
+    does not remember is re-encrypted whole: a fresh nonce per message, so equal messages never look equal).
     """
 
     def __init__(
