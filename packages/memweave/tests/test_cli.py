@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from cli_support import CONVERSATION, EMBED, ENV, NOTES, contents, memweave, memweave_all, place, seed
 from sqlalchemy.engine import make_url
 
@@ -166,9 +167,23 @@ def test_failures_on_postgresql(tmp_path: Path) -> None:
     missing_database = (
         make_url(postgres_url()).set(password="pa55-w0rd", database="memweave_no_such_db").render_as_string(False)
     )
-    with place("postgresql", tmp_path) as url, place("sqlite", tmp_path) as local:
+    with (
+        place("postgresql", tmp_path) as url,
+        place("postgresql", tmp_path) as empty,
+        place("sqlite", tmp_path) as local,
+    ):
         seed(url)
         seed(local)
+        reads = memweave_all(
+            ("sessions", "list", empty, "--json"),
+            ("sessions", "show", empty, "x"),
+            ("export", empty),
+            ("vectors", "stats", empty, "--json"),
+            ("migrate", empty, f"sqlite:///{tmp_path}/copy.db"),
+        )
+        prefix = make_url(empty).query["table_prefix"]
+        with sa.create_engine(make_url(postgres_url())).connect() as connection:
+            assert [t for t in sa.inspect(connection).get_table_names() if t.startswith(prefix)] == []
         results = memweave_all(
             ("sessions", "list", missing_database),
             ("migrate", local, missing_database),
@@ -181,6 +196,13 @@ def test_failures_on_postgresql(tmp_path: Path) -> None:
         )
         junk = memweave("import", url, stdin=b'{"type":"header","format":"memweave-export","version":1}\n[1, 2]\n')
         assert contents(url)[0].keys() == {"trip/1", "notes:é"}  # nothing was deleted or imported
+    # reading an empty store (say, a mistyped ?table_prefix=) finds nothing and creates no table
+    nothing, unknown, exported, no_stats, no_migration = reads
+    assert nothing.returncode == 0 and nothing.json() == []
+    assert unknown.failed_with("no session 'x'")
+    assert exported.returncode == 0 and '"sessions":0' in exported.stdout.splitlines()[-1]
+    assert no_stats.returncode == 0 and no_stats.json() == []
+    assert no_migration.returncode == 0 and "0 sessions" in no_migration.stdout
     listed, migrated, collection, deleted, ambiguous, dimension, same, dry = results
     for result in (listed, migrated):
         assert result.failed_with("memweave_no_such_db") and "unavailable" in result.stderr, result.stderr

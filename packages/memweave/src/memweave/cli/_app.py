@@ -26,6 +26,7 @@ from memweave.cli._stores import Failure, Store, summarize
 from memweave.cli._transfer import Counts, dump_record, export_records, import_records, migrate, plan_migration
 from memweave.embed import EmbedFn, HashingEmbedFn
 from memweave.errors import MemweaveError
+from memweave.models import Message
 
 __all__ = ["app", "run"]
 
@@ -139,9 +140,12 @@ def sessions_list(url: Url, as_json: Json = False) -> None:
     """
     store = Store(url)
     store.check_exists()
-    with store.chat() as chat:
-        summaries = [summarize(chat, session_id) for session_id in chat.sessions()]
-    summaries = [s for s in summaries if s.messages]  # cleared meanwhile
+    store.require_chat()
+    summaries = []
+    if store.holds_chat():
+        with store.chat() as chat:
+            summaries = [summarize(chat, session_id) for session_id in chat.sessions()]
+        summaries = [s for s in summaries if s.messages]  # cleared meanwhile
     if as_json:
         _print_json(
             [
@@ -176,8 +180,12 @@ def sessions_show(
     """
     store = Store(url)
     store.check_exists()
-    with store.chat() as chat:
-        messages, version = chat.load_versioned(session_id)
+    store.require_chat()
+    messages: list[Message] = []
+    version = 0
+    if store.holds_chat():
+        with store.chat() as chat:
+            messages, version = chat.load_versioned(session_id)
     if not messages:
         raise Failure(f"no session {session_id!r} at {store.shown}")
     if as_json:
@@ -194,6 +202,9 @@ def sessions_delete(
     """Delete one session and all its messages."""
     store = Store(url)
     store.check_exists()
+    store.require_chat()
+    if not store.holds_chat():
+        raise Failure(f"no session {session_id!r} at {store.shown}")
     with store.chat() as chat:
         messages = chat.load(session_id)
         if not messages:

@@ -9,13 +9,22 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from memweave.contracts import ChatMemory, CollectionInfo, VectorMemory
 from memweave.errors import MemweaveError
 from memweave.history import encode_message
 from memweave.models import Message
-from memweave.urls import _resolve, open_chat_memory, open_vector_memory, redact_url, vector_collections
+from memweave.urls import (
+    SQL_SCHEMES,
+    _resolve,
+    _with_url_options,
+    open_chat_memory,
+    open_vector_memory,
+    redact_url,
+    vector_collections,
+)
 
 __all__ = ["Failure", "Store", "SessionSummary", "last_activity", "session_size", "summarize"]
 
@@ -57,10 +66,37 @@ class Store:
             if not path.is_dir():
                 raise Failure(f"no memweave directory at {self.shown} ({str(path)!r} is not a directory)")
 
-    def open_chat(self) -> ChatMemory:
-        """The store's chat memory (the caller closes it)."""
+    def holds_chat(self) -> bool:
+        """Whether chat sessions can be read here, found out without creating any storage.
+
+        The SQL backends create their tables when first used, so on SQL the sessions table is looked up first,
+        read-only: reading with a mistyped `?table_prefix=` finds no session instead of creating empty tables.
+        """
+        if not self.has_chat:
+            return False
+        scheme = self.scheme
+        if scheme not in SQL_SCHEMES:
+            return True
+        from memweave.backends.sql._engine import Database
+        from memweave.backends.sql._schema import Tables
+
+        url, options = _with_url_options(scheme, self.url, {})
+        sessions = Tables.build(options.get("table_prefix", "memweave_"), options.get("schema")).sessions
+        database = Database(url)
+        try:
+            with database.translated(), database.engine.connect() as connection:
+                return sa.inspect(connection).has_table(sessions.name, schema=sessions.schema)
+        finally:
+            database.close()
+
+    def require_chat(self) -> None:
+        """Refuse a store that cannot hold chat sessions."""
         if not self.has_chat:
             raise Failure(f"{self.shown} stores vectors only (Qdrant); chat sessions live in SQL, files or Redis")
+
+    def open_chat(self) -> ChatMemory:
+        """The store's chat memory (the caller closes it)."""
+        self.require_chat()
         return open_chat_memory(self.url)
 
     @contextmanager

@@ -131,7 +131,9 @@ def export_records(
         "source": store.shown,
         "memweave": __version__,
     }
-    if (everything and store.has_chat) or sessions:
+    if sessions and not store.holds_chat():
+        raise Failure(f"no session {sessions[0]!r} at {store.shown}")
+    if (everything and store.holds_chat()) or sessions:
         with store.chat() as chat:
             for session_id in sessions or chat.sessions():
                 messages = chat.load(session_id)
@@ -347,7 +349,7 @@ class Plan:
 def plan_migration(source: Store) -> Plan:
     """Survey the source (read-only)."""
     sessions: dict[str, int] = {}
-    if source.has_chat:
+    if source.holds_chat():
         with source.chat() as chat:
             for session_id in chat.sessions():
                 sessions[session_id] = len(chat.load(session_id))
@@ -369,7 +371,7 @@ def migrate(
     reporter = reporter or _Silent()
     report = MigrationReport()
     expected: dict[str, int] = {}
-    if source.has_chat:
+    if source.holds_chat():
         with source.chat() as chat:
             ids = chat.sessions()
             if ids and not target.has_chat:
