@@ -39,7 +39,18 @@ def store(kind: str, tmp_path: Path) -> Iterator[str]:
         yield url
 
 
-def test_reading_commands(store: str) -> None:
+CAT_EMBED = """
+from cli_support import EMBED, NOTES
+from memweave.embed import embed_fn_from_callable
+
+def always_the_cat():
+    return embed_fn_from_callable(lambda text: EMBED(NOTES["cat"]), dimension=EMBED.dimension)
+"""
+
+
+def test_reading_commands(store: str, tmp_path: Path) -> None:
+    (tmp_path / "cat_embed.py").write_text(CAT_EMBED)
+    configured = {"MEMWEAVE_EMBED_FN": "cat_embed:always_the_cat", "PYTHONPATH": f"{tmp_path}:{Path(__file__).parent}"}
     listed, shown, stats, found, search_dot, missing, unknown = memweave_all(
         ("sessions", "list", store, "--json"),
         ("sessions", "show", store, "trip/1", "--json"),
@@ -49,6 +60,7 @@ def test_reading_commands(store: str) -> None:
         ("sessions", "show", store, "no such session"),
         ("vectors", "search", store, "tea", "--collection", "nope"),
     )
+    with_embed_fn = memweave("vectors", "search", store, "green tea", "-c", "notes", "-k", "1", env=configured)
     assert listed.returncode == 0, listed.stderr
     rows = {row["id"]: row for row in listed.json()}
     assert sorted(rows) == ["notes:é", "trip/1"]
@@ -67,6 +79,8 @@ def test_reading_commands(store: str) -> None:
     assert hits[0]["id"] == "tea" and len(hits) == 2
     assert hits[0]["content"] == NOTES["tea"] and hits[0]["metadata"] == {"topic": "tea"}
     assert [hit["id"] for hit in search_dot.json()] == ["cat"]
+    assert with_embed_fn.returncode == 0, with_embed_fn.stderr  # the configured EmbedFn, not HashingEmbedFn
+    assert "Miso" in with_embed_fn.stdout and "tea" not in with_embed_fn.stdout.split("1 hit")[0]
 
     assert missing.failed_with("no session 'no such session'")
     assert unknown.failed_with("no vector collection 'nope'") and "dots, notes" in unknown.stderr
