@@ -154,6 +154,7 @@ def test_failures_are_one_line_with_exit_code_1(tmp_path: Path) -> None:
             ("sessions", "list", "nosuch://host/db"),
             ("sessions", "list", f"sqlite:///{tmp_path}/missing.db"),
             ("sessions", "list", "postgresql://alice:s3cr%40t@127.0.0.1:1/db"),
+            ("migrate", url, "postgresql://alice@127.0.0.1:1/db?password=hunter22"),
             ("vectors", "search", url, "tea", "-c", "notes", "--embed-fn", "no_such_module:embed"),
             ("sessions", "list", "qdrant+memory://"),
             ("migrate", url, "qdrant+memory://", "--dry-run"),
@@ -164,10 +165,11 @@ def test_failures_are_one_line_with_exit_code_1(tmp_path: Path) -> None:
         from_the_future = memweave(
             "import", url, stdin=b'{"type":"header","format":"memweave-export","version":99}\n{"type":"end"}\n'
         )
-    scheme, missing, unreachable, embed_fn, qdrant_chat, qdrant_target, deleted = results
+    scheme, missing, unreachable, unreachable_target, embed_fn, qdrant_chat, qdrant_target, deleted = results
     assert scheme.failed_with("unsupported scheme")
     assert missing.failed_with("no SQLite database")
     assert unreachable.failed_with("unavailable") and "s3cr" not in unreachable.stderr and "***" in unreachable.stderr
+    assert unreachable_target.failed_with("unavailable") and "hunter" not in unreachable_target.stderr
     assert embed_fn.failed_with("no_such_module")
     assert qdrant_chat.failed_with("vectors only")
     assert qdrant_target.failed_with("vectors only")

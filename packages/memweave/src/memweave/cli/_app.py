@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any, BinaryIO, NoReturn
-from urllib.parse import unquote, urlsplit
 
 import click
 import typer
@@ -27,6 +26,7 @@ from memweave.cli._transfer import Counts, dump_record, export_records, import_r
 from memweave.embed import EmbedFn, HashingEmbedFn
 from memweave.errors import MemweaveError
 from memweave.models import Message
+from memweave.urls import redact_text
 
 __all__ = ["app", "run"]
 
@@ -498,23 +498,10 @@ def vectors_search(
 # Running -------------------------------------------------------------------------------------------------------
 
 
-def _secrets(argv: Sequence[str]) -> list[str]:
-    """The passwords inside the URLs on the command line, to scrub from any message."""
-    found = []
-    for argument in argv:
-        if "://" in argument:
-            try:
-                password = urlsplit(argument).password
-            except ValueError:
-                continue
-            if password:
-                found += [password, unquote(password)]
-    return sorted(set(found), key=len, reverse=True)
-
-
 def _fail(message: str, argv: Sequence[str]) -> NoReturn:
-    for secret in _secrets(argv):
-        message = message.replace(secret, "***")
+    for argument in argv:  # whatever a driver put in its message, no secret of a URL on the command line
+        if "://" in argument:
+            message = redact_text(message, argument)
     line = " ".join(message.split())  # one line, whatever the exception said
     _err.print(Text(f"memweave: error: {line}"), soft_wrap=True)
     raise SystemExit(1)
