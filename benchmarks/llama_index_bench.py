@@ -2,14 +2,17 @@
 
 `set_messages` of 1,000 messages on a SQLite file: `MemweaveChatStore` over `SQLChatMemory` against
 `SQLAlchemyChatStore`. The latter has only an async API, so both are timed through their async `set_messages`
-(`aset_messages` for `MemweaveChatStore`), each call run to completion on one event loop, each on a fresh key.
+(`aset_messages` for `MemweaveChatStore`), each call run to completion on one event loop, each on a fresh key,
+the two stores taking turns.
 Then the top-10 `query` at N x 384: `MemweaveVectorStore` over `InMemoryVectorMemory` against `SimpleVectorStore`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import statistics
 import tempfile
+import time
 import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -39,21 +42,24 @@ def _chat_messages(count: int) -> list[Any]:
 
 def _set_messages(
     loop: asyncio.AbstractEventLoop,
-    write: Callable[[str, list[Any]], Awaitable[None]],
-    read: Callable[[str], Awaitable[list[Any]]],
+    stores: list[tuple[Callable[[str, list[Any]], Awaitable[None]], Callable[[str], Awaitable[list[Any]]]]],
     messages: list[Any],
     runs: int,
-) -> Timing:
-    """Time `write(fresh key, messages)`; checks first that a write reads back as it was written."""
-    key = uuid.uuid4().hex
-    loop.run_until_complete(write(key, messages))
-    assert loop.run_until_complete(read(key)) == messages, "the chat store did not read back what it wrote"
-    state = {"key": key}
-
-    def fresh_key() -> None:
-        state["key"] = uuid.uuid4().hex
-
-    return measure(lambda: loop.run_until_complete(write(state["key"], messages)), runs=runs, setup=fresh_key)
+) -> list[Timing]:
+    """Time `write(fresh key, messages)` for each (write, read) pair, the stores taking turns so that a change in
+    the machine's load falls on both; checks first that a write reads back as it was written."""
+    for write, read in stores:
+        key = uuid.uuid4().hex
+        loop.run_until_complete(write(key, messages))
+        assert loop.run_until_complete(read(key)) == messages, "the chat store did not read back what it wrote"
+    samples: list[list[float]] = [[] for _ in stores]
+    for _ in range(runs):
+        for (write, _read), times in zip(stores, samples):
+            key = uuid.uuid4().hex
+            start = time.perf_counter()
+            loop.run_until_complete(write(key, messages))
+            times.append(time.perf_counter() - start)
+    return [Timing(statistics.median(times), min(times), max(times), runs) for times in samples]
 
 
 def chat(report: Report, *, count: int = 1_000, runs: int = 10) -> None:
@@ -71,8 +77,12 @@ def chat(report: Report, *, count: int = 1_000, runs: int = 10) -> None:
             engine = create_async_engine(theirs_url)
             theirs = SQLAlchemyChatStore("bench", async_database_uri=theirs_url, async_engine=engine)
             try:
-                mine = _set_messages(loop, ours.aset_messages, ours.aget_messages, messages, runs)
-                other = _set_messages(loop, theirs.set_messages, theirs.get_messages, messages, runs)
+                mine, other = _set_messages(
+                    loop,
+                    [(ours.aset_messages, ours.aget_messages), (theirs.set_messages, theirs.get_messages)],
+                    messages,
+                    runs,
+                )
             finally:
                 loop.run_until_complete(memory.aclose())
                 memory.close()

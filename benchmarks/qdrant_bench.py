@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-from harness import Report, Timing, measure
+from harness import Report, Timing
 from vector_search import _corpus
 
 from memweave import VectorDocument
@@ -114,6 +114,18 @@ def _upserts(sides: list[_Side], ids: list[str], vectors: np.ndarray[Any, Any], 
     return [Timing(float(np.median(times)), min(times), max(times), runs) for times in samples]
 
 
+def _searches(calls: list[Callable[[], list[str]]], runs: int, warmup: int) -> list[Timing]:
+    """Seconds per call of each search, the calls taking turns (as the upserts do)."""
+    samples: list[list[float]] = [[] for _ in calls]
+    for index in range(warmup + runs):
+        for call, times in zip(calls, samples):
+            start = time.perf_counter()
+            call()
+            if index >= warmup:
+                times.append(time.perf_counter() - start)
+    return [Timing(float(np.median(times)), min(times), max(times), runs) for times in samples]
+
+
 def run(report: Report, *, count: int, upsert_runs: int = 3, warmup: int = 1, search_runs: int = 20) -> None:
     """Add the upsert and search rows at `count` x 384 and the ≤ 1.10x overhead targets to `report`."""
     ids, vectors, queries = _corpus(count, 384)
@@ -124,8 +136,7 @@ def run(report: Report, *, count: int, upsert_runs: int = 3, warmup: int = 1, se
             upsert_ours, upsert_theirs = _upserts([ours, theirs], ids, vectors, upsert_runs, warmup)
         search_ours, search_theirs = ours.search(queries[0]), theirs.search(queries[0])
         assert search_ours() == search_theirs(), "memweave and the raw client disagree on the top 10"
-        mine = measure(search_ours, runs=search_runs, warmup=2)
-        other = measure(search_theirs, runs=search_runs, warmup=2)
+        mine, other = _searches([search_ours, search_theirs], search_runs, warmup=2)
     finally:
         ours.close()
         theirs.close()
