@@ -96,7 +96,9 @@ def _resumable(command: str) -> Iterator[None]:
 def demo(
     url: Annotated[
         str | None,
-        typer.Option(help="Where to store (default: a SQLite file in a temporary directory, removed afterwards)."),
+        typer.Option(
+            metavar="URL", help="Where to store (default: a SQLite file in a temporary directory, removed afterwards)."
+        ),
     ] = None,
 ) -> None:
     """Show memweave at work, offline.
