@@ -29,11 +29,17 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import LockError, RedisClusterException
+from redis.exceptions import LockError, RedisClusterException, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from memweave.contracts import ChatMemory, History, MessagesIn, check_id
-from memweave.errors import BackendUnavailableError, ConcurrentModificationError, CorruptMemoryError, InvalidInputError
+from memweave.errors import (
+    BackendUnavailableError,
+    ConcurrentModificationError,
+    CorruptMemoryError,
+    InvalidInputError,
+    MemweaveError,
+)
 from memweave.history import (
     EMPTY,
     Snapshot,
@@ -71,6 +77,11 @@ local function touch(ttl_ms)
     for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, ttl_ms) end
   end
 end
+local function intact(id)
+  local stored, count = unpack(redis.call('HMGET', KEYS[1], 'id', 'count'))
+  if stored and stored ~= id then return false end
+  return not count or tonumber(count) == redis.call('LLEN', KEYS[2])
+end
 local function push(first, n)
   for i = 0, n - 1, 1000 do
     local last = math.min(i + 1000, n) - 1
@@ -81,13 +92,13 @@ end
 """
 
 SCRIPTS = {
-    # KEYS: meta, msgs. ARGV: the version the caller has cached. -> {version, id, changed, messages?}
+    # KEYS: meta, msgs. ARGV: the version the caller has cached. -> {version, id, changed, messages?, count?}
     "load": """
 local version = redis.call('HGET', KEYS[1], 'version')
 if not version then return {'0', '', 0} end
 local id = redis.call('HGET', KEYS[1], 'id')
 if version == ARGV[1] then return {version, id, 0} end
-return {version, id, 1, redis.call('LRANGE', KEYS[2], 0, -1)}
+return {version, id, 1, redis.call('LRANGE', KEYS[2], 0, -1), redis.call('HGET', KEYS[1], 'count') or ''}
 """,
     # KEYS: meta, digests. -> {version, id, digests}
     "digests": """
@@ -95,12 +106,14 @@ local version = redis.call('HGET', KEYS[1], 'version') or '0'
 local id = redis.call('HGET', KEYS[1], 'id') or ''
 return {version, id, redis.call('LRANGE', KEYS[2], 0, -1)}
 """,
-    # KEYS: meta, msgs, digests. ARGV: base version, id, keep, ttl ms, n, n messages, n digests -> {ok, version}
+    # KEYS: meta, msgs, digests. ARGV: base version, id, keep, ttl ms, n, n messages, n digests
+    # -> {1, version}, or {0, version} on a version conflict, or {-1, version} if it would keep damaged messages
     "save": _NEXT_VERSION
     + """
 local version = redis.call('HGET', KEYS[1], 'version') or '0'
 if version ~= ARGV[1] then return {0, version} end
 local keep, n = tonumber(ARGV[3]), tonumber(ARGV[5])
+if keep > 0 and not intact(ARGV[2]) then return {-1, version} end
 if keep + n == 0 then
   redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
   return {1, '0'}
@@ -113,21 +126,23 @@ else
 end
 push(6, n)
 local new = next_version(version)
-redis.call('HSET', KEYS[1], 'id', ARGV[2], 'version', new)
+redis.call('HSET', KEYS[1], 'id', ARGV[2], 'version', new, 'count', keep + n)
 touch(ARGV[4])
 return {1, new}
 """,
     # KEYS: meta, msgs, digests.
     "clear": "return redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])",
     # KEYS: meta, msgs, digests. ARGV: id, ttl ms, n, n messages, n digests -> {old version, new version}
+    # (new version '-1': the stored messages are damaged, nothing was appended)
     "append": _NEXT_VERSION
     + """
 local version = redis.call('HGET', KEYS[1], 'version') or '0'
 local n = tonumber(ARGV[3])
 if n == 0 then return {version, version} end
+if not intact(ARGV[1]) then return {version, '-1'} end
 push(4, n)
 local new = next_version(version)
-redis.call('HSET', KEYS[1], 'id', ARGV[1], 'version', new)
+redis.call('HSET', KEYS[1], 'id', ARGV[1], 'version', new, 'count', redis.call('LLEN', KEYS[2]))
 touch(ARGV[2])
 return {version, new}
 """,
@@ -222,7 +237,10 @@ class RedisChatMemory(ChatMemory):
         if as_text(stored_id) != session_id:
             raise CorruptMemoryError(f"session {session_id!r}: its keys hold another session's data")
         if changed:
-            cached = Snapshot(version, tuple(decode_message(session_id, i, raw) for i, raw in enumerate(rest[0])))
+            raws, count = rest
+            if count and int(count) != len(raws):  # a message list cut short or added to behind memweave's back
+                raise CorruptMemoryError(f"session {session_id!r} should have {int(count)} messages; found {len(raws)}")
+            cached = Snapshot(version, tuple(decode_message(session_id, i, raw) for i, raw in enumerate(raws)))
             self._cache.put(session_id, cached)
         return History(list(cached.messages), version)
 
@@ -230,10 +248,12 @@ class RedisChatMemory(ChatMemory):
         keys = self._keys(check_id(session_id))
         edit = prepare_edit(messages, self._cache.get(session_id))  # validated before anything is written
         new = edit.messages
-        trust_cache = True
+        trust_cache, damaged_at = True, None  # damaged_at: the version of a damaged history being replaced
         while True:
             cached = self._cache.get(session_id) if trust_cache else None
-            if cached is not None and expected_version in (None, cached.version):
+            if damaged_at is not None:  # the stored messages are damaged: keep none of them
+                base, keep, bodies = damaged_at, 0, [encode_message(m) for m in new]
+            elif cached is not None and expected_version in (None, cached.version):
                 identical = edit.identical if cached is edit.base else identical_prefix(new, cached.messages)
                 base, keep = cached.version, kept_prefix(new, cached.messages, identical)
                 bodies = [encode_message(m) for m in new[keep:]]
@@ -247,10 +267,17 @@ class RedisChatMemory(ChatMemory):
                 bodies = all_bodies[keep:]
             args: list[str | bytes | int] = [str(base), session_id, keep, self._ttl_ms, len(bodies)]
             ok, version_raw = yield _Script("save", keys, [*args, *bodies, *(digest(b) for b in bodies)])
-            if ok:
+            if ok == 1:
                 version = int(version_raw)
                 self._cache.put(session_id, Snapshot(version, new))
                 return version
+            if ok == -1 and expected_version is not None:
+                raise CorruptMemoryError(
+                    f"session {session_id!r}: its stored messages are damaged; save without a version to replace them"
+                )
+            if ok == -1:
+                damaged_at = int(version_raw)  # a plain save replaces a damaged history: the way to repair it
+                continue
             if expected_version is not None:
                 raise self._conflict(session_id, int(version_raw), expected_version)
             trust_cache = False  # another writer got in between: diff again, against the stored digests
@@ -262,6 +289,8 @@ class RedisChatMemory(ChatMemory):
         args: list[str | bytes | int] = [session_id, self._ttl_ms, len(bodies)]
         old_raw, new_raw = yield _Script("append", keys, [*args, *bodies, *(digest(b) for b in bodies)])
         old, new = int(old_raw), int(new_raw)
+        if new == -1:
+            raise CorruptMemoryError(f"session {session_id!r}: its stored messages are damaged; nothing was appended")
         cached = self._cache.get(session_id)
         if cached is not None and cached.version == old and old != new:  # nobody else wrote in between
             self._cache.put(session_id, Snapshot(new, cached.messages + added))
@@ -282,7 +311,7 @@ class RedisChatMemory(ChatMemory):
 
     # Drivers ------------------------------------------------------------------------------------------------
 
-    def _run(self, steps: _Steps[_T]) -> _T:
+    def _run(self, steps: _Steps[_T], session_id: str | None = None) -> _T:
         try:
             op = next(steps)
             while True:
@@ -291,6 +320,10 @@ class RedisChatMemory(ChatMemory):
             return done.value  # type: ignore[no-any-return]
         except (RedisConnectionError, RedisTimeoutError, OSError) as error:
             raise BackendUnavailableError(f"Redis at {self._url} is unavailable: {error}") from error
+        except MemweaveError:
+            raise
+        except (ResponseError, ValueError) as error:
+            raise _damaged(error, session_id) from error
 
     def _execute(self, op: _Op) -> Any:
         if isinstance(op, _Script):
@@ -301,7 +334,7 @@ class RedisChatMemory(ChatMemory):
             pipe.hget(key, op.field)
         return pipe.execute()
 
-    async def _arun(self, steps: _Steps[_T]) -> _T:
+    async def _arun(self, steps: _Steps[_T], session_id: str | None = None) -> _T:
         try:
             op = next(steps)
             while True:
@@ -310,6 +343,10 @@ class RedisChatMemory(ChatMemory):
             return done.value  # type: ignore[no-any-return]
         except (RedisConnectionError, RedisTimeoutError, OSError) as error:
             raise BackendUnavailableError(f"Redis at {self._url} is unavailable: {error}") from error
+        except MemweaveError:
+            raise
+        except (ResponseError, ValueError) as error:
+            raise _damaged(error, session_id) from error
 
     async def _aexecute(self, op: _Op) -> Any:
         assert self._async_client is not None and self._async_scripts is not None
@@ -325,19 +362,19 @@ class RedisChatMemory(ChatMemory):
 
     def load_versioned(self, session_id: str) -> History:
         """Return the session's messages and version (one round trip; cached messages when unchanged)."""
-        return self._run(self._load_steps(session_id))
+        return self._run(self._load_steps(session_id), session_id)
 
     def save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
         """Replace the session's history, writing only the changed suffix."""
-        return self._run(self._save_steps(session_id, messages, expected_version))
+        return self._run(self._save_steps(session_id, messages, expected_version), session_id)
 
     def append(self, session_id: str, messages: MessagesIn) -> int:
         """Append atomically (one script call)."""
-        return self._run(self._append_steps(session_id, messages))
+        return self._run(self._append_steps(session_id, messages), session_id)
 
     def clear(self, session_id: str) -> None:
         """Delete the session's keys."""
-        self._run(self._clear_steps(session_id))
+        self._run(self._clear_steps(session_id), session_id)
 
     def sessions(self) -> list[str]:
         """The ids of this prefix's sessions (found with SCAN, never KEYS), sorted."""
@@ -345,19 +382,19 @@ class RedisChatMemory(ChatMemory):
 
     async def aload_versioned(self, session_id: str) -> History:
         """Async twin of `load_versioned`."""
-        return await self._arun(self._load_steps(session_id))
+        return await self._arun(self._load_steps(session_id), session_id)
 
     async def asave(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
         """Async twin of `save`."""
-        return await self._arun(self._save_steps(session_id, messages, expected_version))
+        return await self._arun(self._save_steps(session_id, messages, expected_version), session_id)
 
     async def aappend(self, session_id: str, messages: MessagesIn) -> int:
         """Async twin of `append`."""
-        return await self._arun(self._append_steps(session_id, messages))
+        return await self._arun(self._append_steps(session_id, messages), session_id)
 
     async def aclear(self, session_id: str) -> None:
         """Async twin of `clear`."""
-        await self._arun(self._clear_steps(session_id))
+        await self._arun(self._clear_steps(session_id), session_id)
 
     async def asessions(self) -> list[str]:
         """Async twin of `sessions`."""
@@ -420,6 +457,20 @@ class RedisChatMemory(ChatMemory):
         if self._async_client is not None:
             await self._async_client.aclose()
         self._client.close()
+
+
+def _damaged(error: ResponseError | ValueError, session_id: str | None) -> Exception:
+    """The error to raise for a failure inside an operation: damaged keys become `CorruptMemoryError`.
+
+    A key of the wrong type (WRONGTYPE), a script failing on a stored value (a version that is not a number) or
+    a reply that cannot be decoded means the session's keys were altered behind memweave's back. Anything else
+    (a server refusing writes when out of memory, ...) is raised as it is.
+    """
+    text = str(error)
+    if isinstance(error, ResponseError) and not text.startswith("WRONGTYPE") and "user_script" not in text:
+        return error
+    what = f"session {session_id!r}" if session_id is not None else "a session"
+    return CorruptMemoryError(f"{what}: its Redis keys hold data memweave did not write ({text[:200]})")
 
 
 def clients_from_url(url: str, socket_timeout: float) -> tuple[Any, Any]:  # shared with redis_vector

@@ -313,6 +313,10 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
         if metric != self.metric:
             raise InvalidInputError(f"collection {self.collection!r} uses the {metric!r} metric, not {self.metric!r}")
         state = self._read_collection(connection)
+        # Every write bumps the version, so documents in a never-written collection mean its row was lost.
+        orphans = sa.select(self._vectors.c.doc_key).where(self._vectors.c.collection_key == self._key).limit(1)
+        if state.version == 0 and connection.execute(orphans).first():
+            raise CorruptMemoryError(f"collection {self.collection!r}: its row in {c.name} was deleted or reset")
         wanted = self._wanted_dimension
         if wanted is not None and state.dimension is None:
             connection.execute(self._collection_update().values(dimension=wanted))

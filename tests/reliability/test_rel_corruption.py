@@ -1,0 +1,136 @@
+"""Storage damaged by hand raises `CorruptMemoryError` naming the session (or document), and spares the rest.
+
+The conformance suite already damages one message per backend (its `corrupt_session` hooks), the file tests a
+dozen ways of damaging a session file, and the SQL tests message rows and embeddings. This module adds what those
+leave out: Redis keys altered in every way a person or another program can (a version that is not a number, a
+message list cut short or added to, keys of the wrong type), and SQL document rows with unreadable metadata or a
+collection row naming another collection. After the damage a fresh object must refuse the damaged data (never a
+silent `[]` or a partial history), keep serving everything else, and a plain save (or `clear`) must repair it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import sqlalchemy as sa
+from reliability_stores import Store, fresh_store
+
+from memweave import Message, SQLVectorMemory, VectorDocument
+from memweave.backends.redis import RedisChatMemory
+from memweave.backends.sql._schema import Tables, key_of
+from memweave.errors import CorruptMemoryError
+
+pytestmark = pytest.mark.timeout(60)
+
+HISTORY = [Message(role="user", content="one"), Message(role="assistant", content="two")]
+OTHER = [Message(role="user", content="bystander")]
+
+# key index: 0 meta (hash), 1 msgs (list), 2 digests (list)
+REDIS_DAMAGES: dict[str, Callable[[redis.Redis, list[str]], Any]] = {
+    "version-not-a-number": lambda c, k: c.hset(k[0], "version", "abc"),
+    "id-missing": lambda c, k: c.hdel(k[0], "id"),
+    "id-of-another-session": lambda c, k: c.hset(k[0], "id", "bystander"),
+    "messages-deleted": lambda c, k: c.delete(k[1]),
+    "message-removed": lambda c, k: c.rpop(k[1]),
+    "message-added": lambda c, k: c.rpush(k[1], b'{"role":"user","content":"injected"}'),
+    "message-not-json": lambda c, k: c.lset(k[1], 0, b"{not json"),
+    "message-not-a-message": lambda c, k: c.lset(k[1], 1, b'{"role":"wizard"}'),
+    "messages-wrong-type": lambda c, k: (c.delete(k[1]), c.set(k[1], "x")),
+    "meta-wrong-type": lambda c, k: (c.delete(k[0]), c.set(k[0], "x")),
+}
+
+
+@pytest.fixture
+def redis_store(tmp_path: Path) -> Iterator[Store]:
+    with fresh_store("redis", tmp_path, "mwc") as store:
+        yield store
+
+
+@pytest.mark.parametrize("damage", list(REDIS_DAMAGES))
+def test_damaged_redis_sessions(redis_store: Store, damage: str) -> None:
+    writer = redis_store.chat()
+    assert isinstance(writer, RedisChatMemory)
+    writer.save("victim", HISTORY)
+    writer.save("bystander", OTHER)
+    client = redis.Redis.from_url(redis_store.location)
+    REDIS_DAMAGES[damage](client, writer._keys("victim"))
+    client.close()
+    reader = redis_store.chat()
+    with pytest.raises(CorruptMemoryError, match="victim"):
+        reader.load("victim")
+    asyncio.run(_refused_async(redis_store.chat(), lambda memory: memory.aload("victim"), "victim"))
+    if damage not in ("id-missing", "message-not-json", "message-not-a-message"):
+        # an append is O(1): it checks the session's id, length and key types, not every stored message
+        with pytest.raises(CorruptMemoryError, match="victim"):
+            reader.append("victim", [Message(role="user", content="never on a damaged history")])
+    assert reader.load("bystander") == OTHER
+    if damage != "meta-wrong-type":  # the listing reads every session's meta; that one cannot be read
+        assert "bystander" in reader.sessions()
+    if damage.endswith("wrong-type") or damage == "version-not-a-number":
+        reader.clear("victim")  # a damaged version or key type cannot be compared or written over: clear, then save
+    reader.save("victim", [Message(role="user", content="repaired")])
+    assert redis_store.chat().load("victim") == [Message(role="user", content="repaired")]
+    reader.close()
+    writer.close()
+
+
+async def _refused_async(memory: Any, call: Callable[[Any], Any], name: str) -> None:
+    """`call(memory)` through the async API raises CorruptMemoryError naming `name`; the memory is closed after."""
+    try:
+        with pytest.raises(CorruptMemoryError, match=name):
+            await call(memory)
+    finally:
+        await memory.aclose()
+
+
+# SQL document rows ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "postgresql", "mariadb"])
+def sql_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    with fresh_store(request.param, tmp_path, "mwc") as store:
+        yield store
+
+
+def _sql_damage(memory: Any, statement: Any) -> None:
+    with memory.engine.begin() as connection:
+        connection.execute(statement)
+
+
+@pytest.mark.parametrize("damage", ["metadata-an-array", "metadata-not-json", "collection-renamed", "row-deleted"])
+def test_damaged_sql_document_rows(sql_store: Store, damage: str) -> None:
+    vectors = Tables.build(sql_store.prefix, None).vectors
+    collections = Tables.build(sql_store.prefix, None).collections
+    writer = sql_store.vector("victim", dimension=2)
+    bystander = sql_store.vector("bystander", dimension=2)
+    writer.store([VectorDocument(id="a", embedding=[1.0, 0.0]), VectorDocument(id="b", embedding=[0.0, 1.0])])
+    bystander.store([VectorDocument(id="z", embedding=[1.0, 1.0], metadata={"k": 1})])
+    row = sa.update(vectors).where(vectors.c.collection_key == key_of("victim"), vectors.c.doc_id == "b")
+    statement = {
+        "metadata-an-array": row.values(metadata="[1, 2]"),
+        "metadata-not-json": row.values(metadata="{not json"),
+        "collection-renamed": sa.update(collections)
+        .where(collections.c.collection_key == key_of("victim"))
+        .values(name="someone else"),
+        "row-deleted": sa.delete(collections).where(collections.c.collection_key == key_of("victim")),
+    }[damage]
+    if damage == "metadata-not-json" and sql_store.kind != "sqlite":
+        with pytest.raises(sa.exc.DBAPIError):  # the native JSON column refuses it: this damage cannot happen there
+            _sql_damage(writer, statement)
+        return
+    _sql_damage(writer, statement)
+    reader = sql_store.vector("victim")
+    assert isinstance(reader, SQLVectorMemory)
+    expected = "'b'" if damage.startswith("metadata") else "victim"
+    with pytest.raises(CorruptMemoryError, match=expected):
+        reader.search([1.0, 0.0])
+    asyncio.run(_refused_async(sql_store.vector("victim"), lambda memory: memory.acount(), expected))
+    with sql_store.vector("bystander") as fresh:
+        assert fresh.get(["z"])[0].metadata == {"k": 1}
+    for memory in (reader, writer, bystander):
+        memory.close()
