@@ -134,3 +134,35 @@ def test_damaged_sql_document_rows(sql_store: Store, damage: str) -> None:
         assert fresh.get(["z"])[0].metadata == {"k": 1}
     for memory in (reader, writer, bystander):
         memory.close()
+
+
+# Redis vector keys ------------------------------------------------------------------------------------------
+
+# key index: 0 docs (hash), 1 vecs (hash), 2 config (hash), 3 changes (stream)
+REDIS_VECTOR_DAMAGES: dict[str, Callable[[redis.Redis, list[str]], Any]] = {
+    "docs-wrong-type": lambda c, k: (c.delete(k[0]), c.set(k[0], "x")),
+    "vectors-wrong-type": lambda c, k: (c.delete(k[1]), c.set(k[1], "x")),
+    "config-wrong-type": lambda c, k: (c.delete(k[2]), c.set(k[2], "x")),
+    "changes-wrong-type": lambda c, k: (c.delete(k[3]), c.set(k[3], "x")),
+    "dimension-not-a-number": lambda c, k: c.hset(k[2], "dimension", "abc"),
+    "metadata-an-array": lambda c, k: c.hset(k[0], "a", b'{"content":"x","metadata":[1]}'),
+    "vector-truncated": lambda c, k: c.hset(k[1], "a", b"\x00\x00\x80"),
+}
+
+
+@pytest.mark.parametrize("damage", list(REDIS_VECTOR_DAMAGES))
+def test_damaged_redis_collections(redis_store: Store, damage: str) -> None:
+    writer = redis_store.vector("victim", dimension=2)
+    bystander = redis_store.vector("bystander", dimension=2)
+    writer.store([VectorDocument(id="a", embedding=[1.0, 0.0]), VectorDocument(id="b", embedding=[0.0, 1.0])])
+    bystander.store([VectorDocument(id="z", embedding=[1.0, 1.0])])
+    client = redis.Redis.from_url(redis_store.location)
+    REDIS_VECTOR_DAMAGES[damage](client, writer._keys)  # type: ignore[attr-defined]
+    client.close()
+    with redis_store.vector("victim") as reader, pytest.raises(CorruptMemoryError, match="victim"):
+        reader.search([1.0, 0.0])
+    asyncio.run(_refused_async(redis_store.vector("victim"), lambda memory: memory.acount(), "victim"))
+    with redis_store.vector("bystander") as fresh:
+        assert [d.id for d in fresh.get(["z"])] == ["z"]
+    for memory in (writer, bystander):
+        memory.close()

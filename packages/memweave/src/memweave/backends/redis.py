@@ -323,7 +323,7 @@ class RedisChatMemory(ChatMemory):
         except MemweaveError:
             raise
         except (ResponseError, ValueError) as error:
-            raise _damaged(error, session_id) from error
+            raise damaged(error, "a session" if session_id is None else f"session {session_id!r}") from error
 
     def _execute(self, op: _Op) -> Any:
         if isinstance(op, _Script):
@@ -346,7 +346,7 @@ class RedisChatMemory(ChatMemory):
         except MemweaveError:
             raise
         except (ResponseError, ValueError) as error:
-            raise _damaged(error, session_id) from error
+            raise damaged(error, "a session" if session_id is None else f"session {session_id!r}") from error
 
     async def _aexecute(self, op: _Op) -> Any:
         assert self._async_client is not None and self._async_scripts is not None
@@ -459,17 +459,16 @@ class RedisChatMemory(ChatMemory):
         self._client.close()
 
 
-def _damaged(error: ResponseError | ValueError, session_id: str | None) -> Exception:
-    """The error to raise for a failure inside an operation: damaged keys become `CorruptMemoryError`.
+def damaged(error: ResponseError | ValueError, what: str) -> Exception:  # shared with redis_vector
+    """The error to raise for a failure inside an operation on `what`: damaged keys become `CorruptMemoryError`.
 
     A key of the wrong type (WRONGTYPE), a script failing on a stored value (a version that is not a number) or
-    a reply that cannot be decoded means the session's keys were altered behind memweave's back. Anything else
+    a reply that cannot be decoded means the keys were altered behind memweave's back. Anything else
     (a server refusing writes when out of memory, ...) is raised as it is.
     """
     text = str(error)
     if isinstance(error, ResponseError) and not text.startswith("WRONGTYPE") and "user_script" not in text:
         return error
-    what = f"session {session_id!r}" if session_id is not None else "a session"
     return CorruptMemoryError(f"{what}: its Redis keys hold data memweave did not write ({text[:200]})")
 
 

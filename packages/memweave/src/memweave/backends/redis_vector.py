@@ -40,11 +40,18 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from memweave.backends.redis import KEY_PREFIX, as_text, clients_from_url
+from memweave.backends.redis import KEY_PREFIX, as_text, clients_from_url, damaged
 from memweave.contracts import CollectionInfo, DocumentsIn, Filter, Metric, VectorMemory, check_ids
-from memweave.errors import BackendUnavailableError, CorruptMemoryError, DimensionMismatchError, InvalidInputError
+from memweave.errors import (
+    BackendUnavailableError,
+    CorruptMemoryError,
+    DimensionMismatchError,
+    InvalidInputError,
+    MemweaveError,
+)
 from memweave.filters import compile_filter
 from memweave.models import FrozenDict, ScoredDocument, VectorDocument, freeze_json
 from memweave.urls import redact_url
@@ -450,6 +457,10 @@ class RedisVectorMemory(VectorMemory):
             return done.value  # type: ignore[no-any-return]
         except (RedisConnectionError, RedisTimeoutError, OSError) as error:
             raise BackendUnavailableError(f"Redis at {self._url} is unavailable: {error}") from error
+        except MemweaveError:
+            raise
+        except (ResponseError, ValueError) as error:
+            raise damaged(error, f"collection {self.collection!r}") from error
 
     def _execute(self, op: _Op) -> Any:
         if isinstance(op, _Script):
@@ -467,6 +478,10 @@ class RedisVectorMemory(VectorMemory):
             return done.value  # type: ignore[no-any-return]
         except (RedisConnectionError, RedisTimeoutError, OSError) as error:
             raise BackendUnavailableError(f"Redis at {self._url} is unavailable: {error}") from error
+        except MemweaveError:
+            raise
+        except (ResponseError, ValueError) as error:
+            raise damaged(error, f"collection {self.collection!r}") from error
 
     async def _aexecute(self, op: _Op) -> Any:
         assert self._async_client is not None and self._async_scripts is not None
