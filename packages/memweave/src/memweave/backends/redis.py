@@ -1,9 +1,11 @@
 """Chat history on Redis (standalone or Cluster), with no server modules required.
 
 Each session lives in three keys that share one hash tag, so they sit in one cluster slot and a Lua script can
-change them atomically: ``<prefix>:{<sha256 of the id>}:meta`` (a hash: the real id and the version),
-``...:msgs`` (a list of message JSON) and ``...:digests`` (a list of per-message digests). Hashing the id means no
-id can collide with, or glob-match, another.
+change them atomically: ``<prefix>:{<sha256 of the id>}:meta`` (a hash: the real id, the version and the message
+count), ``...:msgs`` (a list of message JSON) and ``...:digests`` (a list of per-message digests). Hashing the id
+means no id can collide with, or glob-match, another. Keys altered behind memweave's back (a list cut short or
+added to, another session's id, keys of the wrong type) raise `CorruptMemoryError`: loads and appends refuse them,
+a plain `save` rewrites the history whole.
 
 `save` is one script call that checks the version the diff was computed against, trims the list to the unchanged
 prefix and pushes only the changed suffix: O(change). Versions come from the server clock (microseconds), so they
