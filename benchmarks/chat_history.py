@@ -12,6 +12,7 @@ a shared disk does not drown the code being compared.
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import tempfile
 import uuid
@@ -165,6 +166,13 @@ class LangChainFile(LangChainSQL):
     def __init__(self, directory: str) -> None:
         self.directory = directory
         self.histories = {}
+
+    def fill(self, key: str, count: int) -> None:
+        """Write the file as `add_messages` would, in one go: it adds one message at a time, rewriting the file."""
+        from langchain_core.messages import messages_to_dict
+
+        history = self.history(key)
+        history.file_path.write_text(json.dumps(messages_to_dict([_lc(i) for i in range(count)])), encoding="utf-8")
 
     def history(self, key: str) -> Any:
         from langchain_community.chat_message_histories import FileChatMessageHistory
