@@ -120,7 +120,7 @@ def test_other_roles_map_to_the_nearest_core_role_and_come_back(role: str, core_
 
 def test_standard_fields_are_filled_for_other_frameworks(tmp_path: Path) -> None:
     system, _, user, assistant, tool, function, *_ = [to_core(m) for m in rich_conversation(tmp_path)]
-    assert system.content == "You are careful." and system.extras[NAMESPACE]["role"] == "system"
+    assert system.content == "You are careful." and system.role == "system"
     assert isinstance(user.content, list)
     text, url_image, inline_image, guessed, by_path, audio, video, document, cache, citable = user.content
     assert text == TextPart(text="What is in these? \u00e9\u65e5\U0001f600")
@@ -275,7 +275,7 @@ def test_editing_a_langchain_session_keeps_the_untouched_messages_exactly(
     original = langchain_session()
     assert stored[:3] == original[1:4]
     assert stored[3].text == "It is a sleepy cat." and "langchain" not in stored[3].extras
-    assert stored[4].text == "Thanks!" and NAMESPACE in stored[4].extras
+    assert stored[4].text == "Thanks!" and stored[4].extras == {}  # plain text: the standard fields say it all
     store.delete_message("s", 0)
     assert memory.load("s")[:2] == original[2:4]
 
@@ -293,3 +293,26 @@ def test_an_image_whose_file_is_gone_is_left_out_rather_than_failing_the_read(tm
     stored = to_core(ChatMessage(role="user", blocks=[TextBlock(text="look"), ImageBlock(path=picture)]))
     picture.unlink()
     assert to_chat(stored).model_dump(mode="json") == ChatMessage(role="user", content="look").model_dump(mode="json")
+
+
+@pytest.mark.parametrize("role", ["system", "developer", "user", "assistant", "tool"])
+def test_a_plain_text_message_is_stored_without_extras_and_reads_back_exactly(role: str) -> None:
+    message = ChatMessage(role=role, content="Hello, \u00e9\u65e5 world")
+    core = to_core(message)
+    assert core.extras == {} and core.text == "Hello, \u00e9\u65e5 world"
+    assert to_chat(core).model_dump(mode="json") == message.model_dump(mode="json")
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        ChatMessage(role="user", content=""),
+        ChatMessage(role="function", content="x"),
+        ChatMessage(role="user", content="x", additional_kwargs={"k": 1}),
+        ChatMessage(role="assistant", blocks=[TextBlock(text="a"), TextBlock(text="b")]),
+    ],
+)
+def test_anything_more_than_plain_text_keeps_its_native_json(message: ChatMessage) -> None:
+    core = to_core(message)
+    assert core.extras[NAMESPACE] == message.model_dump(mode="json")
+    assert to_chat(core).model_dump(mode="json") == message.model_dump(mode="json")

@@ -2,9 +2,10 @@
 
 Writing fills the core's standard fields (role, text, images, tool calls, tool call id, name), which every
 framework reads, and keeps LlamaIndex's own JSON (`ChatMessage.model_dump(mode="json")`) under
-`extras["llama_index"]`. Reading rebuilds the `ChatMessage` from that JSON when it still agrees with the standard
-fields, so a LlamaIndex round trip is exact; otherwise (a message written, or edited, by another framework) the
-`ChatMessage` is built from the standard fields.
+`extras["llama_index"]` unless the standard fields alone rebuild it exactly (a plain text message: a role and one
+text block, nothing else), which halves the cost of writing such messages. Reading rebuilds the `ChatMessage`
+from that JSON when it still agrees with the standard fields, so a LlamaIndex round trip is exact; otherwise (a
+plain message, or one written or edited by another framework) the `ChatMessage` is built from the standard fields.
 
 Other frameworks' extras (e.g. `extras["langchain"]`) have no place in a `ChatMessage`: putting them in
 `additional_kwargs` would send them to the LLM, since several LlamaIndex LLM integrations merge
@@ -71,7 +72,30 @@ def to_core_many(messages: Sequence[ChatMessage], stored: Sequence[Message] = ()
 
 
 def _from_native(native: dict[str, Any]) -> Message:
+    if _is_plain(native):
+        return Message.model_validate(_standard_fields(native))
     return Message.model_validate({**_standard_fields(native), "extras": {NAMESPACE: native}})
+
+
+def _is_plain(native: Mapping[str, Any]) -> bool:
+    """Whether `native` is exactly the JSON of `ChatMessage(role=<a core role>, content=<non-empty text>)`, which
+    `_from_standard` rebuilds from the standard fields: then there is nothing to keep in extras."""
+    role, blocks = native.get("role"), native.get("blocks")
+    if not isinstance(role, str) or _ROLES.get(role) != role:
+        return False
+    if not isinstance(blocks, list) or len(blocks) != 1 or not isinstance(blocks[0], dict):
+        return False
+    text = blocks[0].get("text")
+    if not isinstance(text, str) or not text:
+        return False
+    template = _plain_template(role)
+    return native == {**template, "blocks": [{**template["blocks"][0], "text": text}]}
+
+
+@functools.cache
+def _plain_template(role: str) -> dict[str, Any]:
+    """The JSON of a plain text message with this role (its text to be substituted)."""
+    return ChatMessage(role=MessageRole(role), content="text").model_dump(mode="json")
 
 
 def _standard_fields(native: Mapping[str, Any]) -> dict[str, Any]:
