@@ -1,4 +1,4 @@
-"""The Python code blocks of the documentation run, as written, page by page.
+"""The Python code blocks of the documentation (README.md and docs/) run, as written, page by page.
 
 The blocks of one page run in order in one namespace (a page's later blocks may use its earlier ones), in a
 temporary working directory. A block that needs a server or an API key is marked with the HTML comment
@@ -12,13 +12,15 @@ from pathlib import Path
 
 import pytest
 
-DOCS = Path(__file__).parents[1] / "docs"
+ROOT = Path(__file__).parents[1]
+DOCS = ROOT / "docs"
 FENCE = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 NOT_RUN = re.compile(r"<!--\s*not run:[^>]*-->\s*$")
 
 
 def _pages() -> list[str]:
-    return sorted(str(path.relative_to(DOCS)) for path in DOCS.rglob("*.md") if FENCE.search(path.read_text()))
+    pages = [ROOT / "README.md", *DOCS.rglob("*.md")]
+    return sorted(str(path.relative_to(ROOT)) for path in pages if FENCE.search(path.read_text()))
 
 
 def _blocks(page: Path) -> list[tuple[int, str, bool]]:
@@ -37,7 +39,7 @@ def test_python_blocks_run(page: str, tmp_path: Path, monkeypatch: pytest.Monkey
     for variable in ("MEMWEAVE_CHAT_URL", "MEMWEAVE_VECTOR_URL"):
         monkeypatch.delenv(variable, raising=False)
     namespace: dict[str, object] = {"__name__": f"docs_{page}"}
-    for line, code, runs in _blocks(DOCS / page):
-        compiled = compile(code, f"docs/{page}:{line}", "exec")
+    for line, code, runs in _blocks(ROOT / page):
+        compiled = compile(code, f"{page}:{line}", "exec")
         if runs:
             exec(compiled, namespace)
