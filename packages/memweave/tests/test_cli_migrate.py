@@ -170,7 +170,7 @@ def test_resumes_after_an_interrupt_and_a_kill(tmp_path: Path) -> None:
     documents = 3000
     with place("sqlite", tmp_path) as origin, place("postgresql", tmp_path) as target:
         seed_big(origin, sessions=20, documents=documents)
-        args = ["migrate", origin, target, "--batch-size", "30"]
+        args = ["migrate", origin, target, "--batch-size", "3"]  # small batches: a long run to interrupt
 
         code, stderr = _interrupt(args, documents, 1, signal.SIGINT)  # Ctrl-C: the shell's exit code for it
         assert code == 130
