@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from llama_index.core.base.llms.types import ChatMessage, ContentBlock, MessageRole
+from llama_index.core.base.llms.types import ChatMessage, ContentBlock, MessageRole, TextBlock
 from pydantic import TypeAdapter, ValidationError
 
 from memweave.models import ImagePart, Message, OpaquePart, Role, TextPart
@@ -51,6 +51,12 @@ _BLOCK: TypeAdapter[Any] = TypeAdapter(ContentBlock)
 
 def to_core(message: ChatMessage) -> Message:
     """The core `Message` for a `ChatMessage`: standard fields filled in, native JSON kept in extras."""
+    return _to_core(message, _plain_role_and_text(message))
+
+
+def _to_core(message: ChatMessage, plain: tuple[Role, str] | None) -> Message:
+    if plain is not None:
+        return Message(role=plain[0], content=plain[1])
     return _from_native(message.model_dump(mode="json"))
 
 
@@ -65,10 +71,34 @@ def to_core_many(messages: Sequence[ChatMessage], stored: Sequence[Message] = ()
         unchanged.setdefault(_reading(original).fingerprint(original), []).append(original)
     result = []
     for message in messages:
-        native = message.model_dump(mode="json")
-        same = unchanged.get(_fingerprint(native)) if unchanged else None
-        result.append(same.pop() if same else _from_native(native))
+        plain = _plain_role_and_text(message)
+        if not unchanged:
+            result.append(_to_core(message, plain))
+            continue
+        native = _plain_json(*plain) if plain is not None else message.model_dump(mode="json")
+        same = unchanged.get(_fingerprint(native))
+        result.append(same.pop() if same else _to_core(message, plain))
     return result
+
+
+# Checked once: a plain ChatMessage is then exactly its role and text (no other field can hold anything).
+_PLAIN_SHAPE = set(ChatMessage.model_fields) == {"role", "additional_kwargs", "blocks"} and set(
+    TextBlock.model_fields
+) == {"block_type", "text"}
+
+
+def _plain_role_and_text(message: ChatMessage) -> tuple[Role, str] | None:
+    """The core role and the text of a plain `ChatMessage` (one non-empty text block, nothing else), else None.
+
+    Such a message needs no native JSON in extras: `_from_standard` rebuilds it exactly. Recognising it from the
+    object, without `model_dump`, keeps writing long plain conversations cheap.
+    """
+    if not _PLAIN_SHAPE or message.additional_kwargs or len(message.blocks) != 1:
+        return None
+    role, block = _ROLES.get(message.role), message.blocks[0]  # MessageRole is a str enum
+    if role is None or role != message.role or type(block) is not TextBlock or not block.text:
+        return None
+    return role, block.text
 
 
 def _from_native(native: dict[str, Any]) -> Message:
@@ -80,16 +110,21 @@ def _from_native(native: dict[str, Any]) -> Message:
 def _is_plain(native: Mapping[str, Any]) -> bool:
     """Whether `native` is exactly the JSON of `ChatMessage(role=<a core role>, content=<non-empty text>)`, which
     `_from_standard` rebuilds from the standard fields: then there is nothing to keep in extras."""
-    role, blocks = native.get("role"), native.get("blocks")
-    if not isinstance(role, str) or _ROLES.get(role) != role:
+    role, blocks = _ROLES.get(str(native.get("role"))), native.get("blocks")
+    if role is None or role != native.get("role"):
         return False
     if not isinstance(blocks, list) or len(blocks) != 1 or not isinstance(blocks[0], dict):
         return False
     text = blocks[0].get("text")
     if not isinstance(text, str) or not text:
         return False
+    return native == _plain_json(role, text)
+
+
+def _plain_json(role: str, text: str) -> dict[str, Any]:
+    """The JSON of `ChatMessage(role=role, content=text)`."""
     template = _plain_template(role)
-    return native == {**template, "blocks": [{**template["blocks"][0], "text": text}]}
+    return {**template, "blocks": [{**template["blocks"][0], "text": text}]}
 
 
 @functools.cache
