@@ -164,15 +164,29 @@ class ChatMemory(_Closable, ABC):
         conflicts, so a busy session cannot starve the update; `retries` at or below that stays optimistic.
         """
         locked = self._has_update_lock() and retries > OPTIMISTIC_TRIES
-        for attempt in range(OPTIMISTIC_TRIES if locked else retries):
+        version = self._try_update(session_id, change, OPTIMISTIC_TRIES if locked else retries, _backoff)
+        if version is not None:
+            return version
+        if locked:
+            return self._update_locked(session_id, change)
+        raise ConcurrentModificationError(f"session {session_id!r} kept changing; gave up after {retries} tries")
+
+    def _try_update(
+        self,
+        session_id: str,
+        change: Callable[[list[Message]], MessagesIn],
+        tries: int,
+        pause: Callable[[int], float],
+    ) -> int | None:
+        """Up to `tries` optimistic read-modify-writes, sleeping `pause(attempt)` after each conflict: the new
+        version, or None if every try conflicted."""
+        for attempt in range(tries):
             messages, version = self.load_versioned(session_id)
             try:
                 return self.save(session_id, change(messages), expected_version=version)
             except ConcurrentModificationError:
-                time.sleep(_backoff(attempt))
-        if locked:
-            return self._update_locked(session_id, change)
-        raise ConcurrentModificationError(f"session {session_id!r} kept changing; gave up after {retries} tries")
+                time.sleep(pause(attempt))
+        return None
 
     def _has_update_lock(self) -> bool:
         """Whether this backend overrides `_update_locked` (and `_aupdate_locked`)."""
@@ -225,7 +239,22 @@ class ChatMemory(_Closable, ABC):
     ) -> int:
         """Async twin of `update`; `change` may be a coroutine function."""
         locked = self._has_update_lock() and retries > OPTIMISTIC_TRIES
-        for attempt in range(OPTIMISTIC_TRIES if locked else retries):
+        version = await self._atry_update(session_id, change, OPTIMISTIC_TRIES if locked else retries, _backoff)
+        if version is not None:
+            return version
+        if locked:
+            return await self._aupdate_locked(session_id, change)
+        raise ConcurrentModificationError(f"session {session_id!r} kept changing; gave up after {retries} tries")
+
+    async def _atry_update(
+        self,
+        session_id: str,
+        change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]],
+        tries: int,
+        pause: Callable[[int], float],
+    ) -> int | None:
+        """Async twin of `_try_update`; `change` may be a coroutine function."""
+        for attempt in range(tries):
             messages, version = await self.aload_versioned(session_id)
             new = change(messages)
             if isinstance(new, Awaitable):
@@ -233,10 +262,8 @@ class ChatMemory(_Closable, ABC):
             try:
                 return await self.asave(session_id, new, expected_version=version)
             except ConcurrentModificationError:
-                await asyncio.sleep(_backoff(attempt))
-        if locked:
-            return await self._aupdate_locked(session_id, change)
-        raise ConcurrentModificationError(f"session {session_id!r} kept changing; gave up after {retries} tries")
+                await asyncio.sleep(pause(attempt))
+        return None
 
 
 class ChatSession:

@@ -17,11 +17,9 @@ The sync and async classes share everything but I/O: each operation is a generat
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import re
-import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -411,12 +409,9 @@ class RedisChatMemory(ChatMemory):
             if not lock.acquire(blocking_timeout=_LOCK_WAIT):
                 raise ConcurrentModificationError(f"session {session_id!r}: its update lock stayed busy; retry")
             try:
-                for attempt in range(_LOCKED_TRIES):
-                    messages, version = self.load_versioned(session_id)
-                    try:
-                        return self.save(session_id, change(messages), expected_version=version)
-                    except ConcurrentModificationError:
-                        time.sleep(_LOCK_POLL * attempt)
+                version = self._try_update(session_id, change, _LOCKED_TRIES, _pause_under_lock)
+                if version is not None:
+                    return version
             finally:
                 with contextlib.suppress(LockError):  # the lease ran out: someone else may hold it now
                     lock.release()
@@ -434,15 +429,9 @@ class RedisChatMemory(ChatMemory):
             if not await lock.acquire(blocking_timeout=_LOCK_WAIT):
                 raise ConcurrentModificationError(f"session {session_id!r}: its update lock stayed busy; retry")
             try:
-                for attempt in range(_LOCKED_TRIES):
-                    messages, version = await self.aload_versioned(session_id)
-                    new = change(messages)
-                    if isinstance(new, Awaitable):
-                        new = await new
-                    try:
-                        return await self.asave(session_id, new, expected_version=version)
-                    except ConcurrentModificationError:
-                        await asyncio.sleep(_LOCK_POLL * attempt)
+                version = await self._atry_update(session_id, change, _LOCKED_TRIES, _pause_under_lock)
+                if version is not None:
+                    return version
             finally:
                 with contextlib.suppress(LockError):
                     await lock.release()
@@ -472,6 +461,10 @@ def damaged(error: ResponseError | ValueError, what: str) -> Exception:  # share
     if isinstance(error, ResponseError) and not text.startswith("WRONGTYPE") and "user_script" not in text:
         return error
     return CorruptMemoryError(f"{what}: its Redis keys hold data memweave did not write ({text[:200]})")
+
+
+def _pause_under_lock(attempt: int) -> float:
+    return _LOCK_POLL * attempt
 
 
 def clients_from_url(url: str, socket_timeout: float) -> tuple[Any, Any]:  # shared with redis_vector
