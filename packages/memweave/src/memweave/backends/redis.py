@@ -312,18 +312,7 @@ class RedisChatMemory(ChatMemory):
     # Drivers ------------------------------------------------------------------------------------------------
 
     def _run(self, steps: _Steps[_T], session_id: str | None = None) -> _T:
-        try:
-            op = next(steps)
-            while True:
-                op = steps.send(self._execute(op))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        except (RedisConnectionError, RedisTimeoutError, OSError) as error:
-            raise BackendUnavailableError(f"Redis at {self._url} is unavailable: {error}") from error
-        except MemweaveError:
-            raise
-        except (ResponseError, ValueError) as error:
-            raise damaged(error, "a session" if session_id is None else f"session {session_id!r}") from error
+        return drive(steps, self._execute, self._url, _subject(session_id))
 
     def _execute(self, op: _Op) -> Any:
         if isinstance(op, _Script):
@@ -335,18 +324,7 @@ class RedisChatMemory(ChatMemory):
         return pipe.execute()
 
     async def _arun(self, steps: _Steps[_T], session_id: str | None = None) -> _T:
-        try:
-            op = next(steps)
-            while True:
-                op = steps.send(await self._aexecute(op))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        except (RedisConnectionError, RedisTimeoutError, OSError) as error:
-            raise BackendUnavailableError(f"Redis at {self._url} is unavailable: {error}") from error
-        except MemweaveError:
-            raise
-        except (ResponseError, ValueError) as error:
-            raise damaged(error, "a session" if session_id is None else f"session {session_id!r}") from error
+        return await adrive(steps, self._aexecute, self._url, _subject(session_id))
 
     async def _aexecute(self, op: _Op) -> Any:
         assert self._async_client is not None and self._async_scripts is not None
@@ -461,6 +439,45 @@ def damaged(error: ResponseError | ValueError, what: str) -> Exception:  # share
     if isinstance(error, ResponseError) and not text.startswith("WRONGTYPE") and "user_script" not in text:
         return error
     return CorruptMemoryError(f"{what}: its Redis keys hold data memweave did not write ({text[:200]})")
+
+
+def drive(steps: Generator[Any, Any, _T], execute: Callable[[Any], Any], url: str, subject: str) -> _T:
+    """Run I/O-free `steps` to their result, each op through `execute`; Redis errors become memweave errors
+    (shared with redis_vector)."""
+    try:
+        op = next(steps)
+        while True:
+            op = steps.send(execute(op))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    except (RedisConnectionError, RedisTimeoutError, OSError) as error:
+        raise BackendUnavailableError(f"Redis at {url} is unavailable: {error}") from error
+    except MemweaveError:
+        raise
+    except (ResponseError, ValueError) as error:
+        raise damaged(error, subject) from error
+
+
+async def adrive(
+    steps: Generator[Any, Any, _T], execute: Callable[[Any], Awaitable[Any]], url: str, subject: str
+) -> _T:
+    """Async twin of `drive`."""
+    try:
+        op = next(steps)
+        while True:
+            op = steps.send(await execute(op))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    except (RedisConnectionError, RedisTimeoutError, OSError) as error:
+        raise BackendUnavailableError(f"Redis at {url} is unavailable: {error}") from error
+    except MemweaveError:
+        raise
+    except (ResponseError, ValueError) as error:
+        raise damaged(error, subject) from error
+
+
+def _subject(session_id: str | None) -> str:
+    return "a session" if session_id is None else f"session {session_id!r}"
 
 
 def _pause_under_lock(attempt: int) -> float:

@@ -40,17 +40,15 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from memweave.backends.redis import KEY_PREFIX, as_text, clients_from_url, damaged
+from memweave.backends.redis import KEY_PREFIX, adrive, as_text, clients_from_url, drive
 from memweave.contracts import CollectionInfo, DocumentsIn, Filter, Metric, VectorMemory, check_ids
 from memweave.errors import (
     BackendUnavailableError,
     CorruptMemoryError,
     DimensionMismatchError,
     InvalidInputError,
-    MemweaveError,
 )
 from memweave.filters import compile_filter
 from memweave.models import FrozenDict, ScoredDocument, VectorDocument, freeze_json
@@ -449,18 +447,7 @@ class RedisVectorMemory(VectorMemory):
     # Drivers ------------------------------------------------------------------------------------------------
 
     def _run(self, steps: _Steps[_T]) -> _T:
-        try:
-            op = next(steps)
-            while True:
-                op = steps.send(self._execute(op))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        except (RedisConnectionError, RedisTimeoutError, OSError) as error:
-            raise BackendUnavailableError(f"Redis at {self._url} is unavailable: {error}") from error
-        except MemweaveError:
-            raise
-        except (ResponseError, ValueError) as error:
-            raise damaged(error, f"collection {self.collection!r}") from error
+        return drive(steps, self._execute, self._url, f"collection {self.collection!r}")
 
     def _execute(self, op: _Op) -> Any:
         if isinstance(op, _Script):
@@ -470,18 +457,7 @@ class RedisVectorMemory(VectorMemory):
     async def _arun(self, steps: _Steps[_T]) -> _T:
         if self._async_client is None:  # built from a sync client only: run the sync driver off the event loop
             return await asyncio.to_thread(self._run, steps)
-        try:
-            op = next(steps)
-            while True:
-                op = steps.send(await self._aexecute(op))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        except (RedisConnectionError, RedisTimeoutError, OSError) as error:
-            raise BackendUnavailableError(f"Redis at {self._url} is unavailable: {error}") from error
-        except MemweaveError:
-            raise
-        except (ResponseError, ValueError) as error:
-            raise damaged(error, f"collection {self.collection!r}") from error
+        return await adrive(steps, self._aexecute, self._url, f"collection {self.collection!r}")
 
     async def _aexecute(self, op: _Op) -> Any:
         assert self._async_client is not None and self._async_scripts is not None
