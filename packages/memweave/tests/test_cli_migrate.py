@@ -145,7 +145,13 @@ def _interrupt(args: list[str], documents: int, at_least: int, sig: signal.Signa
     Returns the exit code and stderr.
     """
     process = subprocess.Popen(
-        command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV | {"FORCE_COLOR": "1"}
+        command(*args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=ENV | {"FORCE_COLOR": "1"},
+        # A job started in the background by a shell without job control inherits SIGINT ignored (POSIX), and so
+        # would the CLI: give it the default disposition, as an interactive terminal would.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     chunks = _stderr_reader(process)
     deadline = time.monotonic() + 120
