@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -198,17 +198,8 @@ class RedisChatMemory(ChatMemory):
         self.prefix = prefix
         self._ttl_ms = str(int(ttl * 1000)) if ttl else "0"
         self._cache = SnapshotCache(cache_size)
-        if isinstance(url_or_client, str):
-            self._url = redact_url(url_or_client)
-            self._client, self._async_client = clients_from_url(url_or_client, socket_timeout)
-        else:
-            self._url = repr(url_or_client)
-            self._client, self._async_client = url_or_client, async_client
-        self._scripts = {name: self._client.register_script(body) for name, body in SCRIPTS.items()}
-        self._async_scripts = (
-            {name: self._async_client.register_script(body) for name, body in SCRIPTS.items()}
-            if self._async_client is not None
-            else None
+        self._url, self._client, self._async_client, self._scripts, self._async_scripts = connect(
+            url_or_client, async_client, socket_timeout, SCRIPTS
         )
 
     def __repr__(self) -> str:
@@ -484,7 +475,24 @@ def _pause_under_lock(attempt: int) -> float:
     return _LOCK_POLL * attempt
 
 
-def clients_from_url(url: str, socket_timeout: float) -> tuple[Any, Any]:  # shared with redis_vector
+def connect(
+    url_or_client: Any, async_client: Any, socket_timeout: float, scripts: Mapping[str, str]
+) -> tuple[str, Any, Any, dict[str, Any], dict[str, Any] | None]:
+    """A backend's Redis connection (shared with redis_vector): its URL as shown (password hidden), the sync and
+    async clients (from the URL, or the clients given) and `scripts` registered on each."""
+    if isinstance(url_or_client, str):
+        shown = redact_url(url_or_client)
+        client, async_client = clients_from_url(url_or_client, socket_timeout)
+    else:
+        shown, client = repr(url_or_client), url_or_client
+    registered = {name: client.register_script(body) for name, body in scripts.items()}
+    if async_client is None:
+        return shown, client, None, registered, None
+    async_registered = {name: async_client.register_script(body) for name, body in scripts.items()}
+    return shown, client, async_client, registered, async_registered
+
+
+def clients_from_url(url: str, socket_timeout: float) -> tuple[Any, Any]:
     """Sync and async clients for a `redis://`, `rediss://` or `redis+cluster://` URL."""
     options: dict[str, Any] = {"socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout}
     scheme, _, rest = url.partition("://")

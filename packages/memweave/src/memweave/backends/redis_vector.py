@@ -42,7 +42,7 @@ import redis.cluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from memweave.backends.redis import KEY_PREFIX, adrive, as_text, clients_from_url, drive
+from memweave.backends.redis import KEY_PREFIX, adrive, as_text, clients_from_url, connect, drive
 from memweave.contracts import CollectionInfo, DocumentsIn, Filter, Metric, VectorMemory, check_ids
 from memweave.errors import (
     BackendUnavailableError,
@@ -230,17 +230,8 @@ class RedisVectorMemory(VectorMemory):
         self._keys = [f"{prefix}:vec:{{{collection}}}:{part}" for part in ("docs", "vecs", "config", "changes")]
         self._position: _Position | None = None  # None: the next read reloads fully
         self._lock = threading.RLock()  # guards _index and _position; never held across I/O
-        if isinstance(url_or_client, str):
-            self._url = redact_url(url_or_client)
-            self._client, self._async_client = clients_from_url(url_or_client, socket_timeout)
-        else:
-            self._url = repr(url_or_client)
-            self._client, self._async_client = url_or_client, async_client
-        self._scripts = {name: self._client.register_script(body) for name, body in SCRIPTS.items()}
-        self._async_scripts = (
-            {name: self._async_client.register_script(body) for name, body in SCRIPTS.items()}
-            if self._async_client is not None
-            else None
+        self._url, self._client, self._async_client, self._scripts, self._async_scripts = connect(
+            url_or_client, async_client, socket_timeout, SCRIPTS
         )
 
     def __repr__(self) -> str:
