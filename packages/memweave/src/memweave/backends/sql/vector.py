@@ -281,15 +281,21 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
     def _collection_update(self) -> sa.Update:
         return sa.update(self._collections).where(self._collections.c.collection_key == self._key)
 
-    def _read_collection(self, connection: Connection) -> _Collection:
+    def _read_collection(self, connection: Connection, *, check_documents: bool = False) -> _Collection:
+        """The collection row; with `check_documents`, also refuse a never-written row over existing documents."""
         c = self._collections
-        row = connection.execute(
-            sa.select(c.c.name, c.c.version, c.c.generation, c.c.dimension).where(c.c.collection_key == self._key)
-        ).first()
+        columns: list[Any] = [c.c.name, c.c.version, c.c.generation, c.c.dimension]
+        if check_documents:
+            # In the same statement, hence the same snapshot: another writer's documents and its version bump
+            # commit together, so documents under version 0 can only mean the row was lost.
+            columns.append(sa.exists().where(self._vectors.c.collection_key == self._key).label("has_documents"))
+        row = connection.execute(sa.select(*columns).where(c.c.collection_key == self._key)).first()
         if row is None:
             raise CorruptMemoryError(f"collection {self.collection!r}: its row in {c.name} is missing")
         if row.name != self.collection:
             raise CorruptMemoryError(f"collection {self.collection!r}: its row holds the name {row.name[:80]!r}")
+        if check_documents and int(row.version) == 0 and row.has_documents:
+            raise CorruptMemoryError(f"collection {self.collection!r}: its row in {c.name} was deleted or reset")
         return _Collection(int(row.version), int(row.generation), row.dimension)
 
     def _open_collection(self, connection: Connection) -> _Collection:
@@ -312,11 +318,7 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
         metric = connection.execute(sa.select(c.c.metric).where(c.c.collection_key == self._key)).scalar_one()
         if metric != self.metric:
             raise InvalidInputError(f"collection {self.collection!r} uses the {metric!r} metric, not {self.metric!r}")
-        state = self._read_collection(connection)
-        # Every write bumps the version, so documents in a never-written collection mean its row was lost.
-        orphans = sa.select(self._vectors.c.doc_key).where(self._vectors.c.collection_key == self._key).limit(1)
-        if state.version == 0 and connection.execute(orphans).first():
-            raise CorruptMemoryError(f"collection {self.collection!r}: its row in {c.name} was deleted or reset")
+        state = self._read_collection(connection, check_documents=True)  # every write bumps the version
         wanted = self._wanted_dimension
         if wanted is not None and state.dimension is None:
             connection.execute(self._collection_update().values(dimension=wanted))
