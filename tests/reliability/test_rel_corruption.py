@@ -147,6 +147,8 @@ REDIS_VECTOR_DAMAGES: dict[str, Callable[[redis.Redis, list[str]], Any]] = {
     "dimension-not-a-number": lambda c, k: c.hset(k[2], "dimension", "abc"),
     "metadata-an-array": lambda c, k: c.hset(k[0], "a", b'{"content":"x","metadata":[1]}'),
     "vector-truncated": lambda c, k: c.hset(k[1], "a", b"\x00\x00\x80"),
+    "vector-deleted": lambda c, k: c.hdel(k[1], "a"),
+    "document-deleted": lambda c, k: c.hdel(k[0], "a"),
 }
 
 
@@ -165,4 +167,21 @@ def test_damaged_redis_collections(redis_store: Store, damage: str) -> None:
     with redis_store.vector("bystander") as fresh:
         assert [d.id for d in fresh.get(["z"])] == ["z"]
     for memory in (writer, bystander):
+        memory.close()
+
+
+@pytest.mark.parametrize("half", [0, 1], ids=["document", "vector"])
+def test_half_deleted_document_seen_by_an_incremental_pull(redis_store: Store, half: int) -> None:
+    """A reader that pulls a change naming a document whose other half was deleted raises, not drops it."""
+    writer = redis_store.vector("victim", dimension=2)
+    reader = redis_store.vector("victim")
+    writer.store([VectorDocument(id="a", embedding=[1.0, 0.0])])
+    assert reader.count() == 1  # synced: the next read pulls only the changes after this one
+    writer.store([VectorDocument(id="b", embedding=[0.0, 1.0])])
+    client = redis.Redis.from_url(redis_store.location)
+    client.hdel(writer._keys[half], "b")  # type: ignore[attr-defined]
+    client.close()
+    with pytest.raises(CorruptMemoryError, match="'b'"):
+        reader.search([1.0, 0.0])
+    for memory in (reader, writer):
         memory.close()

@@ -166,6 +166,16 @@ for first = 1, #ids, 1000 do
 end
 return {redis.call('HMGET', KEYS[3], 'seq', 'dimension', 'metric'), log, ids, docs, vecs}
 """,
+    # KEYS: docs, vecs. ARGV: ids. -> {their docs, their vectors}, read in one atomic step
+    "read": """
+local docs, vecs = {}, {}
+for first = 1, #ARGV, 1000 do
+  local chunk = {unpack(ARGV, first, math.min(first + 999, #ARGV))}
+  for _, value in ipairs(redis.call('HMGET', KEYS[1], unpack(chunk))) do docs[#docs + 1] = value end
+  for _, value in ipairs(redis.call('HMGET', KEYS[2], unpack(chunk))) do vecs[#vecs + 1] = value end
+end
+return {docs, vecs}
+""",
 }
 
 
@@ -332,11 +342,12 @@ class RedisVectorMemory(VectorMemory):
         last = entries[-1][1] if entries else position.seq
         if len(entries) < _PULL_LIMIT and last != current:
             return False  # the stream lost its newest entries (deleted or recreated keys)
-        present = [i for i, (doc, vector) in enumerate(zip(docs, vectors)) if doc is not None and vector is not None]
+        self._check_pairs(ids, docs, vectors)
+        present = [i for i, doc in enumerate(docs) if doc is not None]
         batch = self._decode([ids[i] for i in present], [docs[i] for i in present], [vectors[i] for i in present])
         if clears:
             self._index = VectorIndex(self._index.dimension, self.metric)
-        self._index.remove(as_text(ids[i]) for i in range(len(ids)) if docs[i] is None or vectors[i] is None)
+        self._index.remove(as_text(ids[i]) for i in range(len(ids)) if docs[i] is None)
         self._index.upsert(batch)
         if entries:
             self._position = _Position(entries[-1][0], entries[-1][1])
@@ -351,7 +362,18 @@ class RedisVectorMemory(VectorMemory):
         current = self._check_config(config)
         docs = yield _HScan(self._keys[0])
         vectors = yield _HScan(self._keys[1])
-        ids = [key for key in docs if key in vectors]  # a mismatch is a write during the scan: re-applied later
+        # A write between the two scans leaves an id in one hash only; read those again in one atomic step: if
+        # the pair is still broken, the storage is damaged (every write changes both hashes in one script).
+        unpaired = sorted(docs.keys() ^ vectors.keys())
+        if unpaired:
+            again_docs, again_vectors = yield _Script("read", self._keys[:2], [*unpaired])
+            self._check_pairs(unpaired, again_docs, again_vectors)
+            for doc_id, doc, vector in zip(unpaired, again_docs, again_vectors):
+                docs.pop(doc_id, None)
+                vectors.pop(doc_id, None)
+                if doc is not None:
+                    docs[doc_id], vectors[doc_id] = doc, vector
+        ids = list(docs)
         index = VectorIndex(self._index.dimension, self.metric)
         index.upsert(self._decode(ids, [docs[i] for i in ids], [vectors[i] for i in ids]))
         with self._lock:
@@ -403,6 +425,13 @@ class RedisVectorMemory(VectorMemory):
                 ids[int(np.flatnonzero(~np.isfinite(matrix).all(axis=1))[0])], "its vector is not finite"
             )
         return DocumentBatch([as_text(i) for i in ids], contents, metadata, matrix.astype(np.float32))
+
+    def _check_pairs(self, ids: Sequence[bytes], docs: Sequence[bytes | None], vectors: Sequence[bytes | None]) -> None:
+        """Raise `CorruptMemoryError` for an id, read atomically, that has a document without a vector or back."""
+        for doc_id, doc, vector in zip(ids, docs, vectors):
+            if (doc is None) != (vector is None):
+                missing = "vector" if vector is None else "document"
+                raise self._corrupt(doc_id, f"its {missing} is missing (the other half is stored)")
 
     def _corrupt(self, doc_id: bytes, problem: str) -> CorruptMemoryError:
         return CorruptMemoryError(f"collection {self.collection!r}: document {as_text(doc_id)!r}: {problem}")
