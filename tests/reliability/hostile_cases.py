@@ -261,6 +261,8 @@ CASES = [
     P(Case("url", "postgresql://h/db?table_prefix=x;drop", REJECT), id="url-injected-prefix"),
     P(Case("url", "mysql://u:s3cret@127.0.0.1:1/db", REJECT), id="url-mysql-closed-port"),
     P(Case("url", "mysql://[::1/db", REJECT), id="url-broken-ipv6"),
+    P(Case("url", "mysql://root@127.0.0.1:3306/test?charset=bogus", REJECT), id="url-mysql-unknown-charset"),
+    P(Case("url", "mariadb://root@127.0.0.1:3306/test?charset=utf8mb4&charset=x", REJECT), id="url-mysql-two-charsets"),
     P(Case("url", "qdrant://127.0.0.1:1", REJECT), id="url-qdrant-closed-port"),
     P(Case("url", 42, REJECT), id="url-int"),
 ]

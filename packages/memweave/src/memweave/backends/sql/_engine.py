@@ -88,11 +88,23 @@ def _backend_url(url: URL, where: str) -> tuple[str, URL, URL]:
             "an in-memory SQLite database lives inside one connection; use a file (sqlite:///memweave.db) "
             "or memory:// (InMemoryChatMemory / InMemoryVectorMemory)"
         )
+    if backend in ("mysql", "mariadb") and "charset" in url.query:
+        _check_mysql_charset(url.query["charset"], where)
     return (
         backend,
         url.set(drivername=f"{backend}+{sync_driver}"),
         url.set(drivername=f"{backend}+{async_driver}"),
     )
+
+
+def _check_mysql_charset(charset: str | tuple[str, ...], where: str) -> None:
+    """Refuse a charset the driver does not know (pymysql would fail with an AttributeError on connect)."""
+    try:
+        from pymysql.charset import charset_by_name  # type: ignore[import-untyped]
+    except ImportError:  # no driver: building the engine says so
+        return
+    if not isinstance(charset, str) or charset_by_name(charset) is None:
+        raise InvalidInputError(f"unknown MySQL/MariaDB charset {charset!r} ({where})")
 
 
 def _configure_sqlite(engine: Engine) -> None:
