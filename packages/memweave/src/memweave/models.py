@@ -8,8 +8,10 @@ detect unchanged messages by identity when they compute an O(change) save.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
+from itertools import compress, count
+from operator import is_, is_not
 from typing import Annotated, Any, Literal, NoReturn, TypeVar, Union
 
 from pydantic import (
@@ -41,6 +43,7 @@ __all__ = [
     "VectorDocument",
     "coerce_documents",
     "coerce_messages",
+    "coerce_messages_after",
     "freeze_json",
 ]
 
@@ -198,11 +201,11 @@ def _invalid(error: ValidationError, what: str) -> InvalidInputError:
 _M = TypeVar("_M", Message, VectorDocument)
 
 
-def _coerce(items: Iterable[_M | Mapping[str, Any]], model: type[_M], what: str) -> list[_M]:
+def _coerce(items: Iterable[_M | Mapping[str, Any]], model: type[_M], what: str, start: int = 0) -> list[_M]:
     if isinstance(items, (str, bytes, Mapping, BaseModel)):
         raise InvalidInputError(f"expected a list of {what}s, got a single value")
     result: list[_M] = []
-    for position, item in enumerate(items):
+    for position, item in enumerate(items, start):
         if isinstance(item, model):
             result.append(item)
         elif isinstance(item, Mapping):
@@ -218,6 +221,22 @@ def _coerce(items: Iterable[_M | Mapping[str, Any]], model: type[_M], what: str)
 def coerce_messages(messages: Iterable[Message | Mapping[str, Any]]) -> list[Message]:
     """Validate `messages` (models or plain dicts) into a list of `Message`, raising `InvalidInputError`."""
     return _coerce(messages, Message, "message")
+
+
+def coerce_messages_after(
+    messages: Iterable[Message | Mapping[str, Any]], known: Sequence[Message]
+) -> tuple[tuple[Message, ...], int]:
+    """`coerce_messages` as a tuple, plus how many leading items are the very objects `known` holds at the same
+    positions: those are not checked again (they are immutable and were checked when stored). Found at C speed."""
+    if isinstance(messages, (str, bytes, Mapping, BaseModel)):
+        raise InvalidInputError("expected a list of messages, got a single value")
+    items = messages if isinstance(messages, (list, tuple)) else list(messages)
+    same = min(len(items), len(known))
+    if not all(map(is_, items, known)):  # the common case (all known, then new ones) in one pass
+        same = next(compress(count(), map(is_not, items, known)))
+    if same == len(items):
+        return tuple(items), same
+    return (*items[:same], *_coerce(items[same:], Message, "message", same)), same
 
 
 def coerce_documents(documents: Iterable[VectorDocument | Mapping[str, Any]]) -> list[VectorDocument]:

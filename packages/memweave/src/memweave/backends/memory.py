@@ -21,7 +21,7 @@ from memweave.contracts import (
     next_version,
 )
 from memweave.errors import ConcurrentModificationError, InvalidInputError
-from memweave.models import Message, ScoredDocument, VectorDocument, coerce_messages
+from memweave.models import Message, ScoredDocument, VectorDocument, coerce_messages, coerce_messages_after
 from memweave.vector_index import VectorIndex
 
 __all__ = ["InMemoryChatMemory", "InMemoryVectorMemory"]
@@ -53,7 +53,7 @@ class InMemoryChatMemory(ChatMemory):
     def save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
         """Replace the session's history."""
         check_id(session_id)
-        new = tuple(coerce_messages(messages))
+        new = coerce_messages_after(messages, self._sessions.get(session_id, ((), 0))[0])[0]
         with self._lock:
             current = self._current_version(session_id, expected_version)
             if not new:
