@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import await_only
@@ -46,6 +47,8 @@ from memweave.history import (
 from memweave.models import Message, coerce_messages
 
 __all__ = ["SQLChatMemory"]
+
+_MESSAGE_COLUMNS = ("session_key", "seq", "digest", "body")
 
 
 class SQLChatMemory(SQLBackend, ChatMemory):
@@ -88,6 +91,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         self.ttl = ttl
         self._sessions = self._tables.sessions
         self._messages = self._tables.messages
+        self._insert_statements: dict[sa.Dialect, tuple[str, bool]] = {}  # one per engine's dialect
 
     def __repr__(self) -> str:
         return f"SQLChatMemory({self._options_repr()})"
@@ -321,19 +325,23 @@ class SQLChatMemory(SQLBackend, ChatMemory):
     def _lock_session(self, connection: Connection, session_id: str, key: str) -> tuple[int, int]:
         """Create the session's row if missing and lock it; return its (version, message count)."""
         sessions = self._sessions
+        columns = (sessions.c.session_id, sessions.c.version, sessions.c.message_count, sessions.c.expires_at_ms)
+        new_row = {"session_key": key, "session_id": session_id, "version": 0, "message_count": 0}
         for _ in range(3):  # the row can vanish between the two statements if another writer clears it
-            connection.execute(
-                insert_ignoring(
-                    connection,
-                    sessions,
-                    {"session_key": key, "session_id": session_id, "version": 0, "message_count": 0},
-                )
-            )
-            row = connection.execute(
-                sa.select(sessions.c.session_id, sessions.c.version, sessions.c.message_count, sessions.c.expires_at_ms)
-                .where(sessions.c.session_key == key)
-                .with_for_update()
-            ).first()
+            if connection.dialect.name == "sqlite":
+                # The transaction began IMMEDIATE, so it holds the database's write lock already: a no-op upsert
+                # returning the row creates or reads it in one statement instead of two.
+                upsert = sqlite_insert(sessions).values(new_row)
+                row = connection.execute(
+                    upsert.on_conflict_do_update(
+                        index_elements=[sessions.c.session_key], set_={"session_key": upsert.excluded.session_key}
+                    ).returning(*columns)
+                ).first()
+            else:
+                connection.execute(insert_ignoring(connection, sessions, new_row))
+                row = connection.execute(
+                    sa.select(*columns).where(sessions.c.session_key == key).with_for_update()
+                ).first()
             if row is not None and _expired(row.expires_at_ms):  # an expired session is absent: purge it first
                 connection.execute(sa.delete(self._messages).where(self._messages.c.session_key == key))
                 connection.execute(sa.delete(sessions).where(sessions.c.session_key == key))
@@ -364,6 +372,8 @@ class SQLChatMemory(SQLBackend, ChatMemory):
     ) -> tuple[int, int, list[str] | None]:
         """Return (kept, stored rows, bodies of new[kept:] if already encoded): what a save can leave in place."""
         new, cached = edit.messages, self._cache.get(session_id)
+        if version == 0:  # `_lock_session` just created the session's row: nothing is stored yet
+            return 0, 0, None
         if cached is not None and cached.version == version:
             identical = edit.identical if cached is edit.base else identical_prefix(new, cached.messages)
             return kept_prefix(new, cached.messages, identical), stored_count, None
@@ -379,14 +389,30 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         return kept, len(stored), bodies[kept:]
 
     def _insert(self, connection: Connection, key: str, first_seq: int, bodies: list[str]) -> None:
-        if bodies:
-            connection.execute(
-                sa.insert(self._messages),
-                [
-                    {"session_key": key, "seq": seq, "digest": digest(body), "body": body}
-                    for seq, body in enumerate(bodies, first_seq)
-                ],
-            )
+        """Insert message rows `first_seq`.. with these bodies: one driver-level executemany.
+
+        The values are already what every driver takes as is (str, int, bytes), so the rows skip SQLAlchemy's
+        per-row parameter processing, which cost as much as the database's own work.
+        """
+        if not bodies:
+            return
+        sql, positional = self._insert_sql(connection.dialect)
+        rows = [(key, seq, digest(body), body) for seq, body in enumerate(bodies, first_seq)]
+        if positional:
+            connection.exec_driver_sql(sql, rows)
+        else:
+            connection.exec_driver_sql(sql, [dict(zip(_MESSAGE_COLUMNS, row)) for row in rows])
+
+    def _insert_sql(self, dialect: sa.Dialect) -> tuple[str, bool]:
+        """The message INSERT in `dialect`'s SQL and whether it takes positional parameters (in column order)."""
+        known = self._insert_statements.get(dialect)
+        if known is None:
+            compiled = sa.insert(self._messages).compile(dialect=dialect, column_keys=list(_MESSAGE_COLUMNS))
+            positional = bool(compiled.positional)
+            if positional and tuple(compiled.positiontup or ()) != _MESSAGE_COLUMNS:
+                raise AssertionError(f"unexpected parameter order {compiled.positiontup!r}")
+            known = self._insert_statements[dialect] = (str(compiled), positional)
+        return known
 
     def _set_version(self, connection: Connection, key: str, version: int, message_count: int) -> int:
         connection.execute(
