@@ -285,6 +285,45 @@ def test_the_cache_never_hides_a_rewrite_of_the_same_size(tmp_path: Path) -> Non
         assert reader.load_versioned("s") == (expected, version)
 
 
+def test_a_save_re_encodes_exactly_what_is_not_the_stored_objects(tmp_path: Path) -> None:
+    memory = FileChatMemory(tmp_path)
+    memory.save("s", _history("a", 6))
+    history = memory.load("s")
+    steps: list[Callable[[list[Message]], list[Message]]] = [
+        lambda h: [*h, turn(6), turn(7)],  # grown
+        lambda h: [*h[:2], Message(role="user", content="edited"), *h[3:]],  # changed in the middle
+        lambda h: h[:-1],  # shortened
+        lambda h: [h[1], h[0], *h[2:]],  # reordered: the same objects, not at their positions
+        lambda h: [*h[:3], Message(role="user", content="x", metadata={"n": True})],
+        lambda h: [*h[:3], Message(role="user", content="x", metadata={"n": 1})],  # equal to the last, not the same
+        lambda h: [*h, *h[:2]],  # stored objects again at new positions
+    ]
+    for step in steps:
+        expected = step(history)
+        memory.save("s", expected)
+        assert FileChatMemory(tmp_path).load("s") == expected
+        fresh = FileChatMemory(tmp_path).load("s")[-1].metadata
+        assert json.dumps(fresh) == json.dumps(expected[-1].metadata)  # True stays true, 1 stays 1
+        history = memory.load("s")
+        assert history == expected
+    memory.update("s", lambda h: [*h, turn(9)])
+    memory.append("s", [turn(10)])
+    assert FileChatMemory(tmp_path).load("s") == [*history, turn(9), turn(10)]
+
+
+def test_a_save_does_not_reuse_a_cached_history_another_writer_replaced(tmp_path: Path) -> None:
+    one, two = FileChatMemory(tmp_path), FileChatMemory(tmp_path)
+    one.save("s", _history("a", 4))
+    seen = one.load("s")
+    two.save("s", _history("b", 4))  # same size, another history: one's cache is stale
+    one.save("s", [*seen, turn(4)])
+    assert FileChatMemory(tmp_path).load("s") == [*seen, turn(4)]
+    for _ in range(40):  # many saves from one cache: the body stays one file's worth, never pieces of two
+        seen = one.load("s")
+        one.save("s", [*seen, turn(len(seen))])
+    assert FileChatMemory(tmp_path).load("s") == one.load("s") == [*_history("a", 4), *map(turn, range(4, 45))]
+
+
 def test_compare_and_swap_across_objects(tmp_path: Path) -> None:
     one, two = FileChatMemory(tmp_path), FileChatMemory(tmp_path)
     one.save("s", [turn(0)])

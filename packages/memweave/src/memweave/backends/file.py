@@ -61,7 +61,14 @@ from memweave.errors import (
     DimensionMismatchError,
     InvalidInputError,
 )
-from memweave.models import Message, ScoredDocument, VectorDocument, coerce_messages, freeze_json
+from memweave.models import (
+    Message,
+    ScoredDocument,
+    VectorDocument,
+    coerce_messages,
+    coerce_messages_after,
+    freeze_json,
+)
 from memweave.vector_index import DocumentBatch, VectorIndex, as_matrix, check_dimension, check_metric, require_utf8
 
 __all__ = ["FileChatMemory", "FileVectorMemory", "list_collections"]
@@ -233,12 +240,22 @@ class _Header:
 
 @dataclass(frozen=True)
 class _Snapshot:
-    """A parsed session file, valid while the file's header line and stat key are unchanged."""
+    """A parsed session file, valid while the file's header line and stat key are unchanged.
+
+    `body` is the file's message lines, kept so that a write re-encodes only the messages after the ones it shares
+    (by identity) with `messages`. It is kept in a few pieces, so that adding lines does not copy the others (a
+    fresh copy of a large body costs page faults, not just a memcpy).
+    """
 
     header: bytes
     key: _StatKey
     messages: tuple[Message, ...]
     version: int
+    body: tuple[bytes, ...]
+
+
+_NO_SNAPSHOT = _Snapshot(b"", _StatKey(0, 0, 0, 0), (), 0, ())
+_MAX_PIECES = 32  # a body in more pieces is joined into one
 
 
 def _session_error(session_id: str | None, path: Path, reason: str) -> CorruptMemoryError:
@@ -306,6 +323,23 @@ def _message_line(message: Message) -> bytes:
         raise InvalidInputError(f"a message cannot be encoded as UTF-8 JSON ({error})") from None
 
 
+def _body_after(base: _Snapshot, same: int, new: Sequence[Message]) -> tuple[bytes, ...]:
+    """The body of a session holding `new`, whose first `same` messages are `base`'s first `same`: their lines are
+    taken from `base.body`, only the rest is encoded."""
+    added = b"".join([_message_line(message) for message in new[same:]])
+    if same == len(base.messages):
+        return _pieces(*base.body, added) if added else base.body
+    if same == 0:
+        return (added,)
+    body = b"".join(base.body)  # the end of line `same`, found at C speed
+    newlines = np.flatnonzero(np.frombuffer(body, dtype=np.uint8) == ord("\n"))
+    return (body[: int(newlines[same - 1]) + 1], added)
+
+
+def _pieces(*pieces: bytes) -> tuple[bytes, ...]:
+    return pieces if len(pieces) <= _MAX_PIECES else (b"".join(pieces),)
+
+
 def _read_header_line(stream: IO[bytes]) -> bytes:
     return stream.readline(_MAX_HEADER_BYTES)
 
@@ -352,14 +386,15 @@ class FileChatMemory(ChatMemory):
 
     def load_versioned(self, session_id: str) -> History:
         """Return the session's messages and version, read from its file (or the cache if it is unchanged)."""
-        found = self._read(session_id, self.path_of(session_id), with_body=False)
-        return History([], 0) if found is None else History(list(found[0].messages), found[0].version)
+        found = self._read(session_id, self.path_of(session_id))
+        return History([], 0) if found is None else History(list(found.messages), found.version)
 
     def save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
         """Replace the session's history atomically (compare-and-swap with `expected_version`)."""
         path = self.path_of(session_id)
-        new = coerce_messages(messages)
-        lines = [_message_line(message) for message in new]
+        cached = self._cached(path.name) or _NO_SNAPSHOT  # its lines encode its messages, whatever the file holds now
+        new, same = coerce_messages_after(messages, cached.messages)
+        body = _body_after(cached, same, new)
         with self._writing(session_id, path):
             current = self._stored_version(session_id, path, repairable=expected_version is None)
             if expected_version is not None and expected_version != current:
@@ -370,9 +405,7 @@ class FileChatMemory(ChatMemory):
                 _remove(path)
                 self._forget(path.name)
                 return 0
-            version = next_version(current)
-            self._write(session_id, path, version, lines, tuple(new))
-            return version
+            return self._write(session_id, path, current, body, new)
 
     def append(self, session_id: str, messages: MessagesIn) -> int:
         """Atomically add messages at the end of the session (across threads and processes)."""
@@ -380,13 +413,10 @@ class FileChatMemory(ChatMemory):
         added = coerce_messages(messages)
         if not added:
             return self.load_versioned(session_id).version
-        lines = [_message_line(message) for message in added]
+        lines = b"".join([_message_line(message) for message in added])
         with self._writing(session_id, path):
-            found = self._read(session_id, path, with_body=True)  # fully checked: never extend a damaged history
-            old, body = found if found is not None else (_Snapshot(b"", _StatKey(0, 0, 0, 0), (), 0), b"")
-            version = next_version(old.version)
-            self._write(session_id, path, version, [body, *lines], old.messages + tuple(added))
-            return version
+            old = self._read(session_id, path) or _NO_SNAPSHOT  # fully checked: never extend a damaged history
+            return self._write(session_id, path, old.version, _pieces(*old.body, lines), old.messages + tuple(added))
 
     def _update_locked(self, session_id: str, change: Callable[[list[Message]], MessagesIn]) -> int:
         """Run `change` and write its result while holding the session's write lock (see `ChatMemory.update`)."""
@@ -403,21 +433,18 @@ class FileChatMemory(ChatMemory):
     ) -> int:
         path = self.path_of(session_id)
         with self._writing(session_id, path):
-            found = self._read(session_id, path, with_body=False)  # fully checked: never rewrite a damaged history
-            current = found[0] if found is not None else None
-            result = change(list(current.messages) if current is not None else [])
+            current = self._read(session_id, path) or _NO_SNAPSHOT  # fully checked: never rewrite a damaged history
+            result = change(list(current.messages))
             if isinstance(result, Awaitable):
                 if loop is None:
                     raise InvalidInputError("update's change returned an awaitable; use aupdate for a coroutine")
                 result = asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
-            new = coerce_messages(result)
+            new, same = coerce_messages_after(result, current.messages)
             if not new:
                 _remove(path)
                 self._forget(path.name)
                 return 0
-            version = next_version(current.version if current is not None else 0)
-            self._write(session_id, path, version, [_message_line(m) for m in new], tuple(new))
-            return version
+            return self._write(session_id, path, current.version, _body_after(current, same, new), new)
 
     def sessions(self) -> list[str]:
         """The stored session ids, sorted, read from the file headers (a damaged header raises `CorruptMemoryError`)."""
@@ -472,8 +499,8 @@ class FileChatMemory(ChatMemory):
         lock_path = self._locks / (path.name.removesuffix(_SUFFIX) + ".lock")
         return _write_lock(lock_path, self.lock_timeout, f"session {_short(session_id)}")
 
-    def _read(self, session_id: str, path: Path, *, with_body: bool) -> tuple[_Snapshot, bytes] | None:
-        """Read and check a session file (None if absent): its snapshot, and its raw body if `with_body`.
+    def _read(self, session_id: str, path: Path) -> _Snapshot | None:
+        """Read and check a session file (None if absent).
 
         The snapshot comes from the cache when the file's stat key and header line are unchanged (the header holds
         the version, unique per write, and the checksum), so an unchanged file is not parsed again.
@@ -488,14 +515,13 @@ class FileChatMemory(ChatMemory):
                 return None
             line = _read_header_line(stream)
             cached = self._cached(path.name)
-            hit = cached is not None and cached.key == key and cached.header == line
-            body = stream.read() if with_body or not hit else b""
-        if cached is not None and hit:
-            return cached, body
+            if cached is not None and cached.key == key and cached.header == line:
+                return cached
+            body = stream.read()
         header = _parse_header(line, session_id, path)
-        snapshot = _Snapshot(line, key, tuple(_decode_body(body, header, path)), header.version)
+        snapshot = _Snapshot(line, key, tuple(_decode_body(body, header, path)), header.version, (body,))
         self._remember(path.name, snapshot)
-        return snapshot, body
+        return snapshot
 
     def _stored_version(self, session_id: str, path: Path, *, repairable: bool) -> int:
         """The session's version from its header (0 if absent; also 0 if damaged and `repairable`)."""
@@ -514,15 +540,17 @@ class FileChatMemory(ChatMemory):
             raise
 
     def _write(
-        self, session_id: str, path: Path, version: int, chunks: Sequence[bytes], messages: tuple[Message, ...]
-    ) -> None:
-        """Write a session file whose body is `chunks` (the serialized `messages`) and cache it."""
-        count = sum(chunk.count(b"\n") for chunk in chunks)
-        digest = _session_digest(session_id, version, count, chunks)
+        self, session_id: str, path: Path, current: int, body: tuple[bytes, ...], messages: tuple[Message, ...]
+    ) -> int:
+        """Write the session file holding `messages` (encoded as `body`) over version `current`; cache it and
+        return the new version."""
+        version, count = next_version(current), len(messages)  # one line per message: JSON escapes newlines
+        digest = _session_digest(session_id, version, count, body)
         fields = {"format": _FORMAT, "session_id": session_id, "version": version, "count": count, "sha256": digest}
         line = _dumps(fields) + b"\n"
-        key = _atomic_write(path, lambda stream: stream.writelines([line, *chunks]))
-        self._remember(path.name, _Snapshot(line, key, messages, version))
+        key = _atomic_write(path, lambda stream: stream.writelines([line, *body]))
+        self._remember(path.name, _Snapshot(line, key, messages, version, body))
+        return version
 
     def _cached(self, name: str) -> _Snapshot | None:
         with self._cache_lock:
