@@ -33,6 +33,7 @@ __all__ = [
 ]
 
 Matrix = npt.NDArray[np.float32]
+_ALIGNMENT = 64  # bytes: a cache line, and what AVX-512 loads want
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ class VectorIndex:
         self.rows: dict[str, int] = {}
         self.contents: list[str] = []
         self.metadata: list[FrozenDict] = []
-        self._matrix: Matrix = np.empty((0, dimension or 0), dtype=np.float32)
+        self._matrix: Matrix = _aligned_rows(0, dimension or 0)
         self._inverse_norms: Matrix = np.empty(0, dtype=np.float32)
 
     def __len__(self) -> int:
@@ -171,7 +172,7 @@ class VectorIndex:
             return
         if self.dimension is None:
             self.dimension = batch.vectors.shape[1]
-            self._matrix = np.empty((0, self.dimension), dtype=np.float32)
+            self._matrix = _aligned_rows(0, self.dimension)
         rows = np.empty(len(batch.ids), dtype=np.intp)
         for position, (doc_id, content, metadata) in enumerate(zip(batch.ids, batch.contents, batch.metadata)):
             row = self.rows.get(doc_id)
@@ -185,8 +186,13 @@ class VectorIndex:
                 self.metadata[row] = metadata
             rows[position] = row
         self._reserve(len(self.ids))
-        self._matrix[rows] = batch.vectors
-        self._inverse_norms[rows] = _inverse_norms(batch.vectors)
+        first = int(rows[0])
+        if np.array_equal(rows, np.arange(first, first + len(rows))):
+            target: slice | npt.NDArray[np.intp] = slice(first, first + len(rows))  # a plain copy, not a scatter
+        else:
+            target = rows
+        self._matrix[target] = batch.vectors
+        self._inverse_norms[target] = _inverse_norms(batch.vectors)
 
     def remove(self, ids: Iterable[str]) -> int:
         """Delete documents by id (unknown ids ignored); returns how many were removed."""
@@ -261,12 +267,22 @@ class VectorIndex:
         capacity = self._matrix.shape[0]
         if size <= capacity:
             return
-        new_capacity = max(size, 2 * capacity, 16)
-        matrix = np.empty((new_capacity, self.dimension or 0), dtype=np.float32)
+        # Headroom even on the first allocation, so the write after a bulk load does not copy the whole matrix
+        # (the pages past the live rows are never touched, so they cost address space, not memory).
+        new_capacity = max(size + size // 4, 2 * capacity, 16)
+        matrix = _aligned_rows(new_capacity, self.dimension or 0)
         matrix[:capacity] = self._matrix
         norms = np.empty(new_capacity, dtype=np.float32)
         norms[:capacity] = self._inverse_norms
         self._matrix, self._inverse_norms = matrix, norms
+
+
+def _aligned_rows(rows: int, dimension: int) -> Matrix:
+    """An uninitialised C-contiguous (rows, dimension) float32 matrix starting on a 64-byte (cache line) boundary."""
+    size = rows * dimension * 4
+    buffer = np.empty(size + _ALIGNMENT, dtype=np.uint8)
+    start = -buffer.ctypes.data % _ALIGNMENT
+    return buffer[start : start + size].view(np.float32).reshape(rows, dimension)
 
 
 def _inverse_norms(vectors: Matrix) -> Matrix:

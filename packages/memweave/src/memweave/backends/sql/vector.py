@@ -403,7 +403,9 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
             ids.append(row.doc_id)
             contents.append(row.content)
             blobs.append(blob)
-        vectors = np.frombuffer(b"".join(blobs), dtype="<f4").astype(np.float32).reshape(len(ids), dimension or 0)
+        # A read-only view of the joined bytes (no copy on little-endian machines): the index copies the rows in.
+        joined = np.frombuffer(b"".join(blobs), dtype="<f4").astype(np.float32, copy=False)
+        vectors = joined.reshape(len(ids), dimension or 0)
         return _Changes(DocumentBatch(ids, contents, metadata, vectors), removed)
 
     # After commit -------------------------------------------------------------------------------------------
