@@ -1,8 +1,10 @@
 """QdrantVectorMemory on embedded Qdrant (`qdrant+local://`) against the same calls made directly on
 `QdrantClient(path=...)`: bulk upsert into a new collection and top-10 search, at N x 384.
 
-The raw side does what a user of the client would: create the collection, upsert `PointStruct`s (a UUID per string
-id, the id and text as payload) in batches of 256, memweave's default batch size; search with `query_points`,
+The raw side does what a user of the client would to store the same thing: create the collection, upsert
+`PointStruct`s in batches of 256 (memweave's default batch size) with a UUID per string id and the payload memweave
+writes (the id, the text, the metadata object and, Qdrant keeping cosine vectors normalized, each embedding's norm,
+without which the embedding could not be given back); search with `query_points`,
 asking for the payload and the vectors, which memweave returns too. Each upsert starts from a new directory, on
 tmpfs (/dev/shm) where there is one: local mode commits every point to SQLite, and on a disk the fsyncs, not the
 code, would be what is measured.
@@ -84,9 +86,15 @@ class _Raw(_Side):
         config = models.VectorParams(size=vectors.shape[1], distance=models.Distance.COSINE)
         self.store.create_collection("bench", vectors_config=config)
         for start in range(0, len(ids), BATCH):
+            batch = vectors[start : start + BATCH]
+            norms = np.linalg.norm(batch, axis=1).tolist()
             points = [
-                models.PointStruct(id=str(uuid.uuid5(uuid.NAMESPACE_URL, i)), vector=v, payload={"id": i, "content": i})
-                for i, v in zip(ids[start : start + BATCH], vectors[start : start + BATCH].tolist())
+                models.PointStruct(
+                    id=str(uuid.uuid5(uuid.NAMESPACE_URL, i)),
+                    vector=v,
+                    payload={"id": i, "content": i, "metadata": {}, "norm": n},
+                )
+                for i, v, n in zip(ids[start : start + BATCH], batch.tolist(), norms)
             ]
             self.store.upsert("bench", points=points, wait=True)
 
