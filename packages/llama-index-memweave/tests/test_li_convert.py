@@ -4,6 +4,7 @@ and is written back unchanged."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -316,3 +317,63 @@ def test_anything_more_than_plain_text_keeps_its_native_json(message: ChatMessag
     core = to_core(message)
     assert core.extras[NAMESPACE] == message.model_dump(mode="json")
     assert to_chat(core).model_dump(mode="json") == message.model_dump(mode="json")
+
+
+def first_text(message: ChatMessage) -> TextBlock:
+    block = message.blocks[0]
+    assert isinstance(block, TextBlock)
+    return block
+
+
+def test_reading_a_message_again_gives_an_equal_value_that_shares_nothing_with_earlier_reads() -> None:
+    stored = to_core(
+        ChatMessage(
+            role="assistant",
+            blocks=[
+                TextBlock(text="Calling."),
+                ToolCallBlock(tool_call_id="c1", tool_name="f", tool_kwargs={"deep": {"list": [1, {"x": 2}]}}),
+            ],
+            additional_kwargs={"tags": ["a"], "nested": {"k": [1]}},
+        )
+    )
+    first = to_chat(stored)
+    expected = first.model_dump(mode="json")
+    first.role = "user"  # type: ignore[assignment]  # no validation on assignment: any mutation a caller may make
+    first.additional_kwargs["tags"].append("b")
+    first.additional_kwargs["nested"]["k"].append(2)
+    first.additional_kwargs["new"] = 1
+    first_text(first).text = "changed"
+    tool_call = first.blocks[1]
+    assert isinstance(tool_call, ToolCallBlock) and isinstance(tool_call.tool_kwargs, dict)
+    tool_call.tool_kwargs["deep"]["list"][1]["x"] = 3
+    tool_call.tool_kwargs["other"] = True
+    first.blocks.append(TextBlock(text="appended"))
+    for _ in range(2):
+        again = to_chat(stored)
+        assert again.model_dump(mode="json") == expected
+        assert again is not first and again.blocks[0] is not first.blocks[0]
+        assert type(again) is ChatMessage and [type(block) for block in again.blocks] == [TextBlock, ToolCallBlock]
+        first_text(again).text = "changed again"
+        again.model_fields_set.add("role")
+
+
+def test_a_read_that_depends_on_a_file_is_not_remembered(tmp_path: Path) -> None:
+    picture = tmp_path / "picture.png"
+    picture.write_bytes(PNG)
+    stored = to_core(ChatMessage(role="user", blocks=[TextBlock(text="look"), ImageBlock(path=picture)]))
+    picture.unlink()
+    assert [type(block) for block in to_chat(stored).blocks] == [TextBlock]
+    picture.write_bytes(PNG)
+    assert [type(block) for block in to_chat(stored).blocks] == [TextBlock, ImageBlock]
+
+
+def test_messages_a_caller_mutates_leave_the_store_unchanged() -> None:
+    store = MemweaveChatStore(InMemoryChatMemory())
+    store.set_messages("k", [ChatMessage(role="user", content="hi"), ChatMessage(role="assistant", content="yo")])
+    expected = dumps(store.get_messages("k"))
+    for read in (store.get_messages("k"), asyncio.run(store.aget_messages("k"))):
+        first_text(read[0]).text = "mutated"
+        read[1].additional_kwargs["k"] = "v"
+        read.append(ChatMessage(role="user", content="extra"))
+    assert dumps(store.get_messages("k")) == expected
+    assert dumps(asyncio.run(store.aget_messages("k"))) == expected

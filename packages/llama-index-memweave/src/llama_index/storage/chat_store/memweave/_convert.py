@@ -20,10 +20,10 @@ import functools
 import json
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-from llama_index.core.base.llms.types import ChatMessage, ContentBlock, MessageRole, TextBlock
-from pydantic import TypeAdapter, ValidationError
+from llama_index.core.base.llms.types import ChatMessage, ContentBlock, MessageRole, TextBlock, ToolCallBlock
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from memweave.models import ImagePart, Message, OpaquePart, Role, TextPart
 
@@ -44,6 +44,7 @@ _ROLES: dict[str, Role] = {
 }
 _STANDARD_FIELDS = ("role", "content", "tool_calls", "tool_call_id", "name")
 _BLOCK: TypeAdapter[Any] = TypeAdapter(ContentBlock)
+_M = TypeVar("_M", bound=BaseModel)
 
 
 # LlamaIndex -> core -------------------------------------------------------------------------------------------
@@ -210,14 +211,26 @@ def _openai_calls(value: Any) -> list[dict[str, Any]]:
 
 
 def to_chat(message: Message) -> ChatMessage:
-    """The `ChatMessage` for a core `Message`: its native form if still consistent, else from standard fields."""
+    """The `ChatMessage` for a core `Message`: its native form if still consistent, else from standard fields.
+
+    Chat engines read the whole history on every turn, so the conversion of each (immutable) message object is
+    kept with its reading and handed out as a fresh copy: a caller may mutate what it gets, never the cache.
+    """
+    reading = _reading(message)
+    if reading.chat is not None:
+        return _copy(reading.chat)
     native = _native(message)
     if native is not None:
         try:
-            return ChatMessage.model_validate(native)
+            chat = ChatMessage.model_validate(native)
         except ValidationError:  # e.g. an image by path whose file is gone: read what the standard fields hold
-            pass
-    return _from_standard(message)
+            return _from_standard(message)  # depends on files: not remembered
+    else:
+        chat = _from_standard(message)
+    if not _copyable(chat):
+        return chat
+    reading.chat = chat
+    return _copy(chat)
 
 
 def to_chat_many(messages: Iterable[Message]) -> list[ChatMessage]:
@@ -232,12 +245,13 @@ class _Reading:
     read the whole history on every turn, mostly the very objects the backend's snapshot cache holds.
     """
 
-    __slots__ = ("_fingerprint", "native")
+    __slots__ = ("_fingerprint", "chat", "native")
 
     def __init__(self, message: Message) -> None:
         native = message.extras.get(NAMESPACE)
         self.native: Mapping[str, Any] | None = native if native is not None and _consistent(native, message) else None
         self._fingerprint: str | None = None
+        self.chat: ChatMessage | None = None  # what `to_chat` copies, once converted (only if `_copyable`)
 
     def fingerprint(self, message: Message) -> str:
         """`_fingerprint` of the JSON of the `ChatMessage` that `message` reads as."""
@@ -274,6 +288,55 @@ def _native(message: Message) -> dict[str, Any] | None:
         return None
     thawed: dict[str, Any] = _thaw(native)
     return thawed
+
+
+# Blocks whose every field is immutable (str, None, ...) or a JSON dict/list that `_thaw` copies; others (images,
+# documents, ...) may hold values `_copy` would share, or resolve files when validated: never remembered.
+_COPYABLE_BLOCKS = (TextBlock, ToolCallBlock)
+
+
+def _copyable(chat: ChatMessage) -> bool:
+    """Whether `_copy` makes a copy of `chat` that shares nothing mutable with it."""
+    return (
+        type(chat) is ChatMessage
+        and _plain_model(chat)
+        and "images" not in chat.additional_kwargs  # read from image documents on validation
+        and all(type(block) in _COPYABLE_BLOCKS and _plain_model(block) for block in chat.blocks)
+    )
+
+
+def _plain_model(model: BaseModel) -> bool:
+    """No extra fields and no private attributes: the instance is its field values and the set of those given."""
+    return model.__pydantic_extra__ is None and model.__pydantic_private__ is None
+
+
+def _copy(chat: ChatMessage) -> ChatMessage:
+    """A copy of a `_copyable` message sharing nothing mutable with it, at a fraction of a conversion's cost."""
+    fields = dict(chat.__dict__)
+    kwargs = fields["additional_kwargs"]
+    fields["additional_kwargs"] = _thaw(kwargs) if kwargs else {}
+    fields["blocks"] = [_rebuilt(block, _thawed_fields(block)) for block in fields["blocks"]]
+    return _rebuilt(chat, fields)
+
+
+def _thawed_fields(model: BaseModel) -> dict[str, Any]:
+    """A copy of the field values of a `_COPYABLE_BLOCKS` block, its dicts and lists copied too."""
+    fields = dict(model.__dict__)
+    for name, value in fields.items():
+        if isinstance(value, (dict, list)):
+            fields[name] = _thaw(value)
+    return fields
+
+
+def _rebuilt(model: _M, fields: dict[str, Any]) -> _M:
+    """An instance of `model`'s class holding `fields`, built the way pydantic's own `__copy__` and
+    `model_construct` do, without validation: half the cost of `__copy__`, which copies through `copy.copy`."""
+    rebuilt = object.__new__(type(model))
+    object.__setattr__(rebuilt, "__dict__", fields)
+    object.__setattr__(rebuilt, "__pydantic_fields_set__", set(model.__pydantic_fields_set__))
+    object.__setattr__(rebuilt, "__pydantic_extra__", None)
+    object.__setattr__(rebuilt, "__pydantic_private__", None)
+    return rebuilt
 
 
 def _from_standard(message: Message) -> ChatMessage:
