@@ -42,7 +42,7 @@ from qdrant_client.local.qdrant_local import QdrantLocal
 from memweave.contracts import CollectionInfo, DocumentsIn, Filter, Metric, VectorMemory, check_ids
 from memweave.errors import BackendUnavailableError, CorruptMemoryError, DimensionMismatchError, InvalidInputError
 from memweave.filters import compile_filter
-from memweave.models import FrozenList, ScoredDocument, VectorDocument, coerce_documents, freeze_json
+from memweave.models import FrozenList, ScoredDocument, VectorDocument, freeze_json
 from memweave.urls import redact_url
 from memweave.vector_index import VectorIndex, as_query, check_dimension, check_metric, check_search_args
 
@@ -177,8 +177,10 @@ class QdrantVectorMemory(VectorMemory):
     # Operations as I/O-free steps ---------------------------------------------------------------------------
 
     def _store_steps(self, documents: DocumentsIn) -> _Steps[None]:
-        docs = coerce_documents(documents)
-        batch = VectorIndex(self._dimension, self.metric).prepare(docs)  # validated before anything is written
+        # validated before anything is written; only the compact batch is kept, so the documents (each embedding a
+        # list of Python floats) are garbage from here on unless the caller holds them, and the collector does not
+        # walk them again and again while the points go in
+        batch = VectorIndex(self._dimension, self.metric).prepare(documents)
         if not batch.ids:
             return
         dimension = batch.vectors.shape[1]
@@ -187,19 +189,18 @@ class QdrantVectorMemory(VectorMemory):
             raise DimensionMismatchError(
                 f"embedding has dimension {dimension}, the collection {self.collection!r} has {self._dimension}"
             )
-        # Each document's own float list goes out (Qdrant makes float32 of it, as `prepare` did), which is cheaper
-        # than `tolist()` on the matrix; the points are built unvalidated, everything in them having been checked.
-        embeddings = {doc.id: doc.embedding for doc in docs}  # the last document of each id, as in `batch`
-        del docs  # the documents are garbage now unless the caller holds them: a smaller heap for the collector
+        count = len(batch.ids)
+        # Qdrant keeps cosine vectors normalized: the norm in the payload rebuilds the embedding
         norms = np.linalg.norm(batch.vectors.astype(np.float64), axis=1).tolist() if self.metric == "cosine" else None
-        for start in range(0, len(batch.ids), self._batch_size):
+        for start in range(0, count, self._batch_size):
+            end = min(start + self._batch_size, count)
             points = []
-            for row in range(start, min(start + self._batch_size, len(batch.ids))):
-                doc_id = batch.ids[row]
+            # the float32 rows go out as the floats Qdrant stores; the points are built unvalidated, everything in
+            # them having been checked
+            for row, (doc_id, vector) in enumerate(zip(batch.ids[start:end], batch.vectors[start:end].tolist()), start):
                 payload = {"id": doc_id, "content": batch.contents[row], "metadata": _thaw(batch.metadata[row])}
-                if norms is not None:  # Qdrant keeps cosine vectors normalized: the norm rebuilds the embedding
+                if norms is not None:
                     payload["norm"] = norms[row]
-                vector = list(embeddings.pop(doc_id))
                 points.append(models.PointStruct.model_construct(id=point_id(doc_id), vector=vector, payload=payload))
             yield _Call("upsert", {"collection_name": self.collection, "points": points, "wait": True})
 
