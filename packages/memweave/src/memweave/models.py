@@ -225,9 +225,9 @@ def coerce_messages(messages: Iterable[Message | Mapping[str, Any]]) -> list[Mes
 
 def coerce_messages_after(
     messages: Iterable[Message | Mapping[str, Any]], known: Sequence[Message]
-) -> tuple[tuple[Message, ...], int]:
-    """`coerce_messages` as a tuple, plus how many leading items are the very objects `known` holds at the same
-    positions: those are not checked again (they are immutable and were checked when stored). Found at C speed."""
+) -> tuple[list[Message], int]:
+    """`coerce_messages` (always a new list), plus how many leading items are the very objects `known` holds at the
+    same positions: those are not checked again (immutable, checked when stored). Found at C speed."""
     if isinstance(messages, (str, bytes, Mapping, BaseModel)):
         raise InvalidInputError("expected a list of messages, got a single value")
     items = messages if isinstance(messages, (list, tuple)) else list(messages)
@@ -235,8 +235,8 @@ def coerce_messages_after(
     if not all(map(is_, items, known)):  # the common case (all known, then new ones) in one pass
         same = next(compress(count(), map(is_not, items, known)))
     if same == len(items):
-        return tuple(items), same
-    return (*items[:same], *_coerce(items[same:], Message, "message", same)), same
+        return list(items), same
+    return [*items[:same], *_coerce(items[same:], Message, "message", same)], same
 
 
 def coerce_documents(documents: Iterable[VectorDocument | Mapping[str, Any]]) -> list[VectorDocument]:

@@ -393,8 +393,8 @@ class FileChatMemory(ChatMemory):
         """Replace the session's history atomically (compare-and-swap with `expected_version`)."""
         path = self.path_of(session_id)
         cached = self._cached(path.name) or _NO_SNAPSHOT  # its lines encode its messages, whatever the file holds now
-        new, same = coerce_messages_after(messages, cached.messages)
-        body = _body_after(cached, same, new)
+        checked, same = coerce_messages_after(messages, cached.messages)
+        new, body = tuple(checked), _body_after(cached, same, checked)
         with self._writing(session_id, path):
             current = self._stored_version(session_id, path, repairable=expected_version is None)
             if expected_version is not None and expected_version != current:
@@ -444,7 +444,7 @@ class FileChatMemory(ChatMemory):
                 _remove(path)
                 self._forget(path.name)
                 return 0
-            return self._write(session_id, path, current.version, _body_after(current, same, new), new)
+            return self._write(session_id, path, current.version, _body_after(current, same, new), tuple(new))
 
     def sessions(self) -> list[str]:
         """The stored session ids, sorted, read from the file headers (a damaged header raises `CorruptMemoryError`)."""

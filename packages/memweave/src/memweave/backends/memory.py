@@ -26,9 +26,15 @@ from memweave.vector_index import VectorIndex
 
 __all__ = ["InMemoryChatMemory", "InMemoryVectorMemory"]
 
+_EMPTY: tuple[list[Message], int, int] = ([], 0, 0)  # an absent session; its buffer is never extended
+
 
 class InMemoryChatMemory(ChatMemory):
     """Chat histories in a dict. Messages are immutable, so snapshots share them without copying.
+
+    A session is stored as (buffer, count, version): its history is ``buffer[:count]``. A buffer only ever grows
+    (a save stores a new one), so an append extends it in place, in O(added), while a reader holding the older
+    count still sees exactly its own history.
 
     With `ttl` (seconds) a session expires when it has not been written for that long (every write resets it):
     it then reads as absent, and `cleanup_expired()` frees it.
@@ -39,7 +45,7 @@ class InMemoryChatMemory(ChatMemory):
             raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")
         self.ttl = ttl
         self._lock = threading.Lock()
-        self._sessions: dict[str, tuple[tuple[Message, ...], int]] = {}
+        self._sessions: dict[str, tuple[list[Message], int, int]] = {}
         self._deadlines: dict[str, float] = {}  # with a ttl: session id -> time.monotonic() it expires at
 
     def __repr__(self) -> str:
@@ -47,36 +53,39 @@ class InMemoryChatMemory(ChatMemory):
 
     def load_versioned(self, session_id: str) -> History:
         """Return the session's messages and version."""
-        messages, version = self._live(check_id(session_id))
-        return History(list(messages), version)
+        buffer, count, version = self._live(check_id(session_id))
+        return History(buffer[:count], version)
 
     def save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
         """Replace the session's history."""
         check_id(session_id)
-        new = coerce_messages_after(messages, self._sessions.get(session_id, ((), 0))[0])[0]
+        new = coerce_messages_after(messages, self._sessions.get(session_id, _EMPTY)[0])[0]
         with self._lock:
             current = self._current_version(session_id, expected_version)
             if not new:
                 self._sessions.pop(session_id, None)
                 self._deadlines.pop(session_id, None)
                 return 0
-            return self._store(session_id, new, next_version(current))
+            return self._store(session_id, new, len(new), next_version(current))
 
     def append(self, session_id: str, messages: MessagesIn) -> int:
         """Append to the session's history."""
         check_id(session_id)
-        added = tuple(coerce_messages(messages))
+        added = coerce_messages(messages)
         with self._lock:
-            old, current = self._live(session_id)
+            buffer, count, current = self._live(session_id)
             if not added:
                 return current
-            return self._store(session_id, old + added, next_version(current))
+            if not count:  # absent or expired: a new buffer (never the shared empty one)
+                buffer = []
+            buffer.extend(added)  # the latest entry's buffer holds exactly its count: older readers keep theirs
+            return self._store(session_id, buffer, len(buffer), next_version(current))
 
     def sessions(self) -> list[str]:
         """The stored session ids, sorted."""
         if self.ttl is None:
             return sorted(self._sessions)
-        return sorted(session_id for session_id in list(self._sessions) if self._live(session_id)[1])
+        return sorted(session_id for session_id in list(self._sessions) if self._live(session_id)[2])
 
     def cleanup_expired(self) -> int:
         """Free the sessions whose TTL ran out (they already read as absent); return how many."""
@@ -87,20 +96,20 @@ class InMemoryChatMemory(ChatMemory):
                 del self._sessions[session_id], self._deadlines[session_id]
             return len(expired)
 
-    def _live(self, session_id: str) -> tuple[tuple[Message, ...], int]:
-        """The session's messages and version, or an empty session if it expired."""
+    def _live(self, session_id: str) -> tuple[list[Message], int, int]:
+        """The session's (buffer, count, version), or an empty session if it expired."""
         if self.ttl is not None and self._deadlines.get(session_id, float("inf")) <= time.monotonic():
-            return (), 0
-        return self._sessions.get(session_id, ((), 0))
+            return _EMPTY
+        return self._sessions.get(session_id, _EMPTY)
 
-    def _store(self, session_id: str, messages: tuple[Message, ...], version: int) -> int:
-        self._sessions[session_id] = (messages, version)
+    def _store(self, session_id: str, buffer: list[Message], count: int, version: int) -> int:
+        self._sessions[session_id] = (buffer, count, version)
         if self.ttl is not None:
             self._deadlines[session_id] = time.monotonic() + self.ttl
         return version
 
     def _current_version(self, session_id: str, expected_version: int | None) -> int:
-        current = self._live(session_id)[1]
+        current = self._live(session_id)[2]
         if expected_version is not None and expected_version != current:
             raise ConcurrentModificationError(
                 f"session {session_id!r} is at version {current}, not {expected_version}; reload and retry"
