@@ -92,6 +92,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         self._sessions = self._tables.sessions
         self._messages = self._tables.messages
         self._insert_statements: dict[sa.Dialect, tuple[str, bool]] = {}  # one per engine's dialect
+        self._statements = _Statements(self._sessions)
 
     def __repr__(self) -> str:
         return f"SQLChatMemory({self._options_repr()})"
@@ -325,22 +326,16 @@ class SQLChatMemory(SQLBackend, ChatMemory):
     def _lock_session(self, connection: Connection, session_id: str, key: str) -> tuple[int, int]:
         """Create the session's row if missing and lock it; return its (version, message count)."""
         sessions = self._sessions
-        columns = (sessions.c.session_id, sessions.c.version, sessions.c.message_count, sessions.c.expires_at_ms)
         new_row = {"session_key": key, "session_id": session_id, "version": 0, "message_count": 0}
         for _ in range(3):  # the row can vanish between the two statements if another writer clears it
             if connection.dialect.name == "sqlite":
                 # The transaction began IMMEDIATE, so it holds the database's write lock already: a no-op upsert
                 # returning the row creates or reads it in one statement instead of two.
-                upsert = sqlite_insert(sessions).values(new_row)
-                row = connection.execute(
-                    upsert.on_conflict_do_update(
-                        index_elements=[sessions.c.session_key], set_={"session_key": upsert.excluded.session_key}
-                    ).returning(*columns)
-                ).first()
+                row = connection.execute(self._statements.sqlite_lock, {"key": key, "id": session_id}).first()
             else:
                 connection.execute(insert_ignoring(connection, sessions, new_row))
                 row = connection.execute(
-                    sa.select(*columns).where(sessions.c.session_key == key).with_for_update()
+                    sa.select(*_locked_columns(sessions)).where(sessions.c.session_key == key).with_for_update()
                 ).first()
             if row is not None and _expired(row.expires_at_ms):  # an expired session is absent: purge it first
                 connection.execute(sa.delete(self._messages).where(self._messages.c.session_key == key))
@@ -416,14 +411,14 @@ class SQLChatMemory(SQLBackend, ChatMemory):
 
     def _set_version(self, connection: Connection, key: str, version: int, message_count: int) -> int:
         connection.execute(
-            sa.update(self._sessions)
-            .where(self._sessions.c.session_key == key)
-            .values(
-                version=version,
-                message_count=message_count,
-                updated_at=datetime.now(timezone.utc),
-                expires_at_ms=None if self.ttl is None else _now_ms() + int(self.ttl * 1000),
-            )
+            self._statements.set_version,
+            {
+                "key": key,
+                "new_version": version,
+                "new_count": message_count,
+                "now": datetime.now(timezone.utc),
+                "expires": None if self.ttl is None else _now_ms() + int(self.ttl * 1000),
+            },
         )
         return version
 
@@ -445,6 +440,34 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             found = "no message rows" if seqs == [None] else f"{len(seqs)} message rows"
             raise CorruptMemoryError(f"session {session_id!r} should have {expected} messages; found {found}")
         return Snapshot(version, tuple(decode_message(session_id, row.seq, row.body) for row in rows))
+
+
+def _locked_columns(sessions: sa.Table) -> tuple[sa.Column[Any], ...]:
+    """What a writer reads from the session row it locked."""
+    return (sessions.c.session_id, sessions.c.version, sessions.c.message_count, sessions.c.expires_at_ms)
+
+
+class _Statements:
+    """The statements every write runs, built once with bound parameters (building one costs more than running it
+    through SQLAlchemy's compiled cache)."""
+
+    def __init__(self, sessions: sa.Table) -> None:
+        upsert = sqlite_insert(sessions).values(
+            session_key=sa.bindparam("key"), session_id=sa.bindparam("id"), version=0, message_count=0
+        )
+        self.sqlite_lock = upsert.on_conflict_do_update(
+            index_elements=[sessions.c.session_key], set_={"session_key": upsert.excluded.session_key}
+        ).returning(*_locked_columns(sessions))
+        self.set_version = (
+            sa.update(sessions)
+            .where(sessions.c.session_key == sa.bindparam("key"))
+            .values(
+                version=sa.bindparam("new_version"),
+                message_count=sa.bindparam("new_count"),
+                updated_at=sa.bindparam("now"),
+                expires_at_ms=sa.bindparam("expires"),
+            )
+        )
 
 
 def _refuse_awaitable(result: Awaitable[Any]) -> Any:
