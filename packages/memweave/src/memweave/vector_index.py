@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,10 +166,10 @@ class VectorIndex:
             vectors=vectors if vectors is not None else np.empty((0, self.dimension or 0), dtype=np.float32),
         )
 
-    def upsert(self, batch: DocumentBatch) -> npt.NDArray[np.intp]:
-        """Insert or replace the batch's documents (already validated by `prepare`); returns the rows written."""
+    def upsert(self, batch: DocumentBatch) -> None:
+        """Insert or replace the batch's documents (already validated by `prepare`)."""
         if not batch.ids:
-            return np.empty(0, dtype=np.intp)
+            return
         if self.dimension is None:
             self.dimension = batch.vectors.shape[1]
             self._matrix = _aligned_rows(0, self.dimension)
@@ -193,7 +193,6 @@ class VectorIndex:
             target = rows
         self._matrix[target] = batch.vectors
         self._inverse_norms[target] = _inverse_norms(batch.vectors)
-        return rows
 
     def remove(self, ids: Iterable[str]) -> int:
         """Delete documents by id (unknown ids ignored); returns how many were removed."""
@@ -246,31 +245,10 @@ class VectorIndex:
         query = as_query(embedding, self.dimension, self.metric)
         if top_k == 0 or not self.ids:
             return []
-        return self.rank(self.scores(query), top_k=top_k, threshold=threshold, predicate=predicate)
-
-    def scores(self, query: Matrix) -> Matrix:
-        """The score of every live row for a validated query (`as_query`): one matrix-vector product."""
-        return self._scaled(self.matrix @ query, query, slice(None))
-
-    def rescore(self, scores: Matrix, rows: npt.NDArray[np.intp], query: Matrix) -> Matrix:
-        """`scores` of the first rows, brought up to date: the given rows (changed or appended since) recomputed."""
-        current = np.empty(len(self.ids), dtype=np.float32)
-        current[: len(scores)] = scores
-        if len(rows):
-            current[rows] = self._scaled(self._matrix[rows] @ query, query, rows)
-        return current
-
-    def rank(
-        self,
-        scores: Matrix,
-        *,
-        top_k: int,
-        threshold: float | None = None,
-        predicate: Callable[[FrozenDict], bool] | None = None,
-    ) -> list[ScoredDocument]:
-        """The search result for `scores` of every live row (arguments checked by the caller)."""
-        if top_k == 0 or not self.ids:
-            return []
+        scores = self.matrix @ query
+        if self.metric == "cosine":
+            scores *= self._inverse_norms[: len(self.ids)] / np.float32(np.linalg.norm(query))
+            np.clip(scores, -1.0, 1.0, out=scores)
         candidates: npt.NDArray[np.intp] | None = None
         if predicate is not None:
             keep = np.fromiter((predicate(m) for m in self.metadata), dtype=bool, count=len(self.metadata))
@@ -284,14 +262,6 @@ class VectorIndex:
             rows = candidates[rows]
         ranked = sorted(rows.tolist(), key=lambda r: (-scores[r], self.ids[r]))[:top_k]
         return [ScoredDocument.model_construct(document=self.document(r), score=float(scores[r])) for r in ranked]
-
-    def _scaled(self, products: Matrix, query: Matrix, rows: slice | npt.NDArray[np.intp]) -> Matrix:
-        """Dot products of `rows` with the query as scores (cosine: divided by both norms), in place."""
-        if self.metric == "cosine":
-            norms = self._inverse_norms[: len(self.ids)][rows]
-            products *= norms / np.float32(np.linalg.norm(query))
-            np.clip(products, -1.0, 1.0, out=products)
-        return products
 
     def _reserve(self, size: int) -> None:
         capacity = self._matrix.shape[0]

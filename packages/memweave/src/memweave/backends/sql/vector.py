@@ -6,23 +6,16 @@ deletes) with it, under the collection row's lock, so versions follow commit ord
 reads the collection row (one small query): if the version moved, it fetches only the rows stamped after the
 version it has seen and applies them; if the `generation` moved (someone cleared the collection), it reloads.
 Its own writes are applied to its index directly after they commit.
-
-A search over a large index does not wait for that query: a worker thread scores the index as it is while the
-query runs, and when the refresh only added or replaced rows, just those rows are scored again (anything else,
-such as deletes or a reload, and the search runs again over the refreshed index).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
-import numpy.typing as npt
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -32,34 +25,13 @@ from memweave.backends.sql._engine import Database, Work
 from memweave.backends.sql._schema import Tables, check_identifier, create_tables, insert_ignoring, key_of, upsert
 from memweave.contracts import CollectionInfo, DocumentsIn, Filter, Metric, VectorMemory, check_id, check_ids
 from memweave.errors import CorruptMemoryError, DimensionMismatchError, InvalidInputError
-from memweave.filters import compile_filter
 from memweave.models import FrozenDict, ScoredDocument, VectorDocument, freeze_json
-from memweave.vector_index import (
-    DocumentBatch,
-    Matrix,
-    VectorIndex,
-    as_query,
-    check_dimension,
-    check_metric,
-    check_search_args,
-    require_utf8,
-)
+from memweave.vector_index import DocumentBatch, VectorIndex, check_dimension, check_metric, require_utf8
 
 __all__ = ["SQLVectorMemory", "list_collections"]
 
 T = TypeVar("T")
 _CHUNK = 500  # ids per DELETE ... IN (...) statement
-_State = tuple[int, int]  # (generation, version) of the stored collection an index reflects
-_scans: tuple[int, ThreadPoolExecutor] | None = None  # (pid, pool): threads that score an index during a refresh
-
-
-def _scan_pool() -> ThreadPoolExecutor:
-    """This process's scan threads (a forked child gets its own: the parent's threads do not exist in it)."""
-    global _scans
-    pid = os.getpid()
-    if _scans is None or _scans[0] != pid:
-        _scans = (pid, ThreadPoolExecutor(thread_name_prefix="memweave-scan"))
-    return _scans[1]
 
 
 class _Collection(NamedTuple):
@@ -73,24 +45,6 @@ class _Collection(NamedTuple):
 class _Changes(NamedTuple):
     live: DocumentBatch
     removed: list[str]
-
-
-class _Scan(NamedTuple):
-    """Scores of every row of `source` at `state` for `query`."""
-
-    source: VectorIndex
-    state: _State
-    query: Matrix
-    scores: Matrix
-
-
-class _Refreshed(NamedTuple):
-    """The last refresh: from which state to which, and the rows it wrote (None: it also removed some)."""
-
-    source: VectorIndex
-    before: _State
-    after: _State
-    rows: npt.NDArray[np.intp] | None
 
 
 def _dump_metadata(metadata: FrozenDict) -> str:
@@ -143,8 +97,8 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
         )
         self._lock = threading.Lock()  # guards the index and the state below; never held during I/O
         self._index = VectorIndex(dimension, self.metric)
-        self._state: _State = (-1, -1)  # replaced whole, so it can be read without the lock
-        self._refreshed: _Refreshed | None = None
+        self._generation = -1  # (generation, version) of the stored collection the index reflects
+        self._seen = -1
 
     def __repr__(self) -> str:
         return (
@@ -247,48 +201,10 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
 
         return Work(self._refresh, done)
 
-    # Below this many float32 values, handing the scan to a thread costs more than it overlaps.
-    _overlap_from = 1 << 20
-
     def _search_work(
         self, embedding: Sequence[float], top_k: int, threshold: float | None, filter: Filter | None
     ) -> Work[None, list[ScoredDocument]]:
-        check_search_args(top_k, threshold)
-        predicate = compile_filter(filter) if filter is not None else None
-        index = self._index
-        scan: Future[_Scan] | None = None
-        if top_k and index.dimension is not None and len(index) * index.dimension >= self._overlap_from:
-            scan = _scan_pool().submit(self._scan, embedding)
-
-        def done(_: None) -> list[ScoredDocument]:
-            scanned = scan.result() if scan is not None and scan.exception() is None else None
-            with self._lock:
-                scores = self._rescored(scanned) if scanned is not None else None
-                if scores is None:
-                    return self._index.search(embedding, top_k=top_k, threshold=threshold, filter=filter)
-                return self._index.rank(scores, top_k=top_k, threshold=threshold, predicate=predicate)
-
-        return Work(self._refresh, done)
-
-    def _scan(self, embedding: Sequence[float]) -> _Scan:
-        """Score the index as it is now (on a worker thread, while the refresh query runs)."""
-        with self._lock:
-            index = self._index
-            query = as_query(embedding, index.dimension, self.metric)
-            return _Scan(index, self._state, query, index.scores(query))
-
-    def _rescored(self, scan: _Scan) -> Matrix | None:
-        """The scan's scores brought up to the current index, or None if only a new search can (lock held)."""
-        if scan.source is not self._index:
-            return None
-        if scan.state == self._state:
-            return scan.scores
-        last = self._refreshed
-        if last is None or last.source is not scan.source or last.rows is None:
-            return None
-        if (last.before, last.after) != (scan.state, self._state):
-            return None
-        return scan.source.rescore(scan.scores, last.rows, scan.query)
+        return self._read_work(lambda index: index.search(embedding, top_k=top_k, threshold=threshold, filter=filter))
 
     def _get_work(self, ids: Iterable[str]) -> Work[None, list[VectorDocument]]:
         wanted = check_ids(ids)
@@ -432,7 +348,8 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
         c, v = self._collections, self._vectors
         columns = (v.c.doc_id, v.c.content, v.c.metadata, v.c.embedding, v.c.deleted)
         while True:
-            base = self._state
+            with self._lock:
+                base = (self._generation, self._seen)
             rows = connection.execute(self._changes_query, {"seen": base[1]}).all()
             if not rows:
                 raise CorruptMemoryError(f"collection {self.collection!r}: its row in {c.name} is missing")
@@ -449,14 +366,13 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
                 found = connection.execute(live).all()
             changes = self._decode(found, stored.dimension)
             with self._lock:
-                if self._state != base:
+                if (self._generation, self._seen) != base:
                     continue  # another call moved the index meanwhile; look again
                 index = VectorIndex(stored.dimension, self.metric) if reload else self._index
-                removed = index.remove(changes.removed)
-                written = index.upsert(changes.live)
+                index.remove(changes.removed)
+                index.upsert(changes.live)
                 self._index = index
-                self._state = (stored.generation, stored.version)
-                self._refreshed = _Refreshed(index, base, self._state, None if removed else written)
+                self._generation, self._seen = stored.generation, stored.version
                 return
 
     def _decode(self, rows: Sequence[Any], dimension: int | None) -> _Changes:
@@ -497,17 +413,17 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
     def _opened(self, state: _Collection) -> None:
         with self._lock:
             self._learn_dimension(state.dimension)
-            if state.version == 0 and self._state[1] < 0:  # never written: the empty index is up to date
-                self._state = (state.generation, state.version)
+            if state.version == 0 and self._seen < 0:  # never written: the empty index is up to date
+                self._generation, self._seen = state.generation, state.version
 
     def _applied(self, state: _Collection, change: Callable[[VectorIndex], object], *, cleared: bool = False) -> None:
         """Apply this object's committed write to its index, if the index was current just before it."""
         with self._lock:
             self._learn_dimension(state.dimension)
             before = (state.generation - cleared, state.version - 1)
-            if self._state == before:
+            if (self._generation, self._seen) == before:
                 change(self._index)
-                self._state = (state.generation, state.version)
+                self._generation, self._seen = state.generation, state.version
 
     def _learn_dimension(self, dimension: int | None) -> None:
         """Give a still dimensionless (hence empty) index the collection's dimension."""
