@@ -239,6 +239,7 @@ def coerce_messages_after(
     return [*items[:same], *_coerce(items[same:], Message, "message", same)], same
 
 
-def coerce_documents(documents: Iterable[VectorDocument | Mapping[str, Any]]) -> list[VectorDocument]:
-    """Validate `documents` (models or plain dicts) into `VectorDocument`s, raising `InvalidInputError`."""
-    return _coerce(documents, VectorDocument, "document")
+def coerce_documents(documents: Iterable[VectorDocument | Mapping[str, Any]], start: int = 0) -> list[VectorDocument]:
+    """Validate `documents` (models or plain dicts) into `VectorDocument`s, raising `InvalidInputError`; errors
+    name a document by its position counted from `start` (for a slice of a longer input)."""
+    return _coerce(documents, VectorDocument, "document", start)

@@ -23,12 +23,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import math
 import re
 import threading
 import uuid
 import weakref
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -42,9 +43,9 @@ from qdrant_client.local.qdrant_local import QdrantLocal
 from memweave.contracts import CollectionInfo, DocumentsIn, Filter, Metric, VectorMemory, check_ids
 from memweave.errors import BackendUnavailableError, CorruptMemoryError, DimensionMismatchError, InvalidInputError
 from memweave.filters import compile_filter
-from memweave.models import FrozenList, ScoredDocument, VectorDocument, freeze_json
+from memweave.models import FrozenList, ScoredDocument, VectorDocument, coerce_documents, freeze_json
 from memweave.urls import redact_url
-from memweave.vector_index import VectorIndex, as_query, check_dimension, check_metric, check_search_args
+from memweave.vector_index import DocumentBatch, VectorIndex, as_query, check_dimension, check_metric, check_search_args
 
 __all__ = ["QdrantVectorMemory", "list_collections", "point_id", "translate_filter"]
 
@@ -177,10 +178,7 @@ class QdrantVectorMemory(VectorMemory):
     # Operations as I/O-free steps ---------------------------------------------------------------------------
 
     def _store_steps(self, documents: DocumentsIn) -> _Steps[None]:
-        # validated before anything is written; only the compact batch is kept, so the documents (each embedding a
-        # list of Python floats) are garbage from here on unless the caller holds them, and the collector does not
-        # walk them again and again while the points go in
-        batch = VectorIndex(self._dimension, self.metric).prepare(documents)
+        batch = self._prepare(documents)  # validated before anything is written
         if not batch.ids:
             return
         dimension = batch.vectors.shape[1]
@@ -203,6 +201,25 @@ class QdrantVectorMemory(VectorMemory):
                     payload["norm"] = norms[row]
                 points.append(models.PointStruct.model_construct(id=point_id(doc_id), vector=vector, payload=payload))
             yield _Call("upsert", {"collection_name": self.collection, "points": points, "wait": True})
+
+    def _prepare(self, documents: DocumentsIn) -> DocumentBatch:
+        """Every document validated into one compact batch (ids, texts, metadata, float32 rows).
+
+        An iterator (a generator) is read `batch_size` documents at a time, so each document, its embedding a list
+        of Python floats, is garbage once read unless the caller holds it: a large generator never sits in memory
+        whole, and the collector does not walk all of it on each pass while the rest is read and written.
+        """
+        index = VectorIndex(self._dimension, self.metric)
+        if not isinstance(documents, Iterator):
+            return index.prepare(documents)
+        parts: list[DocumentBatch] = []
+        read = 0
+        while chunk := list(itertools.islice(documents, self._batch_size)):
+            parts.append(index.prepare(coerce_documents(chunk, start=read)))  # errors name whole-input positions
+            read += len(chunk)
+            if parts[0].vectors.shape[1] != parts[-1].vectors.shape[1]:
+                raise DimensionMismatchError("the embeddings of one batch have different dimensions")
+        return _merge(parts) if parts else index.prepare([])
 
     def _search_steps(
         self, embedding: Sequence[float], top_k: int, threshold: float | None, filter: Filter | None
@@ -603,6 +620,23 @@ def _as_filter(condition: models.Condition) -> models.Filter:
 
 
 # Clients ----------------------------------------------------------------------------------------------------
+
+
+def _merge(parts: list[DocumentBatch]) -> DocumentBatch:
+    """Validated batches as one, keeping (as `VectorIndex.prepare` does) the last document of each id at the
+    position of its first."""
+    if len(parts) == 1:
+        return parts[0]
+    ids = [doc_id for part in parts for doc_id in part.ids]
+    contents = [content for part in parts for content in part.contents]
+    metadata = [value for part in parts for value in part.metadata]
+    vectors = np.concatenate([part.vectors for part in parts])
+    latest = {doc_id: row for row, doc_id in enumerate(ids)}
+    if len(latest) < len(ids):
+        rows = list(latest.values())
+        ids, contents, metadata = list(latest), [contents[r] for r in rows], [metadata[r] for r in rows]
+        vectors = vectors[rows]
+    return DocumentBatch(ids=ids, contents=contents, metadata=metadata, vectors=vectors)
 
 
 def _thaw(value: Any) -> Any:
