@@ -329,8 +329,8 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         new_row = {"session_key": key, "session_id": session_id, "version": 0, "message_count": 0}
         for _ in range(3):  # the row can vanish between the two statements if another writer clears it
             if connection.dialect.name == "sqlite":
-                # The transaction began IMMEDIATE, so it holds the database's write lock already: a no-op upsert
-                # returning the row creates or reads it in one statement instead of two.
+                # SQLite locks the whole database for a transaction's writes (memweave begins them IMMEDIATE), so
+                # no row lock is needed: a no-op upsert returning the row creates or reads it in one statement.
                 row = connection.execute(self._statements.sqlite_lock, {"key": key, "id": session_id}).first()
             else:
                 connection.execute(insert_ignoring(connection, sessions, new_row))
@@ -367,7 +367,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
     ) -> tuple[int, int, list[str] | None]:
         """Return (kept, stored rows, bodies of new[kept:] if already encoded): what a save can leave in place."""
         new, cached = edit.messages, self._cache.get(session_id)
-        if version == 0:  # `_lock_session` just created the session's row: nothing is stored yet
+        if version == 0:  # `_lock_session` just created the session's row (committed rows have a version > 0)
             return 0, 0, None
         if cached is not None and cached.version == version:
             identical = edit.identical if cached is edit.base else identical_prefix(new, cached.messages)
