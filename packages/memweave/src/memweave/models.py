@@ -233,7 +233,7 @@ def coerce_messages_after(
     items = messages if isinstance(messages, (list, tuple)) else list(messages)
     same = min(len(items), len(known))
     if not all(map(is_, items, known)):  # the common case (all known, then new ones) in one pass
-        same = next(compress(count(), map(is_not, items, known)))
+        same = next(compress(count(), map(is_not, items, known)), same)
     if same == len(items):
         return list(items), same
     return [*items[:same], *_coerce(items[same:], Message, "message", same)], same
