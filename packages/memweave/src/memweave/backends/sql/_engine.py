@@ -128,7 +128,10 @@ def _configure_sqlite(engine: Engine) -> None:
 
 
 def _engine_options(backend: str, pool_size: int, pool_timeout: float) -> dict[str, Any]:
-    options: dict[str, Any] = {"pool_size": pool_size, "pool_timeout": pool_timeout, "pool_pre_ping": True}
+    # A server can drop pooled connections (restart, pg_terminate_backend): ping each one on checkout. An SQLite
+    # connection is a file handle that nothing outside this process closes, so the ping would only cost a statement.
+    pre_ping = backend != "sqlite"
+    options: dict[str, Any] = {"pool_size": pool_size, "pool_timeout": pool_timeout, "pool_pre_ping": pre_ping}
     if backend in ("mysql", "mariadb"):
         # Statement-level consistency is all memweave needs (every read it makes is one consistent statement,
         # every write locks first); READ COMMITTED avoids InnoDB gap locks and their deadlocks.
