@@ -297,3 +297,20 @@ def test_bad_options_are_rejected() -> None:
     for options in ({"collection": "a/b"}, {"batch_size": 0}, {"metric": "l2"}, {"dimension": -1}):
         with pytest.raises(InvalidInputError):
             QdrantVectorMemory("qdrant+memory://", **options)
+
+
+def test_a_generator_is_read_in_batches_and_validated_whole_before_any_write() -> None:
+    with QdrantVectorMemory("qdrant+memory://", batch_size=3) as memory:
+        memory.store(doc(f"d{i % 5}", 1.0, float(i)) for i in range(8))  # ids repeat across batches: last one wins
+        assert memory.count() == 5
+        assert [d.embedding[1] for d in memory.get(["d0", "d1", "d2"])] == pytest.approx([5.0, 6.0, 7.0], rel=1e-6)
+
+        def bad_at_seven() -> Iterator[VectorDocument | dict[str, Any]]:
+            yield from (doc(f"n{i}", 1.0, float(i)) for i in range(7))
+            yield {"id": "n7", "embedding": [1.0, float("nan")]}
+
+        with pytest.raises(InvalidInputError, match="document 7"):  # the position counted over the whole input
+            memory.store(bad_at_seven())
+        with pytest.raises(DimensionMismatchError):
+            memory.store(doc(f"m{i}", *([1.0] * (2 if i < 4 else 3))) for i in range(6))
+        assert memory.count() == 5  # nothing of either refused store was written
