@@ -26,6 +26,7 @@ from sqlalchemy.engine import URL, Connection, Engine, create_engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.util import greenlet_spawn
 
 from memweave.errors import BackendUnavailableError, InvalidInputError, MemweaveError
 from memweave.urls import redact_url
@@ -303,7 +304,7 @@ class Database:
         """Async twin of `run`: the same `work.run`, on the async engine through `run_sync`."""
         if self._async_engines is None:
             return await asyncio.to_thread(self.run, work)
-        self._adopt_running_loop()
+        await self._adopt_running_loop()
         with self.translated():
             attempt = 1
             while True:
@@ -316,14 +317,21 @@ class Database:
                 await asyncio.sleep(_retry_delay(attempt))
                 attempt += 1
 
-    def _adopt_running_loop(self) -> None:
+    async def _adopt_running_loop(self) -> None:
         """Async connections belong to the loop that opened them; when calls move to another loop (each
-        `asyncio.run` makes a new one), drop the pooled connections of the old loop instead of reusing them."""
+        `asyncio.run` makes a new one), stop reusing the pooled connections of the old loop."""
         loop = asyncio.get_running_loop()
-        if self._loop is not None and loop is not self._loop and self._built_async is not None:
-            # This thread runs `loop` now, so the old loop cannot run their close: they are only dropped.
-            self._built_async.sync_engine.dispose(close=False)
-        self._loop = loop
+        old, self._loop = self._loop, loop
+        if old is None or old is loop or self._built_async is None:
+            return
+        engine = self._built_async.sync_engine
+        old_pool = engine.pool
+        engine.dispose(close=False)  # a new pool at once: calls made meanwhile never get an old connection
+        if self.dialect == "sqlite":
+            # aiosqlite connections are not tied to a loop: close them here, or each would keep its worker
+            # thread until the garbage collector finds it (and warn, unclosed, when it does). A server
+            # connection's socket is registered with the old loop, which cannot run its close: it is only dropped.
+            await greenlet_spawn(old_pool.dispose)
 
     def close(self) -> None:
         """Dispose the engines memweave created (an engine passed in stays open: its owner closes it)."""
