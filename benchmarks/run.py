@@ -87,12 +87,13 @@ SLOW_LIMIT = 100_000 * 384
 REASONS = [
     "- Vector search on PostgreSQL / Redis against the bandwidth floor, and a second process after a write: every "
     "search first asks the server for changes since the last one, so a write another process has acknowledged is "
-    "always seen; the scan itself is the in-memory one (profiled: the reader's freshly loaded matrix scans as fast "
-    "as the in-memory store's, 4.05 vs 4.09 ms interleaved, same sgemv, on huge pages). On PostgreSQL the refresh "
-    "is the pool's pre-ping and the change query, 0.27 ms when nothing changed and 0.42 ms after a one-row write; "
-    "on a loaded 2-core machine each round trip also waits for a CPU. Skipping it on a LISTEN/NOTIFY signal was "
-    "rejected: notifications reach listeners asynchronously after the commit, so a reader could miss an "
-    "acknowledged write.",
+    "always seen; the scan itself is the in-memory one (profiled: the reader's scan takes what the in-memory "
+    "store's takes, same sgemv on the same layout). The gap is that refresh: a pool checkout with its pre-ping "
+    "round trip, then the change query, ~0.3-0.8 ms from one process but ~2 ms from a second process that has "
+    "just been woken (each round trip wakes the server process too). Holding a dedicated connection for the "
+    "refresh (no checkout, no ping) would remove one round trip; not done. Skipping the query on a LISTEN/NOTIFY "
+    "signal was rejected: notifications reach listeners asynchronously after the commit, so a reader could miss "
+    "an acknowledged write.",
     "- At 10k x 384 (15 MB) the matrix fits in the CPU caches, so the exact stores beat the DRAM bandwidth floor "
     "(ratio < 1); the floor is meaningful from 100k up.",
     "- No float16 / int8 storage mode: halving the bytes scanned does not speed up the scan in numpy (no 16-bit BLAS "
@@ -110,6 +111,11 @@ REASONS = [
     "(~1.45 ms each at 10,000 messages, 80% of what remains). Flat saves need a format 2 (append in place with a "
     "committed-length header and a checksum carried forward); not done. Against LangChain's "
     "FileChatMessageHistory, which rewrites its JSON file on every turn, memweave is far ahead either way.",
+    "- SQLChatMemory (SQLite) save +2 grows with history length: the leading messages that are the cached "
+    "snapshot's own objects are found by an identity scan (history.identical_prefix, ~11 ns per message, ~0.11 ms "
+    "at 10,000) and the new snapshot tuple is built from them (a pointer copy), against a ~0.19 ms save at 10; "
+    "only the 2 new rows are written. This round made a write's fixed cost smaller (one upsert ... RETURNING for "
+    "the session row, one executemany, no pre-ping on SQLite), which is what raised this ratio.",
     "- SQLChatMemory (SQLite) per turn against LangChain SQLChatMessageHistory: a memweave write is one BEGIN "
     "IMMEDIATE transaction that creates or reads the session row and its version (one upsert ... RETURNING), "
     "inserts the rows with their digests in one driver-level executemany, and bumps the version and count: the "
@@ -137,10 +143,10 @@ REASONS = [
     "(history.identical_prefix), ~11 ns per message, ~110 µs at 10,000 against a 130-200 µs round trip at 10. "
     "A list `==` would be 8x cheaper but compares values (1 == 1.0 == True) and would skip rewriting messages "
     "whose JSON differs; rejected.",
-    "- Qdrant local upsert at 100,000: measured in CPU time (steadier than wall time under load) memweave is "
-    "~1.2x the raw client doing the same work (UUID point ids, the same payload with the original id, text, "
-    "metadata and norm, batches of 256); the extra ~29 µs per document is building and validating the "
-    "VectorDocuments and their float32 rows inside the timed call. At 10,000 it is within 10%.",
+    "- Qdrant local upsert (a target that moves with the machine's load): memweave does the raw client's work "
+    "(UUID point ids, the same payload with the original id, text, metadata and norm, batches of 256) plus "
+    "building and validating the VectorDocuments and their float32 rows inside the timed call, ~29 µs per document "
+    "in CPU time at 100,000: within 10% on an idle machine, ~1.2x in CPU time when other jobs load it.",
     "- SimpleChatStore.persist raises PydanticSerializationError with llama-index-core 0.14.25 and pydantic 2.14 "
     "(its WrapSerializer passes `info` to the handler); it is measured in memory only.",
 ]
