@@ -679,3 +679,35 @@ def test_async_calls_from_successive_event_loops_work(tmp_path: Path) -> None:
         gc.collect()
     assert threading.active_count() <= threads + 2  # the live loop's connections (reader and writer pools)
     asyncio.run(memory.aclose())
+
+
+def test_postgres_reads_reuse_one_connection_and_survive_losing_it(tmp_path: Path) -> None:
+    """Reads on PostgreSQL go through one kept connection (no checkout or ping per read); if the server drops it,
+    the read runs again through the pool, and the caller never sees the loss."""
+    with place_for("postgresql", tmp_path) as place:
+        writer, reader = place.chat(), place.vector(dimension=2)
+        writer.append("s", [Message(role="user", content="one")])
+        reader.store([{"id": "a", "embedding": [1.0, 0.0]}])
+        other = place.vector()
+        assert [hit.document.id for hit in other.search([1.0, 0.0])] == ["a"]
+        pids = set()
+        for _ in range(3):
+            assert [m.text for m in writer.load("s")] == ["one"]
+            pids.add(_pinned_pid(writer))
+        assert len(pids) == 1  # the same server process served every read
+        killer = sa.create_engine(place.url.replace("postgresql://", "postgresql+psycopg://"))
+        with killer.begin() as connection:
+            for memory in (writer, other):
+                connection.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": _pinned_pid(memory)})
+        killer.dispose()
+        reader.store([{"id": "b", "embedding": [0.0, 1.0]}])
+        assert [m.text for m in writer.load("s")] == ["one"]
+        assert [hit.document.id for hit in other.search([0.0, 1.0], top_k=1)] == ["b"]  # the write is seen
+        writer.load("s")  # the lost connection was discarded: the next read keeps a new one
+        assert _pinned_pid(writer) not in pids
+
+
+def _pinned_pid(memory: SQLChatMemory | SQLVectorMemory) -> int:
+    connection = memory._db._reader._connection  # type: ignore[union-attr]
+    assert connection is not None
+    return int(connection.connection.dbapi_connection.info.backend_pid)  # type: ignore[union-attr]

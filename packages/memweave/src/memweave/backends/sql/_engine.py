@@ -13,10 +13,12 @@ become durable at the next WAL checkpoint). Transactions are begun explicitly, `
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -178,6 +180,57 @@ def _loop_running_here() -> bool:
     return True
 
 
+class _PinnedReader:
+    """One connection kept checked out for reads on a server database (PostgreSQL, in autocommit).
+
+    A read through the pool pays a checkout and its pre-ping round trip; a vector search asks for changes before
+    every scan, so that is a second round trip on every search. A read tries this connection first (one caller at
+    a time; others take the pool). If it fails in any way the driver reports, the connection is discarded and the
+    read runs again through the pool, which pings and reconnects: a read is safe to repeat, and a dropped
+    connection (server restart, pg_terminate_backend) costs nothing more than before.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._lock = threading.Lock()
+        self._connection: Connection | None = None
+        self._pid = os.getpid()
+
+    def try_run(self, work: Work[R, Any]) -> tuple[R] | None:
+        """`(result,)` if `work` ran on the pinned connection; None if the caller must use the pool."""
+        if not self._lock.acquire(blocking=False):
+            return None
+        try:
+            if self._pid != os.getpid():  # a forked child must not share the parent's socket: forget it
+                self._connection, self._pid = None, os.getpid()
+            try:
+                if self._connection is None:
+                    self._connection = self._engine.connect()
+                result = work.run(self._connection)
+                self._connection.commit()  # autocommit: ends SQLAlchemy's transaction, no round trip
+            except (DBAPIError, PoolTimeoutError):
+                self._discard()
+                return None
+            return (result,)
+        finally:
+            self._lock.release()
+
+    def _discard(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            with suppress(Exception):
+                connection.invalidate()
+                connection.close()
+
+    def close(self) -> None:
+        """Return the connection to its pool (before the pool is disposed)."""
+        with self._lock:
+            connection, self._connection = self._connection, None
+            if connection is not None and self._pid == os.getpid():
+                with suppress(Exception):
+                    connection.close()
+
+
 class Database:
     """A sync engine, an optional async engine over the same database, and how to run `Work` on them."""
 
@@ -223,6 +276,7 @@ class Database:
         # skip the BEGIN and COMMIT round trips; psycopg switches autocommit on the client, at no cost.
         reads: dict[str, Any] = {"isolation_level": "AUTOCOMMIT"} if self.dialect == "postgresql" else {}
         self._engines = {False: engine.execution_options(**reads), True: engine.execution_options(**{_WRITE: True})}
+        self._reader = _PinnedReader(self._engines[False]) if self.dialect == "postgresql" else None
         self._async_engines = (
             {
                 False: async_engine.execution_options(**reads),
@@ -288,6 +342,10 @@ class Database:
 
     def run(self, work: Work[R, Any]) -> R:
         """Run `work.run` in one transaction on the sync engine, retrying deadlocks; return its result."""
+        if not work.write and self._reader is not None:
+            pinned = self._reader.try_run(work)
+            if pinned is not None:
+                return pinned[0]
         with self.translated():
             attempt = 1
             while True:
@@ -335,6 +393,8 @@ class Database:
 
     def close(self) -> None:
         """Dispose the engines memweave created (an engine passed in stays open: its owner closes it)."""
+        if self._reader is not None:
+            self._reader.close()
         loop = self._loop
         for engine in self._owned:
             if not isinstance(engine, AsyncEngine):
@@ -350,6 +410,8 @@ class Database:
 
     async def aclose(self) -> None:
         """Async twin of `close`: closes the async engine's connections on the running loop."""
+        if self._reader is not None:
+            self._reader.close()
         for engine in self._owned:
             if isinstance(engine, AsyncEngine):
                 await engine.dispose()
