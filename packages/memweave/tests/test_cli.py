@@ -336,3 +336,26 @@ def test_import_keeps_other_data_and_checks_dimensions(tmp_path: Path) -> None:
         sessions, _ = contents(target)
         assert sorted(sessions) == ["other", "trip/1"]
         assert refused.failed_with("dimension")
+
+
+def test_an_error_raised_while_ctrl_c_unwinds_is_the_interrupt() -> None:
+    """A driver whose cleanup fails after Ctrl-C cancelled its query still exits 130 (not 1, "unavailable")."""
+    import typer
+
+    from memweave import BackendUnavailableError
+    from memweave.cli._app import _resumable
+
+    with pytest.raises(typer.Exit) as exited, _resumable("migrate"):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            try:
+                raise sa.exc.OperationalError("ROLLBACK", {}, Exception("connection lost")) from None
+            except sa.exc.OperationalError as error:
+                raise BackendUnavailableError("database is unavailable") from error
+    assert exited.value.exit_code == 130
+    with pytest.raises(typer.Exit) as exited, _resumable("migrate"):
+        raise KeyboardInterrupt
+    assert exited.value.exit_code == 130
+    with pytest.raises(BackendUnavailableError), _resumable("migrate"):
+        raise BackendUnavailableError("a failure of its own stays a failure")

@@ -179,7 +179,7 @@ def test_resumes_after_an_interrupt_and_a_kill(tmp_path: Path) -> None:
         args = ["migrate", origin, target, "--batch-size", "3"]  # small batches: a long run to interrupt
 
         code, stderr = _interrupt(args, documents, 1, signal.SIGINT)  # Ctrl-C: the shell's exit code for it
-        assert code == 130
+        assert code == 130, stderr[-2000:]
         last = stderr.strip().splitlines()[-1]
         assert last.endswith("memweave: error: interrupted; run the same migrate again and it resumes"), stderr[-300:]
 

@@ -84,9 +84,30 @@ def _resumable(command: str) -> Iterator[None]:
     """On Ctrl-C, say that running the same command again carries on; exit 130, the shell's code for it."""
     try:
         yield
+    except Exception as error:
+        if not _while_interrupted(error):
+            raise
     except KeyboardInterrupt:
-        _err.print(Text(f"memweave: error: interrupted; run the same {command} again and it resumes"))
-        raise typer.Exit(130) from None
+        pass
+    else:
+        return
+    _err.print(Text(f"memweave: error: interrupted; run the same {command} again and it resumes"))
+    raise typer.Exit(130) from None
+
+
+def _while_interrupted(error: BaseException) -> bool:
+    """Whether `error` was raised while a Ctrl-C unwound (a driver's cleanup failing after the query it cancelled)."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        pending += [current.__cause__, current.__context__]
+    return False
 
 
 # demo ----------------------------------------------------------------------------------------------------------
