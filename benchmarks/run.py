@@ -88,12 +88,11 @@ REASONS = [
     "- Vector search on PostgreSQL / Redis against the bandwidth floor, and a second process after a write: every "
     "search first asks the server for changes since the last one, so a write another process has acknowledged is "
     "always seen; the scan itself is the in-memory one (profiled: the reader's scan takes what the in-memory "
-    "store's takes, same sgemv on the same layout). The gap is that refresh: a pool checkout with its pre-ping "
-    "round trip, then the change query, ~0.3-0.8 ms from one process but ~2 ms from a second process that has "
-    "just been woken (each round trip wakes the server process too). Holding a dedicated connection for the "
-    "refresh (no checkout, no ping) would remove one round trip; not done. Skipping the query on a LISTEN/NOTIFY "
-    "signal was rejected: notifications reach listeners asynchronously after the commit, so a reader could miss "
-    "an acknowledged write.",
+    "store's takes, same sgemv on the same layout). On PostgreSQL that check is one round trip on a kept "
+    "connection (it was two through the pool: checkout with pre-ping, then the query); from a second process that "
+    "has just been woken a round trip also waits for the server process to be scheduled. Skipping the query on a "
+    "LISTEN/NOTIFY signal was rejected: notifications reach listeners asynchronously after the commit, so a reader "
+    "could miss an acknowledged write.",
     "- At 10k x 384 (15 MB) the matrix fits in the CPU caches, so the exact stores beat the DRAM bandwidth floor "
     "(ratio < 1); the floor is meaningful from 100k up.",
     "- No float16 / int8 storage mode: halving the bytes scanned does not speed up the scan in numpy (no 16-bit BLAS "
