@@ -84,15 +84,11 @@ def _resumable(command: str) -> Iterator[None]:
     """On Ctrl-C, say that running the same command again carries on; exit 130, the shell's code for it."""
     try:
         yield
-    except Exception as error:
+    except BaseException as error:
         if not _while_interrupted(error):
             raise
-    except KeyboardInterrupt:
-        pass
-    else:
-        return
-    _err.print(Text(f"memweave: error: interrupted; run the same {command} again and it resumes"))
-    raise typer.Exit(130) from None
+        _err.print(Text(f"memweave: error: interrupted; run the same {command} again and it resumes"))
+        raise typer.Exit(130) from None
 
 
 def _while_interrupted(error: BaseException) -> bool:
