@@ -232,7 +232,7 @@ def coerce_messages_after(
         raise InvalidInputError("expected a list of messages, got a single value")
     items = messages if isinstance(messages, (list, tuple)) else list(messages)
     same = min(len(items), len(known))
-    if not all(map(is_, items, known)):  # the common case (all known, then new ones) in one pass
+    if not all(map(is_, items, known)):  # the common case (all known, then new ones): a single scan
         same = next(compress(count(), map(is_not, items, known)), same)
     if same == len(items):
         return list(items), same
