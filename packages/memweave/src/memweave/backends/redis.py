@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -432,39 +432,41 @@ def damaged(error: ResponseError | ValueError, what: str) -> Exception:  # share
     return CorruptMemoryError(f"{what}: its Redis keys hold data memweave did not write ({text[:200]})")
 
 
-def drive(steps: Generator[Any, Any, _T], execute: Callable[[Any], Any], url: str, subject: str) -> _T:
-    """Run I/O-free `steps` to their result, each op through `execute`; Redis errors become memweave errors
-    (shared with redis_vector)."""
+@contextlib.contextmanager
+def _redis_errors(url: str, subject: str) -> Iterator[None]:
+    """Redis errors become memweave errors: unreachable -> BackendUnavailableError, damaged keys -> corrupt."""
     try:
-        op = next(steps)
-        while True:
-            op = steps.send(execute(op))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+        yield
     except (RedisConnectionError, RedisTimeoutError, OSError) as error:
         raise BackendUnavailableError(f"Redis at {url} is unavailable: {error}") from error
     except MemweaveError:
         raise
     except (ResponseError, ValueError) as error:
         raise damaged(error, subject) from error
+
+
+def drive(steps: Generator[Any, Any, _T], execute: Callable[[Any], Any], url: str, subject: str) -> _T:
+    """Run I/O-free `steps` to their result, each op through `execute` (shared with redis_vector)."""
+    with _redis_errors(url, subject):
+        try:
+            op = next(steps)
+            while True:
+                op = steps.send(execute(op))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
 
 async def adrive(
     steps: Generator[Any, Any, _T], execute: Callable[[Any], Awaitable[Any]], url: str, subject: str
 ) -> _T:
     """Async twin of `drive`."""
-    try:
-        op = next(steps)
-        while True:
-            op = steps.send(await execute(op))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-    except (RedisConnectionError, RedisTimeoutError, OSError) as error:
-        raise BackendUnavailableError(f"Redis at {url} is unavailable: {error}") from error
-    except MemweaveError:
-        raise
-    except (ResponseError, ValueError) as error:
-        raise damaged(error, subject) from error
+    with _redis_errors(url, subject):
+        try:
+            op = next(steps)
+            while True:
+                op = steps.send(await execute(op))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
 
 def _subject(session_id: str | None) -> str:
