@@ -3,14 +3,14 @@ from __future__ import annotations
 import copy
 import json
 import pickle
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from pydantic import ValidationError
 
 import memweave
 from memweave import ImagePart, InvalidInputError, Message, OpaquePart, TextPart, ToolCall, VectorDocument
-from memweave.models import FrozenDict, FrozenList, coerce_documents, coerce_messages
+from memweave.models import FrozenDict, FrozenList, coerce_documents, coerce_messages, same_prefix
 from memweave.testing import sample_conversation
 
 
@@ -133,3 +133,52 @@ def test_opaque_parts_and_datetimes_keep_their_values() -> None:
     message = Message(role="user", created_at=moment, content=[OpaquePart(kind="thinking", data={"text": "hmm"})])
     again = Message.model_validate_json(message.model_dump_json())
     assert again.created_at == moment and again.content == message.content
+
+
+def test_message_equality_is_exact_json_equality() -> None:
+    def with_value(value: object) -> Message:
+        return Message(role="user", content="x", metadata={"v": value})
+
+    assert with_value(1) == with_value(1)
+    assert with_value(1) is not with_value(1)
+    # equal in Python, stored differently: not equal
+    assert with_value(1) != with_value(1.0) and with_value(1) != with_value(True) and with_value(1.0) != with_value(True)
+    assert Message(role="user", metadata={"a": 1, "b": 2}) != Message(role="user", metadata={"b": 2, "a": 1})
+    instant = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
+    elsewhere = instant.astimezone(timezone(timedelta(hours=2)))
+    assert instant == elsewhere
+    assert Message(role="user", created_at=instant) != Message(role="user", created_at=elsewhere)
+    assert with_value(1) != with_value(2)
+    assert with_value(1) != {"role": "user", "content": "x", "metadata": {"v": 1}}
+    # no JSON form at all (a lone surrogate): compared by value
+    assert Message(role="user", content="\ud800") == Message(role="user", content="\ud800")
+
+
+def test_same_prefix_counts_leading_equal_messages_wherever_they_differ() -> None:
+    known = [Message(role="user", content=f"m{i}") for i in range(3000)]
+    assert same_prefix(known, known) == 3000
+    assert same_prefix([*known, Message(role="user", content="new")], known) == 3000
+    assert same_prefix(known[:10], known) == 10
+    assert same_prefix(tuple(known), tuple(known)) == 3000
+    assert same_prefix([m.model_copy() for m in known], known) == 3000  # equal copies count as the same
+    for position in (0, 1, 1023, 1024, 1025, 2047, 2999):
+        changed = list(known)
+        changed[position] = Message(role="user", content="other")
+        assert same_prefix(changed, known) == position, position
+        changed[position] = known[position].model_dump()  # the same message as a dict is not the stored object
+        assert same_prefix(changed, known) == position, position
+        changed[position] = Message(role="user", content=f"m{position}", metadata={"v": 1})
+        assert same_prefix(tuple(changed), known) == position, position
+
+
+def test_same_prefix_treats_an_item_whose_comparison_raises_as_changed() -> None:
+    class Unanswerable:
+        def __eq__(self, other: object) -> bool:
+            raise ValueError("the truth value is ambiguous")
+
+        __hash__ = None  # type: ignore[assignment]
+
+    known = [Message(role="user", content=f"m{i}") for i in range(5)]
+    assert same_prefix([*known[:3], Unanswerable(), known[4]], known) == 3
+    with pytest.raises(InvalidInputError, match="message 3"):
+        coerce_messages([*known[:3], Unanswerable(), known[4]])

@@ -85,8 +85,8 @@ from memweave.contracts import (
 )
 from memweave.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 from memweave.filters import compile_filter
-from memweave.history import encode_message, identical_prefix
-from memweave.models import Message, ScoredDocument, VectorDocument, coerce_messages
+from memweave.history import encode_message
+from memweave.models import Message, ScoredDocument, VectorDocument, coerce_messages, same_prefix
 from memweave.policies._base import Call, Steps, arun, run
 from memweave.vector_index import VectorIndex, as_query, check_search_args
 
@@ -306,7 +306,7 @@ class EncryptedChatMemory(ChatMemory):
         """Validate and encrypt `messages`, reusing the ciphertext of unchanged messages at the same position."""
         cached = self._cache.get(stored_id) if reuse else None
         if cached is not None and isinstance(messages, (list, tuple)):
-            same = identical_prefix(messages, cached.plain)
+            same = same_prefix(messages, cached.plain)
             try:
                 plain = list(cached.plain[:same]) + coerce_messages(messages[same:])
             except InvalidInputError:

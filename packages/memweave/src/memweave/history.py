@@ -3,9 +3,9 @@
 A replace-all `save` costs O(change) because a backend only rewrites the messages after the longest prefix that
 is already stored. Messages are deeply immutable, so each backend object remembers the last snapshot it read or
 wrote of recent sessions. When the stored version still equals the remembered one, the unchanged prefix is
-found by identity against the snapshot, at C speed and without encoding anything (`identical_prefix`,
-`kept_prefix`); otherwise (another object wrote meanwhile) by comparing stored per-message digests with the new
-messages' (`stored_prefix`).
+found by comparing with the snapshot (`models.same_prefix`: exact equality, at C speed for the very objects the
+snapshot holds, without encoding anything); otherwise (another object wrote meanwhile) by comparing stored
+per-message digests with the new messages' (`stored_prefix`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,6 @@ import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
-from itertools import compress, count
-from operator import is_not
 from typing import NamedTuple
 
 from pydantic import ValidationError
@@ -23,7 +21,7 @@ from pydantic_core import PydanticSerializationError
 
 from memweave.contracts import MessagesIn
 from memweave.errors import CorruptMemoryError, InvalidInputError
-from memweave.models import Message, coerce_messages
+from memweave.models import Message, coerce_messages, same_prefix
 
 __all__ = [
     "EMPTY",
@@ -33,21 +31,20 @@ __all__ = [
     "decode_message",
     "digest",
     "encode_message",
-    "identical_prefix",
-    "kept_prefix",
     "prepare_edit",
     "stored_prefix",
 ]
 
 
 class Snapshot(NamedTuple):
-    """A session's messages at one version."""
+    """A session's messages at one version. Shared by every reader of the cache: never mutate `messages`
+    (a list rather than a tuple because comparing a caller's list with it then needs no conversion)."""
 
     version: int
-    messages: tuple[Message, ...]
+    messages: list[Message]
 
 
-EMPTY = Snapshot(0, ())
+EMPTY = Snapshot(0, [])
 
 
 def encode_message(message: Message) -> str:
@@ -73,27 +70,6 @@ def decode_message(session_id: str, position: int, raw: str | bytes) -> Message:
         ) from None
 
 
-def identical_prefix(new: Sequence[object], old: Sequence[Message]) -> int:
-    """How many leading items of `new` are the very objects of `old` (a scan at C speed)."""
-    if not any(map(is_not, new, old)):  # the common case (an append), twice as fast as locating a change
-        return min(len(new), len(old))
-    return next(compress(count(), map(is_not, new, old)))
-
-
-def kept_prefix(new: Sequence[Message], old: Sequence[Message], identical: int = 0) -> int:
-    """How many leading messages of `new` are stored exactly as in `old`, given the `identical` leading ones.
-
-    An equal but distinct message counts as unchanged only if it also serializes identically (``1 == 1.0 ==
-    True`` in Python, but not in JSON).
-    """
-    kept = identical
-    for a, b in zip(new[kept:], old[kept:]):
-        if a is not b and (a != b or encode_message(a) != encode_message(b)):
-            break
-        kept += 1
-    return kept
-
-
 def stored_prefix(stored_digests: Sequence[bytes], bodies: Sequence[str]) -> int:
     """How many leading encoded `bodies` match the stored digests."""
     kept = 0
@@ -105,28 +81,29 @@ def stored_prefix(stored_digests: Sequence[bytes], bodies: Sequence[str]) -> int
 
 
 class Edit(NamedTuple):
-    """Validated messages to save, and how many of them lead as the very objects of a cached snapshot."""
+    """Validated messages to save, and how many of them lead unchanged from a cached snapshot."""
 
-    messages: tuple[Message, ...]
+    messages: list[Message]
     base: Snapshot | None
-    identical: int
+    same: int
 
 
 def prepare_edit(messages: MessagesIn, cached: Snapshot | None) -> Edit:
-    """`coerce_messages(messages)`, skipping the leading messages that are the cached snapshot's own objects.
+    """`coerce_messages(messages)`, skipping the leading messages equal to the cached snapshot's (`same_prefix`).
 
     Those were validated when they were read or written, and are immutable: re-checking them would make saving
-    a long history cost O(length) instead of O(change).
+    a long history cost O(length) instead of O(change). The snapshot's own objects stand in for them.
     """
     if cached is not None and isinstance(messages, (list, tuple)):
-        identical = identical_prefix(messages, cached.messages)
+        known = cached.messages
+        same = same_prefix(messages, known)
         try:
-            rest = tuple(coerce_messages(messages[identical:]))
+            rest = coerce_messages(messages[same:])
         except InvalidInputError:
             coerce_messages(messages)  # raises again, naming the message by its position in the whole list
             raise
-        return Edit(cached.messages[:identical] + rest, cached, identical)
-    return Edit(tuple(coerce_messages(messages)), None, 0)
+        return Edit((known if same == len(known) else known[:same]) + rest, cached, same)
+    return Edit(coerce_messages(messages), None, 0)
 
 
 class SnapshotCache:

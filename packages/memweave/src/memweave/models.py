@@ -1,8 +1,9 @@
 """The core data model: chat messages and vector documents.
 
 Every model is an immutable, JSON-serializable pydantic value. Immutability goes all the way down (metadata
-dicts and lists are frozen too), which is what lets backends hand out cached snapshots without copying and
-detect unchanged messages by identity when they compute an O(change) save.
+dicts and lists are frozen too), which is what lets backends hand out cached snapshots without copying. Message
+equality is exact (the same fields and the same JSON), so a backend computing an O(change) save can find the
+unchanged messages with one C-level sequence comparison (`same_prefix`).
 """
 
 from __future__ import annotations
@@ -10,8 +11,6 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from itertools import compress, count
-from operator import is_, is_not
 from typing import Annotated, Any, Literal, NoReturn, TypeVar, Union
 
 from pydantic import (
@@ -25,6 +24,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticSerializationError
 
 from memweave.errors import InvalidInputError
 
@@ -45,6 +45,7 @@ __all__ = [
     "coerce_messages",
     "coerce_messages_after",
     "freeze_json",
+    "same_prefix",
 ]
 
 
@@ -137,7 +138,7 @@ class ToolCall(_Model):
 
 
 class Message(_Model):
-    """One chat message. Immutable; equality is value equality.
+    """One chat message. Immutable; equal to another message when every backend would store the two alike.
 
     `extras` is namespaced (``{"langchain": {...}}``): an adapter keeps its framework's native serialization
     there so its own round trip is exact, while the standard fields stay readable by every other framework.
@@ -159,6 +160,18 @@ class Message(_Model):
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content if isinstance(part, TextPart))
+
+    def __eq__(self, other: object) -> bool:
+        """Equal fields and the same JSON: ``1``, ``1.0`` and ``True`` are equal in Python but not once stored."""
+        if self is other:
+            return True
+        equal = super().__eq__(other)
+        if equal is not True or not isinstance(other, Message):
+            return equal
+        try:
+            return self.model_dump_json() == other.model_dump_json()
+        except PydanticSerializationError:  # a lone surrogate: no JSON form (unstorable), so nothing tells them apart
+            return True
 
 
 def _embedding_list(value: Any) -> Any:
@@ -199,6 +212,7 @@ def _invalid(error: ValidationError, what: str) -> InvalidInputError:
 
 
 _M = TypeVar("_M", Message, VectorDocument)
+_T = TypeVar("_T")
 
 
 def _coerce(items: Iterable[_M | Mapping[str, Any]], model: type[_M], what: str, start: int = 0) -> list[_M]:
@@ -226,17 +240,51 @@ def coerce_messages(messages: Iterable[Message | Mapping[str, Any]]) -> list[Mes
 def coerce_messages_after(
     messages: Iterable[Message | Mapping[str, Any]], known: Sequence[Message]
 ) -> tuple[list[Message], int]:
-    """`coerce_messages` (always a new list), plus how many leading items are the very objects `known` holds at the
-    same positions: those are not checked again (immutable, checked when stored). Found at C speed."""
+    """`coerce_messages` (always a new list), plus how many leading items equal the messages `known` holds at the
+    same positions (`same_prefix`): those are not checked again (immutable, checked when stored)."""
     if isinstance(messages, (str, bytes, Mapping, BaseModel)):
         raise InvalidInputError("expected a list of messages, got a single value")
     items = messages if isinstance(messages, (list, tuple)) else list(messages)
-    same = min(len(items), len(known))
-    if not all(map(is_, items, known)):  # the common case (all known, then new ones): a single scan
-        same = next(compress(count(), map(is_not, items, known)), same)
+    same = same_prefix(items, known)
     if same == len(items):
         return list(items), same
     return [*items[:same], *_coerce(items[same:], Message, "message", same)], same
+
+
+_RUN = 1024  # messages per comparison while locating the first difference
+
+
+def same_prefix(items: Sequence[object], known: Sequence[Message]) -> int:
+    """How many leading `items` equal the `known` messages at the same positions.
+
+    Equality is exact (`Message.__eq__`), so such items are stored exactly like the known ones: they need neither
+    checking nor writing again. List equality passes over the very same objects without calling `__eq__`, so the
+    common case (a list of the known messages, then new ones) costs about one pointer copy per message; a
+    difference is then located run by run.
+    """
+    size = min(len(items), len(known))
+    head, known_head = _first(items, size), _first(known, size)
+    if _equal(known_head, head):
+        return size
+    start = 0
+    while start < size and _equal(known_head[start : start + _RUN], head[start : start + _RUN]):
+        start += _RUN
+    return next((i for i in range(start, size) if not _equal(known_head[i : i + 1], head[i : i + 1])), size)
+
+
+def _first(items: Sequence[_T], size: int) -> list[_T]:
+    """The first `size` items as a list: `items` itself, not a copy, when it is a list of that length."""
+    if isinstance(items, list):
+        return items if len(items) == size else items[:size]
+    return list(items[:size])
+
+
+def _equal(known: list[Message], items: list[object]) -> bool:
+    """List equality, each known message's `__eq__` asked first; an item whose comparison raises is unequal."""
+    try:
+        return known == items
+    except Exception:  # a foreign object's comparison may raise (a numpy array's truth value): it is no message
+        return False
 
 
 def coerce_documents(documents: Iterable[VectorDocument | Mapping[str, Any]], start: int = 0) -> list[VectorDocument]:

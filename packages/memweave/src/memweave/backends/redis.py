@@ -47,12 +47,10 @@ from memweave.history import (
     decode_message,
     digest,
     encode_message,
-    identical_prefix,
-    kept_prefix,
     prepare_edit,
     stored_prefix,
 )
-from memweave.models import Message, coerce_messages
+from memweave.models import Message, coerce_messages, same_prefix
 from memweave.urls import redact_text, redact_url
 
 __all__ = ["RedisChatMemory"]
@@ -231,7 +229,7 @@ class RedisChatMemory(ChatMemory):
             raws, count = rest
             if count and int(count) != len(raws):  # a message list cut short or added to behind memweave's back
                 raise CorruptMemoryError(f"session {session_id!r} should have {int(count)} messages; found {len(raws)}")
-            cached = Snapshot(version, tuple(decode_message(session_id, i, raw) for i, raw in enumerate(raws)))
+            cached = Snapshot(version, [decode_message(session_id, i, raw) for i, raw in enumerate(raws)])
             self._cache.put(session_id, cached)
         return History(list(cached.messages), version)
 
@@ -245,8 +243,8 @@ class RedisChatMemory(ChatMemory):
             if damaged_at is not None:  # the stored messages are damaged: keep none of them
                 base, keep, bodies = damaged_at, 0, [encode_message(m) for m in new]
             elif cached is not None and expected_version in (None, cached.version):
-                identical = edit.identical if cached is edit.base else identical_prefix(new, cached.messages)
-                base, keep = cached.version, kept_prefix(new, cached.messages, identical)
+                base = cached.version
+                keep = edit.same if cached is edit.base else same_prefix(new, cached.messages)
                 bodies = [encode_message(m) for m in new[keep:]]
             else:  # nothing remembered at the right version: compare with the stored digests
                 version_raw, _, stored = yield _Script("digests", [keys[0], keys[2]], [])
@@ -275,7 +273,7 @@ class RedisChatMemory(ChatMemory):
 
     def _append_steps(self, session_id: str, messages: MessagesIn) -> _Steps[int]:
         keys = self._keys(check_id(session_id))
-        added = tuple(coerce_messages(messages))
+        added = coerce_messages(messages)
         bodies = [encode_message(m) for m in added]
         args: list[str | bytes | int] = [session_id, self._ttl_ms, len(bodies)]
         old_raw, new_raw = yield _Script("append", keys, [*args, *bodies, *(digest(b) for b in bodies)])

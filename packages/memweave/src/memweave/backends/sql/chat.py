@@ -39,12 +39,10 @@ from memweave.history import (
     decode_message,
     digest,
     encode_message,
-    identical_prefix,
-    kept_prefix,
     prepare_edit,
     stored_prefix,
 )
-from memweave.models import Message, coerce_messages
+from memweave.models import Message, coerce_messages, same_prefix
 
 __all__ = ["SQLChatMemory"]
 
@@ -225,7 +223,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
 
     def _append_work(self, session_id: str, messages: MessagesIn) -> Work[Any, int]:
         session_id = check_id(session_id)
-        added = tuple(coerce_messages(messages))
+        added = coerce_messages(messages)
         if not added:
             return self._version_work(session_id)
         key = key_of(session_id)
@@ -247,12 +245,12 @@ class SQLChatMemory(SQLBackend, ChatMemory):
 
     def _update_work(
         self, session_id: str, change: Callable[[list[Message]], Any], awaiter: Callable[[Awaitable[Any]], Any]
-    ) -> Work[tuple[int, tuple[Message, ...]], int]:
+    ) -> Work[tuple[int, list[Message]], int]:
         """Lock the session's row, read it, apply `change` and write what changed, in one transaction."""
         session_id = check_id(session_id)
         key = key_of(session_id)
 
-        def run(connection: Connection) -> tuple[int, tuple[Message, ...]]:
+        def run(connection: Connection) -> tuple[int, list[Message]]:
             version, stored_count = self._lock_session(connection, session_id, key)
             cached = self._cache.get(session_id)
             current = EMPTY
@@ -267,7 +265,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
                 connection.execute(sa.delete(self._messages).where(self._messages.c.session_key == key))
                 connection.execute(sa.delete(self._sessions).where(self._sessions.c.session_key == key))
                 return 0, new
-            kept = kept_prefix(new, current.messages, edit.identical)
+            kept = edit.same
             if kept < stored_count:
                 connection.execute(
                     sa.delete(self._messages).where(self._messages.c.session_key == key, self._messages.c.seq >= kept)
@@ -275,7 +273,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             self._insert(connection, key, kept, [encode_message(m) for m in new[kept:]])
             return self._set_version(connection, key, next_version(version), len(new)), new
 
-        def done(written: tuple[int, tuple[Message, ...]]) -> int:
+        def done(written: tuple[int, list[Message]]) -> int:
             version, new = written
             if version:
                 self._cache.put(session_id, Snapshot(version, new))
@@ -370,8 +368,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         if version == 0:  # `_lock_session` just created the session's row (committed rows have a version > 0)
             return 0, 0, None
         if cached is not None and cached.version == version:
-            identical = edit.identical if cached is edit.base else identical_prefix(new, cached.messages)
-            return kept_prefix(new, cached.messages, identical), stored_count, None
+            return edit.same if cached is edit.base else same_prefix(new, cached.messages), stored_count, None
         stored = connection.execute(
             sa.select(self._messages.c.seq, self._messages.c.digest)
             .where(self._messages.c.session_key == key)
@@ -439,7 +436,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         if seqs != list(range(expected)):
             found = "no message rows" if seqs == [None] else f"{len(seqs)} message rows"
             raise CorruptMemoryError(f"session {session_id!r} should have {expected} messages; found {found}")
-        return Snapshot(version, tuple(decode_message(session_id, row.seq, row.body) for row in rows))
+        return Snapshot(version, [decode_message(session_id, row.seq, row.body) for row in rows])
 
 
 def _locked_columns(sessions: sa.Table) -> tuple[sa.Column[Any], ...]:
