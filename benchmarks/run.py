@@ -99,22 +99,22 @@ REASONS = [
     "kernel; see the 16-bit probe table: numpy's float16 product and a blockwise float16 -> float32 conversion are "
     "both several times slower than the float32 sgemv they would replace). It needs a compiled kernel; not done.",
     "- InMemoryChatMemory save +2 grows with history length: save() is handed the whole list and must look at "
-    "every element once; the leading messages that are the stored objects themselves are found at C speed and not "
-    "validated again (models.coerce_messages_after), which leaves ~11-14 ns per message (an identity scan, "
-    "`map(operator.is_, ...)`, plus one pointer copy): ~150 µs at 10,000 against a fixed ~3 µs. A list `==` would "
-    "be 4x cheaper but treats equal values as the same (1 == 1.0 == True, timezone-shifted datetimes) and would "
-    "keep the wrong JSON type; rejected. append() is flat (O(added): 1.4-1.5 µs at 10 and at 10,000).",
+    "every element once. The leading messages equal to the stored ones are found by one list comparison "
+    "(models.same_prefix; message equality is exact, and the very same objects are passed over without calling "
+    "__eq__) and are not validated again, which leaves two pointer copies per message (the compared slice and the "
+    "stored list): ~85 µs at 10,000 against a fixed ~6 µs. append() is flat (O(added): 1.4-1.5 µs at 10 and at "
+    "10,000).",
     "- FileChatMemory save +2 grows with history length: a save now encodes only the messages after the ones it "
     "shares with the cached snapshot, but file format 1 checksums the header (version, count) together with the "
     "whole body, and the save is an atomic replace of the file, so each save hashes and writes the whole body "
     "(~1.45 ms each at 10,000 messages, 80% of what remains). Flat saves need a format 2 (append in place with a "
     "committed-length header and a checksum carried forward); not done. Against LangChain's "
     "FileChatMessageHistory, which rewrites its JSON file on every turn, memweave is far ahead either way.",
-    "- SQLChatMemory (SQLite) save +2 grows with history length: the leading messages that are the cached "
-    "snapshot's own objects are found by an identity scan (history.identical_prefix, ~11 ns per message, ~0.11 ms "
-    "at 10,000) and the new snapshot tuple is built from them (a pointer copy), against a ~0.19 ms save at 10; "
-    "only the 2 new rows are written. This round made a write's fixed cost smaller (one upsert ... RETURNING for "
-    "the session row, one executemany, no pre-ping on SQLite), which is what raised this ratio.",
+    "- SQLChatMemory (SQLite) save +2 against history length (a target near its limit): only the 2 new rows are "
+    "written, but the unchanged leading messages are found by one list comparison with the cached snapshot "
+    "(models.same_prefix) and the new snapshot list is built from them: two pointer copies per message, ~60-100 µs "
+    "at 10,000 against a 0.25-0.45 ms save at 10 (one BEGIN IMMEDIATE transaction, an upsert ... RETURNING, one "
+    "executemany).",
     "- SQLChatMemory (SQLite) per turn against LangChain SQLChatMessageHistory: a memweave write is one BEGIN "
     "IMMEDIATE transaction that creates or reads the session row and its version (one upsert ... RETURNING), "
     "inserts the rows with their digests in one driver-level executemany, and bumps the version and count: the "
@@ -137,11 +137,6 @@ REASONS = [
     "memweave's append is one EVALSHA of a Lua script (the messages plus bookkeeping arguments, 13 encoded per "
     "two-message append) that checks and bumps the session version server-side, where RedisChatStore sends a bare "
     "RPUSH. The extra tens of µs are that compare-and-swap, which makes concurrent writers safe; not removed.",
-    "- RedisChatMemory save +2 grows with history length: the server side writes only the changed suffix, but the "
-    "client must find which leading messages are unchanged: an identity scan at C speed "
-    "(history.identical_prefix), ~11 ns per message, ~110 µs at 10,000 against a 130-200 µs round trip at 10. "
-    "A list `==` would be 8x cheaper but compares values (1 == 1.0 == True) and would skip rewriting messages "
-    "whose JSON differs; rejected.",
     "- Qdrant local upsert (a target that moves with the machine's load): memweave does the raw client's work "
     "(UUID point ids, the same payload with the original id, text, metadata and norm, batches of 256) plus "
     "building and validating the VectorDocuments and their float32 rows inside the timed call, ~29 µs per document "

@@ -246,9 +246,10 @@ def coerce_messages_after(
         raise InvalidInputError("expected a list of messages, got a single value")
     items = messages if isinstance(messages, (list, tuple)) else list(messages)
     same = same_prefix(items, known)
-    if same == len(items):
-        return list(items), same
-    return [*items[:same], *_coerce(items[same:], Message, "message", same)], same
+    checked = list(items)
+    if same < len(checked):
+        checked[same:] = _coerce(items[same:], Message, "message", same)
+    return checked, same
 
 
 _RUN = 1024  # messages per comparison while locating the first difference
