@@ -3,10 +3,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
-from memweave import InMemoryChatMemory, InMemoryVectorMemory, Message
-from memweave.contracts import ChatMemory, VectorMemory
+from memweave import InMemoryChatMemory, InMemoryVectorMemory, Message, VectorDocument
+from memweave.contracts import ChatMemory, Metric, VectorMemory
 from memweave.errors import InvalidInputError
 from memweave.testing import ChatMemoryContract, VectorMemoryContract
 
@@ -21,6 +22,43 @@ class TestInMemoryVectorMemory(VectorMemoryContract):
     @pytest.fixture
     def vector_memory_factory(self) -> Callable[..., VectorMemory]:
         return lambda dimension, metric: InMemoryVectorMemory(dimension, metric=metric)
+
+
+class TestInMemoryVectorMemoryBfloat16Scan(VectorMemoryContract):
+    @pytest.fixture
+    def vector_memory_factory(self) -> Callable[..., VectorMemory]:
+        return lambda dimension, metric: InMemoryVectorMemory(dimension, metric=metric, scan="bfloat16")
+
+
+@pytest.mark.parametrize("metric", ["cosine", "dot"])
+def test_a_bfloat16_scan_returns_exactly_what_the_float32_scan_returns(metric: Metric) -> None:
+    rng = np.random.default_rng(3)
+    centers = rng.standard_normal((20, 64)).astype(np.float32)
+    vectors = centers[rng.integers(0, 20, 3000)] + 0.02 * rng.standard_normal((3000, 64)).astype(np.float32)
+    vectors[:40] = vectors[40] * (1 + 1e-4 * np.arange(40, dtype=np.float32))[:, None]  # ties below bfloat16's grain
+    vectors[100] = 0.0  # a zero vector (allowed with the dot metric)
+    exact, halved = InMemoryVectorMemory(metric=metric), InMemoryVectorMemory(metric=metric, scan="bfloat16")
+    documents = [
+        VectorDocument(id=f"d{i}", embedding=v, metadata={"part": i % 3})
+        for i, v in enumerate(vectors)
+        if metric == "dot" or i != 100
+    ]
+    for memory in (exact, halved):
+        memory.store(documents)
+        memory.delete(["d7", "d2999"])  # rows move: the bfloat16 copy must follow
+        memory.store([VectorDocument(id="d8", embedding=vectors[40] * 3)])
+    queries = [vectors[40], vectors[5] + 0.01, -vectors[9], np.zeros(64, np.float32), *rng.standard_normal((20, 64))]
+    for query in queries[:3] if metric == "cosine" else queries:
+        for options in ({"top_k": 10}, {"top_k": 50, "filter": {"part": 1}}, {"top_k": 5, "threshold": 0.2}):
+            expected = [(hit.document.id, hit.score) for hit in exact.search(query, **options)]  # type: ignore[arg-type]
+            got = [(hit.document.id, hit.score) for hit in halved.search(query, **options)]  # type: ignore[arg-type]
+            assert [i for i, _ in got] == [i for i, _ in expected]
+            assert np.allclose([s for _, s in got], [s for _, s in expected], rtol=1e-5, atol=1e-6)
+
+
+def test_an_unknown_scan_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="unknown scan"):
+        InMemoryVectorMemory(scan="float8")  # type: ignore[arg-type]
 
 
 def test_a_save_reusing_stored_messages_still_checks_the_new_ones_and_snapshots_the_list() -> None:

@@ -3,6 +3,11 @@
 Vectors live in one contiguous float32 matrix (grown by doubling) with an id -> row map; deletes move the last
 row into the hole so the live rows stay contiguous. A search is one matrix-vector product over the live rows
 and an `argpartition` top-k, with no per-query rebuilding.
+
+With ``scan="bfloat16"`` the index also keeps each row's direction in bfloat16 (half the bytes) and a search
+first scans that copy with SimSIMD's kernel. The scan's error has a proven bound (`_BF16_ERROR`), so every row
+whose exact score could reach the top k (or pass the threshold) is kept as a candidate, and only those are scored
+again in float32: the results are exactly those of the float32 scan, for half the bytes read.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import itertools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -28,12 +33,21 @@ __all__ = [
     "as_query",
     "check_dimension",
     "check_metric",
+    "check_scan",
     "check_search_args",
     "require_utf8",
 ]
 
 Matrix = npt.NDArray[np.float32]
+Halves = npt.NDArray[np.uint16]  # bfloat16 values as raw bits (numpy has no bfloat16 type)
+Rows = npt.NDArray[np.intp]
+Scan = Literal["float32", "bfloat16"]
 _ALIGNMENT = 64  # bytes: a cache line, and what AVX-512 loads want
+# Bound on |bfloat16 dot - exact dot| of two unit vectors, as a multiple of 1: each element rounded to 8
+# significant bits (relative error <= 2**-8 per factor, so <= 2 * 2**-8 + 2**-16 per product), plus a float32
+# accumulation of `dimension` products (<= dimension * 2**-24, doubled for safety).
+_BF16_ROUNDING = 2 * 2**-8 + 2**-16
+_BF16_ACCUMULATION = 2 * 2**-24
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,18 @@ def check_metric(metric: str) -> Metric:
     if metric not in ("cosine", "dot"):
         raise InvalidInputError(f"unknown metric {metric!r}; use 'cosine' or 'dot'")
     return metric  # type: ignore[return-value]
+
+
+def check_scan(scan: str) -> Scan:
+    """Validate a scan precision; "bfloat16" needs SimSIMD (the `memweave[simd]` extra)."""
+    if scan not in ("float32", "bfloat16"):
+        raise InvalidInputError(f"unknown scan {scan!r}; use 'float32' or 'bfloat16'")
+    if scan == "bfloat16":
+        try:
+            import simsimd  # noqa: F401
+        except ImportError:
+            raise ModuleNotFoundError("scan='bfloat16' needs SimSIMD: pip install 'memweave[simd]'") from None
+    return scan  # type: ignore[return-value]
 
 
 def check_dimension(dimension: int | None) -> int | None:
@@ -131,17 +157,20 @@ def as_query(embedding: Sequence[float], dimension: int | None, metric: Metric) 
 
 
 class VectorIndex:
-    """An exact, in-process index of documents: contiguous float32 rows, id -> row map, metadata per row."""
+    """An exact, in-process index of documents: contiguous float32 rows, id -> row map, metadata per row
+    (with ``scan="bfloat16"``, also a bfloat16 copy of each row's direction, scanned first)."""
 
-    def __init__(self, dimension: int | None = None, metric: Metric = "cosine") -> None:
+    def __init__(self, dimension: int | None = None, metric: Metric = "cosine", *, scan: Scan = "float32") -> None:
         self.dimension = check_dimension(dimension)
         self.metric = check_metric(metric)
+        self.scan = check_scan(scan)
         self.ids: list[str] = []
         self.rows: dict[str, int] = {}
         self.contents: list[str] = []
         self.metadata: list[FrozenDict] = []
         self._matrix: Matrix = _aligned_rows(0, dimension or 0)
         self._inverse_norms: Matrix = np.empty(0, dtype=np.float32)
+        self._directions: Halves | None = _aligned_rows(0, dimension or 0, np.uint16) if scan == "bfloat16" else None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -173,6 +202,8 @@ class VectorIndex:
         if self.dimension is None:
             self.dimension = batch.vectors.shape[1]
             self._matrix = _aligned_rows(0, self.dimension)
+            if self._directions is not None:
+                self._directions = _aligned_rows(0, self.dimension, np.uint16)
         rows = np.empty(len(batch.ids), dtype=np.intp)
         for position, (doc_id, content, metadata) in enumerate(zip(batch.ids, batch.contents, batch.metadata)):
             row = self.rows.get(doc_id)
@@ -191,8 +222,11 @@ class VectorIndex:
             target: slice | npt.NDArray[np.intp] = slice(first, first + len(rows))  # a plain copy, not a scatter
         else:
             target = rows
+        inverse_norms = _inverse_norms(batch.vectors)
         self._matrix[target] = batch.vectors
-        self._inverse_norms[target] = _inverse_norms(batch.vectors)
+        self._inverse_norms[target] = inverse_norms
+        if self._directions is not None:
+            self._directions[target] = _bfloat16(batch.vectors * inverse_norms[:, None])
 
     def remove(self, ids: Iterable[str]) -> int:
         """Delete documents by id (unknown ids ignored); returns how many were removed."""
@@ -207,6 +241,8 @@ class VectorIndex:
                 self.ids[row], self.contents[row], self.metadata[row] = moved, self.contents[last], self.metadata[last]
                 self._matrix[row] = self._matrix[last]
                 self._inverse_norms[row] = self._inverse_norms[last]
+                if self._directions is not None:
+                    self._directions[row] = self._directions[last]
                 self.rows[moved] = row
             self.ids.pop()
             self.contents.pop()
@@ -245,23 +281,69 @@ class VectorIndex:
         query = as_query(embedding, self.dimension, self.metric)
         if top_k == 0 or not self.ids:
             return []
-        scores = self.matrix @ query
-        if self.metric == "cosine":
-            scores *= self._inverse_norms[: len(self.ids)] / np.float32(np.linalg.norm(query))
-            np.clip(scores, -1.0, 1.0, out=scores)
-        candidates: npt.NDArray[np.intp] | None = None
+        rows: Rows | None = None  # the rows still in the running, ascending (None: every live row)
         if predicate is not None:
-            keep = np.fromiter((predicate(m) for m in self.metadata), dtype=bool, count=len(self.metadata))
-            candidates = np.flatnonzero(keep)
+            rows = np.flatnonzero(np.fromiter((predicate(m) for m in self.metadata), bool, len(self.metadata)))
+        if self._directions is not None:
+            rows = self._prescan(self._directions, query, rows, top_k, threshold)
+        scores = self._scores(query, rows)
         if threshold is not None:
             above = np.flatnonzero(scores > threshold)
-            candidates = above if candidates is None else np.intersect1d(candidates, above, assume_unique=True)
-        pool = scores if candidates is None else scores[candidates]
-        rows = _top_rows(pool, top_k)
-        if candidates is not None:
-            rows = candidates[rows]
-        ranked = sorted(rows.tolist(), key=lambda r: (-scores[r], self.ids[r]))[:top_k]
-        return [ScoredDocument.model_construct(document=self.document(r), score=float(scores[r])) for r in ranked]
+            rows, scores = (above if rows is None else rows[above]), scores[above]
+        top = _top_rows(scores, top_k)
+        picked = top if rows is None else rows[top]
+        ranked = sorted(zip(picked.tolist(), scores[top].tolist()), key=lambda hit: (-hit[1], self.ids[hit[0]]))
+        return [ScoredDocument.model_construct(document=self.document(r), score=s) for r, s in ranked[:top_k]]
+
+    def _scores(self, query: Matrix, rows: Rows | None) -> Matrix:
+        """Exact float32 scores of `rows` (every live row if None), in that order."""
+        live = len(self.ids)
+        if rows is None or 4 * len(rows) > live:  # gathering most of the rows costs more than scanning them all
+            scores, inverse_norms = self.matrix @ query, self._inverse_norms[:live]
+            if rows is not None:
+                scores, inverse_norms = scores[rows], inverse_norms[rows]
+        else:
+            scores, inverse_norms = self._matrix[rows] @ query, self._inverse_norms[rows]
+        if self.metric == "cosine":
+            scores *= inverse_norms / np.float32(np.linalg.norm(query))
+            np.clip(scores, -1.0, 1.0, out=scores)
+        return scores
+
+    def _prescan(
+        self, directions: Halves, query: Matrix, rows: Rows | None, top_k: int, threshold: float | None
+    ) -> Rows:
+        """The rows (of `rows`) whose exact score may pass the threshold and reach the top k, by a bfloat16 scan."""
+        import simsimd
+
+        live = len(self.ids)
+        eligible = np.arange(live) if rows is None else rows
+        length = float(np.linalg.norm(query))
+        if length == 0.0:  # a zero query (dot metric) scores every row 0
+            return eligible
+        unit = _bfloat16(query / np.float32(length))[None]
+        scan = simsimd.cdist(unit, directions[:live], metric="dot", dtype="bf16", out_dtype="float32")
+        approx = np.asarray(scan, dtype=np.float32)[0]
+        error = _BF16_ROUNDING + (self.dimension or 0) * _BF16_ACCUMULATION + 2**-20  # for unit vectors
+        margin = np.full(live, np.float32(error))
+        if self.metric == "dot":  # the scores, and so their error, scale with both vectors' lengths
+            inverse_norms = self._inverse_norms[:live]
+            lengths = np.divide(
+                np.float32(length), inverse_norms, out=np.zeros(live, np.float32), where=inverse_norms > 0
+            )
+            approx *= lengths
+            margin *= lengths
+        if rows is not None:
+            approx, margin = approx[rows], margin[rows]
+        upper = approx + margin
+        if threshold is not None:
+            passing = upper > threshold
+            eligible, approx, margin, upper = eligible[passing], approx[passing], margin[passing], upper[passing]
+        if len(eligible) <= top_k:
+            return eligible
+        lower = approx - margin
+        kth_lower = np.partition(lower, len(lower) - top_k)[len(lower) - top_k]
+        contenders: Rows = eligible[upper >= kth_lower]  # every row whose exact score can reach the k-th best one
+        return contenders
 
     def _reserve(self, size: int) -> None:
         capacity = self._matrix.shape[0]
@@ -275,14 +357,24 @@ class VectorIndex:
         norms = np.empty(new_capacity, dtype=np.float32)
         norms[:capacity] = self._inverse_norms
         self._matrix, self._inverse_norms = matrix, norms
+        if self._directions is not None:
+            directions = _aligned_rows(new_capacity, self.dimension or 0, np.uint16)
+            directions[:capacity] = self._directions
+            self._directions = directions
 
 
-def _aligned_rows(rows: int, dimension: int) -> Matrix:
-    """An uninitialised C-contiguous (rows, dimension) float32 matrix starting on a 64-byte (cache line) boundary."""
-    size = rows * dimension * 4
+def _aligned_rows(rows: int, dimension: int, dtype: type[np.generic] = np.float32) -> Any:
+    """An uninitialised C-contiguous (rows, dimension) matrix starting on a 64-byte (cache line) boundary."""
+    size = rows * dimension * np.dtype(dtype).itemsize
     buffer = np.empty(size + _ALIGNMENT, dtype=np.uint8)
     start = -buffer.ctypes.data % _ALIGNMENT
-    return buffer[start : start + size].view(np.float32).reshape(rows, dimension)
+    return buffer[start : start + size].view(dtype).reshape(rows, dimension)
+
+
+def _bfloat16(values: Matrix) -> Halves:
+    """float32 values rounded to bfloat16 (to nearest, ties to even), as raw 16-bit patterns (finite input)."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
 
 
 def _inverse_norms(vectors: Matrix) -> Matrix:

@@ -22,7 +22,7 @@ from memweave.contracts import (
 )
 from memweave.errors import ConcurrentModificationError, InvalidInputError
 from memweave.models import Message, ScoredDocument, VectorDocument, coerce_messages, coerce_messages_after
-from memweave.vector_index import VectorIndex
+from memweave.vector_index import Scan, VectorIndex
 
 __all__ = ["InMemoryChatMemory", "InMemoryVectorMemory"]
 
@@ -141,15 +141,21 @@ class InMemoryChatMemory(ChatMemory):
 
 
 class InMemoryVectorMemory(VectorMemory):
-    """A `VectorIndex` behind a lock: one contiguous float32 matrix, exact top-k."""
+    """A `VectorIndex` behind a lock: one contiguous float32 matrix, exact top-k.
 
-    def __init__(self, dimension: int | None = None, *, metric: Metric = "cosine") -> None:
-        self._index = VectorIndex(dimension, metric)
+    ``scan="bfloat16"`` (needs `memweave[simd]`) keeps a half-size bfloat16 copy of the vectors that each search
+    reads first, then scores only the rows that could make the top k in float32: the same results for about half
+    the bytes read per search, at 1.5x the memory.
+    """
+
+    def __init__(self, dimension: int | None = None, *, metric: Metric = "cosine", scan: Scan = "float32") -> None:
+        self._index = VectorIndex(dimension, metric, scan=scan)
         self.metric = self._index.metric
         self._lock = threading.RLock()
 
     def __repr__(self) -> str:
-        return f"InMemoryVectorMemory(dimension={self.dimension}, metric={self.metric!r})"
+        scan = "" if self._index.scan == "float32" else f", scan={self._index.scan!r}"
+        return f"InMemoryVectorMemory(dimension={self.dimension}, metric={self.metric!r}{scan})"
 
     @property
     def dimension(self) -> int | None:
