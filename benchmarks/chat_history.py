@@ -71,12 +71,12 @@ def memweave_curves(sizes: tuple[int, ...], runs: int, *, postgres: str, redis: 
                 print(f"  skip {name}: {skipped[-1]}", flush=True)
                 continue
             save, append, load = (Curve(name, op, True) for op in ("save +2", "append 2", "load"))
-            sessions = []
+            saved = {size: f"bench-save-{size}" for size in sizes}
+            sessions = list(saved.values())
             try:
+                save.points.update(save_after_two(memory, saved, runs))
                 for size in sizes:
-                    session = f"bench-save-{size}"
-                    sessions.append(session)
-                    save.points[size] = save_after_two(memory, session, size, runs)
+                    session = saved[size]
                     load.points[size] = measure(lambda m=memory, s=session: m.load(s), runs=runs, warmup=1)
                     session = f"bench-append-{size}"
                     sessions.append(session)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import statistics
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
-from harness import Report, Timing, measure
+from harness import Report, Timing
 
 from memweave import ChatMemory, Message
 from memweave.backends.sql import SQLChatMemory
@@ -17,16 +19,24 @@ def _message(i: int) -> Message:
     return Message(role=role, content=f"message number {i}: " + "lorem ipsum dolor sit amet " * 4)
 
 
-def save_after_two(memory: ChatMemory, session: str, size: int, runs: int) -> Timing:
-    """Time `save(history + 2 new messages)` on a session that already holds `size` messages."""
-    memory.save(session, [_message(i) for i in range(size)])
-    state: dict[str, list[Message]] = {}
+def save_after_two(memory: ChatMemory, sessions: dict[int, str], runs: int, warmup: int = 2) -> dict[int, Timing]:
+    """Seconds per `save(history + 2 new messages)` for each size, on sessions filled with that many messages.
 
-    def prepare() -> None:
-        history = memory.load(session)
-        state["next"] = [*history, _message(len(history)), _message(len(history) + 1)]
-
-    return measure(lambda: memory.save(session, state["next"]), runs=runs, warmup=2, setup=prepare)
+    The sizes take turns (one save of each per round, the history loaded untimed before each), so a change in
+    the machine's load falls on every size alike.
+    """
+    for size, session in sessions.items():
+        memory.save(session, [_message(i) for i in range(size)])
+    samples: dict[int, list[float]] = {size: [] for size in sessions}
+    for index in range(warmup + runs):
+        for size, session in sessions.items():
+            history = memory.load(session)
+            new: list[Message] = [*history, _message(len(history)), _message(len(history) + 1)]
+            start = time.perf_counter()
+            memory.save(session, new)
+            if index >= warmup:
+                samples[size].append(time.perf_counter() - start)
+    return {size: Timing(statistics.median(s), min(s), max(s), runs) for size, s in samples.items()}
 
 
 def run(
@@ -38,7 +48,7 @@ def run(
         label = target.split(":", 1)[0]
         memory = SQLChatMemory(target, table_prefix=f"mwbench_{uuid.uuid4().hex[:8]}_")
         try:
-            timings = {size: save_after_two(memory, f"bench-{size}", size, runs) for size in sizes}
+            timings = save_after_two(memory, {size: f"bench-{size}" for size in sizes}, runs)
         finally:
             memory.drop_tables()
             memory.close()

@@ -4,29 +4,12 @@ flat. Runs on the shared server under a unique key prefix, and removes every ses
 
 from __future__ import annotations
 
-import statistics
-import time
 import uuid
 
-from chat_save import _message
-from harness import Report, Timing
+from chat_save import save_after_two
+from harness import Report
 
-from memweave import Message
 from memweave.backends.redis import RedisChatMemory
-
-
-def _rounds(memory: RedisChatMemory, sessions: dict[int, str], runs: int, warmup: int) -> dict[int, Timing]:
-    """Seconds per `save(history + 2 new messages)` for each size, the history loaded (untimed) before each."""
-    samples: dict[int, list[float]] = {size: [] for size in sessions}
-    for index in range(warmup + runs):
-        for size, session in sessions.items():
-            history = memory.load(session)
-            new: list[Message] = [*history, _message(len(history)), _message(len(history) + 1)]
-            start = time.perf_counter()
-            memory.save(session, new)
-            if index >= warmup:
-                samples[size].append(time.perf_counter() - start)
-    return {size: Timing(statistics.median(s), min(s), max(s), runs) for size, s in samples.items()}
 
 
 def run(report: Report, *, url: str, sizes: tuple[int, ...] = (10, 1_000, 10_000), runs: int = 30) -> None:
@@ -34,9 +17,7 @@ def run(report: Report, *, url: str, sizes: tuple[int, ...] = (10, 1_000, 10_000
     memory = RedisChatMemory(url, prefix=f"mwbench_{uuid.uuid4().hex[:8]}")
     sessions = {size: f"bench-{size}" for size in sizes}
     try:
-        for size, session in sessions.items():
-            memory.save(session, [_message(i) for i in range(size)])
-        timings = _rounds(memory, sessions, runs, warmup=2)
+        timings = save_after_two(memory, sessions, runs)
     finally:
         for session in sessions.values():
             memory.clear(session)
