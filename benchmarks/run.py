@@ -28,6 +28,8 @@ import window_bench
 from harness import Report
 
 RESULTS = Path(__file__).parent / "results"
+README = Path(__file__).parent.parent / "README.md"
+README_START, README_END = "<!-- benchmarks:start -->", "<!-- benchmarks:end -->"
 
 
 def _cpu_model() -> str:
@@ -48,11 +50,19 @@ def _memory_gib() -> str:
         return "RAM unknown"
 
 
+def machine_line() -> str:
+    """The machine in a few words: CPU, cores, memory, OS, BLAS threads."""
+    threads = os.environ.get("OPENBLAS_NUM_THREADS")
+    pinned = f" (BLAS on {threads} thread{'s' if threads != '1' else ''})" if threads else ""
+    system = f"{platform.system()} {platform.release()}"
+    return f"{_cpu_model()}, {os.cpu_count()} logical cores, {_memory_gib()}, {system}{pinned}"
+
+
 def machine() -> str:
     """Facts about the machine and the packages measured."""
     names = ["memweave", "numpy", "SQLAlchemy", "langchain-core", "langchain-community", "llama-index-core"]
     names += ["langchain-memweave", "llama-index-memweave", "redis", "qdrant-client", "faiss-cpu", "sqlite-vec"]
-    names += ["llama-index-storage-chat-store-redis", "matplotlib"]
+    names += ["llama-index-storage-chat-store-redis", "matplotlib", "simsimd"]
     packages = ", ".join(f"{name} {_version(name)}" for name in names)
     config = np.show_config(mode="dicts").get("Build Dependencies", {})  # type: ignore[union-attr]
     blas = config.get("blas", {})
@@ -261,6 +271,49 @@ def main() -> None:
     )
     print(text)
     (RESULTS / ("quick.md" if args.quick else "latest.md")).write_text(text, encoding="utf-8")
+    if not args.quick:
+        summary = readme_summary(cases, report, elapsed, args.note)
+        before, rest = README.read_text(encoding="utf-8").split(README_START, 1)
+        after = rest.split(README_END, 1)[1]
+        README.write_text(f"{before}{README_START}\n{summary}\n{README_END}{after}", encoding="utf-8")
+
+
+def readme_summary(cases: list[vector_search.Case], report: Report, elapsed: float, note: str) -> str:
+    """The README's benchmark summary: when and where, the speed-up plot, search tables, every target."""
+    lines = [
+        f"Full run of {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC ({elapsed / 60:.0f} minutes) on {machine_line()}"
+        + (f"; {note}" if note else "")
+        + ".",
+        "",
+        "![memweave speed-ups over the peers](benchmarks/results/full_speedups.png)",
+        "",
+    ]
+    largest = max((c for c in cases if c.kind == "random" and c.dimension == 384), key=lambda c: c.count, default=None)
+    shown = [vector_search._peer_case(cases)]
+    shown += [largest] if largest is not shown[0] else []
+    for case in (c for c in shown if c is not None):
+        ours = case.get(vector_search.InMemory.name)
+        if ours is None:
+            continue
+        lines += [
+            f"Exact top-10 search, {case.label} (bandwidth floor {vector_search._p(case.floor)}):",
+            "",
+            "| store | p50 latency | memweave in-memory is faster by | recall@10 |",
+            "| --- | --- | --- | --- |",
+        ]
+        for result in case.results:
+            speed_up = "—" if result is ours else f"{result.p50 / ours.p50:.3g}x"
+            lines.append(f"| {result.subject} | {vector_search._p(result.p50)} | {speed_up} | {result.recall:.3f} |")
+        lines.append("")
+    lines += [
+        "Targets (from the same run; the results file gives the profiled cause of each one not met):",
+        "",
+        *report.verdicts,
+        "",
+        "More plots: [vector search latency](benchmarks/results/full_vector_latency.png), [chat cost per turn vs "
+        "history length](benchmarks/results/full_chat_turn_cost.png).",
+    ]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -671,16 +671,22 @@ def ratio_rows(cases: list[Case]) -> list[tuple[str, float, float, float]]:
 
 
 def sixteen_bit_probe(count: int, dimension: int = 384, runs: int = 7) -> str:
-    """Why there is no float16 storage mode yet: what a 16-bit scan costs in numpy against the float32 one.
+    """Why the 16-bit scan (`scan="bfloat16"`) runs on SimSIMD: what a 16-bit scan costs against the float32 one.
 
-    Halving the bytes scanned only pays if the scan stays memory-bound; numpy has no float16 BLAS kernel, so the
-    16-bit scan is either numpy's generic float16 matmul or a float16 -> float32 conversion per block of rows
-    (kept in cache) followed by the float32 product. Both are timed here next to the float32 product.
+    Halving the bytes scanned only pays if the scan stays memory-bound; numpy has no float16 BLAS kernel, so a
+    numpy 16-bit scan is either its generic float16 matmul or a float16 -> float32 conversion per block of rows
+    (kept in cache) followed by the float32 product. Both are timed here next to the float32 product and
+    SimSIMD's float16 and bfloat16 dot kernels (one thread, like the BLAS here).
     """
+    import simsimd
+
+    from memweave.vector_index import _bfloat16
+
     rng = np.random.default_rng(3)
     matrix = rng.standard_normal((count, dimension), dtype=np.float32)
     query = rng.standard_normal(dimension, dtype=np.float32)
     half, half_query = matrix.astype(np.float16), query.astype(np.float16)
+    brain, brain_query = _bfloat16(matrix), _bfloat16(query)[None]
     block = np.empty((1024, dimension), dtype=np.float32)
     out = np.empty(count, dtype=np.float32)
 
@@ -695,10 +701,16 @@ def sixteen_bit_probe(count: int, dimension: int = 384, runs: int = 7) -> str:
         "float32 matrix @ query (BLAS sgemv)": _timing(_repeat(lambda: matrix @ query, runs=runs, budget=2.0)),
         "float16 matrix @ float16 query (numpy)": _timing(_repeat(lambda: half @ half_query, runs=3, budget=2.0)),
         "float16 -> float32 per 1,024-row block, then sgemv": _timing(_repeat(blocked, runs=3, budget=2.0)),
+        "SimSIMD float16 dot": _timing(
+            _repeat(lambda: simsimd.cdist(half_query[None], half, metric="dot"), runs=runs, budget=2.0)
+        ),
+        'SimSIMD bfloat16 dot (the scan of scan="bfloat16")': _timing(
+            _repeat(lambda: simsimd.cdist(brain_query, brain, metric="dot", dtype="bf16"), runs=runs, budget=2.0)
+        ),
     }
     base = next(iter(timings.values())).median
     lines = [
-        f"#### 16-bit storage probe, {count:,}x{dimension} (why no float16 mode yet)",
+        f"#### 16-bit scan probe, {count:,}x{dimension} (which kernel the bfloat16 scan uses, and why)",
         "",
         "| scan | time | vs float32 |",
         "| --- | --- | --- |",
