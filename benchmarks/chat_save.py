@@ -1,17 +1,13 @@
-"""Save after adding 2 messages to sessions of 10 / 1,000 / 10,000 messages: the cost must stay flat."""
+"""Save after adding 2 messages to sessions of several lengths: the cost must stay flat (used by chat_history)."""
 
 from __future__ import annotations
 
 import statistics
-import tempfile
 import time
-import uuid
-from pathlib import Path
 
-from harness import Report, Timing
+from harness import Timing
 
 from memweave import ChatMemory, Message
-from memweave.backends.sql import SQLChatMemory
 
 
 def _message(i: int) -> Message:
@@ -37,32 +33,3 @@ def save_after_two(memory: ChatMemory, sessions: dict[int, str], runs: int, warm
             if index >= warmup:
                 samples[size].append(time.perf_counter() - start)
     return {size: Timing(statistics.median(s), min(s), max(s), runs) for size, s in samples.items()}
-
-
-def run(
-    report: Report, *, sizes: tuple[int, ...] = (10, 1_000, 10_000), runs: int = 30, url: str | None = None
-) -> None:
-    """Add the save-cost rows (SQLite, or `url`) and the flatness target to `report`."""
-    with tempfile.TemporaryDirectory() as directory:
-        target = url or f"sqlite:///{Path(directory) / 'bench.db'}"
-        label = target.split(":", 1)[0]
-        memory = SQLChatMemory(target, table_prefix=f"mwbench_{uuid.uuid4().hex[:8]}_")
-        try:
-            timings = save_after_two(memory, {size: f"bench-{size}" for size in sizes}, runs)
-        finally:
-            memory.drop_tables()
-            memory.close()
-    base = timings[sizes[0]].median
-    for size, timing in timings.items():
-        report.add(
-            f"SQLChatMemory ({label}) save after +2",
-            f"{size:,} messages",
-            timing,
-            f"{timing.median / base:.2f}x the {sizes[0]} case",
-        )
-    report.target(
-        f"SQLChatMemory ({label}) save: {sizes[-1]:,}-message case / {sizes[0]}-message case",
-        timings[sizes[-1]].median / base,
-        1.5,
-        False,
-    )
