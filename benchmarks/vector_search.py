@@ -336,6 +336,18 @@ class QdrantRaw(Subject):
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
+def _loadable_sqlite() -> Any:
+    """A sqlite3 module that loads extensions: Python's own if built with them, else sqlean.py's drop-in (as
+    sqlite-vec's documentation suggests), else None."""
+    if hasattr(sqlite3.Connection, "enable_load_extension"):
+        return sqlite3
+    try:
+        import sqlean
+    except ImportError:
+        return None
+    return sqlean
+
+
 class SqliteVec(Subject):
     name = "sqlite-vec (vec0, exact)"
 
@@ -343,7 +355,7 @@ class SqliteVec(Subject):
         import sqlite_vec
 
         self.directory = tempfile.mkdtemp(prefix="mwbench_", dir=RAM)
-        self.db = sqlite3.connect(f"{self.directory}/vec.db")
+        self.db = _loadable_sqlite().connect(f"{self.directory}/vec.db")
         self.db.enable_load_extension(True)
         sqlite_vec.load(self.db)
         self.db.enable_load_extension(False)
@@ -405,8 +417,8 @@ def _available(subject: Subject) -> str | None:
         if isinstance(subject, SqliteVec):
             import sqlite_vec  # noqa: F401
 
-            if not hasattr(sqlite3.Connection, "enable_load_extension"):
-                return "this Python's sqlite3 cannot load extensions (no --enable-loadable-sqlite-extensions)"
+            if _loadable_sqlite() is None:
+                return "this Python's sqlite3 cannot load extensions and sqlean.py is not installed"
         if isinstance(subject, Faiss):
             import faiss  # noqa: F401
         if isinstance(subject, (QdrantRaw, QdrantLocal)):
