@@ -49,9 +49,9 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def typecheck(session: nox.Session) -> None:
-    """mypy --strict on every package's sources."""
-    install(session, "typecheck")
-    session.run("mypy", *SOURCES)
+    """mypy --strict on every package's sources and on the benchmarks."""
+    install(session, "typecheck", "bench")
+    session.run("mypy", *SOURCES, "benchmarks")
 
 
 @nox.session

@@ -19,6 +19,7 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from chat_save import _message, save_after_two
@@ -77,14 +78,12 @@ def memweave_curves(sizes: tuple[int, ...], runs: int, *, postgres: str, redis: 
                 save.points.update(save_after_two(memory, saved, runs))
                 for size in sizes:
                     session = saved[size]
-                    load.points[size] = measure(lambda m=memory, s=session: m.load(s), runs=runs, warmup=1)
+                    load.points[size] = measure(partial(memory.load, session), runs=runs, warmup=1)
                     session = f"bench-append-{size}"
                     sessions.append(session)
                     memory.save(session, [_message(i) for i in range(size)])
                     pair = [_message(size), _message(size + 1)]
-                    append.points[size] = measure(
-                        lambda m=memory, s=session, p=pair: m.append(s, p), runs=runs, warmup=2
-                    )
+                    append.points[size] = measure(partial(memory.append, session, pair), runs=runs, warmup=2)
             finally:
                 for session in sessions:
                     memory.clear(session)
@@ -307,9 +306,9 @@ def peer_curves(sizes: tuple[int, ...], runs: int, *, redis: str) -> tuple[list[
                             t[:] = [p.message(index), p.message(index + 1)]
 
                         add.points[size] = measure(
-                            lambda p=peer, k=key, t=turn: p.add_turn(k, t), runs=runs, warmup=1, setup=prepare
+                            partial(peer.add_turn, key, turn), runs=runs, warmup=1, setup=prepare
                         )
-                        load.points[size] = measure(lambda p=peer, k=key: p.read(k), runs=max(3, runs // 3), warmup=1)
+                        load.points[size] = measure(partial(peer.read, key), runs=max(3, runs // 3), warmup=1)
                 finally:
                     peer.close()
                 curves += [add, load]

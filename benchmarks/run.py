@@ -72,7 +72,7 @@ def machine() -> str:
     ]
     names += ["llama-index-storage-chat-store-redis", "matplotlib", "simsimd"]
     packages = ", ".join(f"{name} {_version(name)}" for name in names)
-    config = np.show_config(mode="dicts").get("Build Dependencies", {})  # type: ignore[union-attr]
+    config = np.show_config(mode="dicts").get("Build Dependencies", {})
     blas = config.get("blas", {})
     python = f"{platform.python_implementation()} {platform.python_version()}"
     cpu = f"{_cpu_model()}, {os.cpu_count()} logical cores, {_memory_gib()}, {platform.system()} {platform.release()}"

@@ -246,7 +246,8 @@ class LangChain(Subject):
         from langchain_core.embeddings import Embeddings
         from langchain_core.vectorstores import InMemoryVectorStore
 
-        lookup = self.lookup = {}
+        lookup: dict[str, list[float]] = {}
+        self.lookup = lookup
 
         class Precomputed(Embeddings):
             def embed_documents(self, texts: list[str]) -> list[list[float]]:
@@ -262,7 +263,7 @@ class LangChain(Subject):
         self.store.add_texts(ids, ids=ids)
 
     def search(self, query: Array) -> list[str]:
-        return [d.id for d in self.store.similarity_search_by_vector(query.tolist(), k=TOP_K)]
+        return [str(d.id) for d in self.store.similarity_search_by_vector(query.tolist(), k=TOP_K)]
 
     def upsert_one(self, doc_id: str, vector: Array) -> None:
         self.lookup[doc_id] = vector.tolist()
@@ -286,7 +287,9 @@ class LlamaIndex(Subject):
     def search(self, query: Array) -> list[str]:
         from llama_index.core.vector_stores import VectorStoreQuery
 
-        return list(self.store.query(VectorStoreQuery(query_embedding=query.tolist(), similarity_top_k=TOP_K)).ids)
+        return list(
+            self.store.query(VectorStoreQuery(query_embedding=query.tolist(), similarity_top_k=TOP_K)).ids or []
+        )
 
     def upsert_one(self, doc_id: str, vector: Array) -> None:
         from llama_index.core.schema import TextNode
@@ -407,7 +410,7 @@ class Faiss(Subject):
 
     def upsert_one(self, doc_id: str, vector: Array) -> None:
         number = self.numbers[doc_id]
-        self.index.remove_ids(np.array([number], dtype=np.int64))
+        self.index.remove_ids(np.array([number], dtype=np.int64))  # type: ignore[arg-type]  # stubs omit arrays
         self.index.add_with_ids(vector.reshape(1, -1), np.array([number], dtype=np.int64))
 
 
