@@ -61,16 +61,8 @@ def machine_line() -> str:
 def machine() -> str:
     """Facts about the machine and the packages measured."""
     names = ["memweave", "numpy", "SQLAlchemy", "langchain-core", "langchain-community", "llama-index-core"]
-    names += [
-        "langchain-memweave",
-        "llama-index-memweave",
-        "redis",
-        "qdrant-client",
-        "faiss-cpu",
-        "sqlite-vec",
-        "sqlean.py",
-    ]
-    names += ["llama-index-storage-chat-store-redis", "matplotlib", "simsimd"]
+    names += ["langchain-memweave", "llama-index-memweave", "redis", "qdrant-client", "faiss-cpu", "sqlite-vec"]
+    names += ["sqlean.py", "llama-index-storage-chat-store-redis", "matplotlib", "simsimd"]
     packages = ", ".join(f"{name} {_version(name)}" for name in names)
     config = np.show_config(mode="dicts").get("Build Dependencies", {})
     blas = config.get("blas", {})
