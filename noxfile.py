@@ -14,7 +14,7 @@ nox.needs_version = ">=2024.3.2"
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["lint", "typecheck", "tests"]
 
-SOURCES = ["packages/memweave/src", "packages/langchain-memweave/src", "packages/llama-index-memweave/src"]
+SOURCES = ["packages/memwoven/src", "packages/langchain-memwoven/src", "packages/llama-index-memwoven/src"]
 
 
 def install(session: nox.Session, *groups: str) -> None:
@@ -56,9 +56,9 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session
 def demo(session: nox.Session) -> None:
-    """`memweave demo`, the README demo: offline, on a temporary SQLite file (`-- --url sqlite:///demo.db` keeps it)."""
+    """`memwoven demo`, the README demo: offline, on a temporary SQLite file (`-- --url sqlite:///demo.db` keeps it)."""
     install(session)
-    session.run("memweave", "demo", *session.posargs)
+    session.run("memwoven", "demo", *session.posargs)
 
 
 @nox.session

@@ -1,7 +1,7 @@
-"""Chat history cost per turn against history length, on every memweave backend and on the peers' stores.
+"""Chat history cost per turn against history length, on every memwoven backend and on the peers' stores.
 
 For each history length L (10 to 10,000 messages) a session is filled with L messages, then one turn's write is
-timed: on memweave `save(history + 2)` (what a framework holding the whole list does) and `append(2)`; on the
+timed: on memwoven `save(history + 2)` (what a framework holding the whole list does) and `append(2)`; on the
 peers their own way of adding two messages (LangChain `add_messages`; LlamaIndex `add_message` twice, plus
 `persist` for `SimpleChatStore`, which otherwise loses the turn). `load` of the whole session is timed too.
 A flat line (same cost at 10,000 messages as at 10) is the goal; the peers that append are the bar per turn.
@@ -26,7 +26,7 @@ from chat_save import _message, save_after_two
 from harness import Report, Timing, measure
 from vector_search import RAM
 
-from memweave import ChatMemory, FileChatMemory, InMemoryChatMemory, SQLChatMemory
+from memwoven import ChatMemory, FileChatMemory, InMemoryChatMemory, SQLChatMemory
 
 
 @dataclass
@@ -35,11 +35,11 @@ class Curve:
 
     subject: str
     operation: str  # "save +2", "append 2" or "load"
-    memweave: bool
+    memwoven: bool
     points: dict[int, Timing] = field(default_factory=dict)
 
 
-def _memweave_backends(directory: str, postgres: str, redis: str) -> dict[str, Callable[[], ChatMemory]]:
+def _memwoven_backends(directory: str, postgres: str, redis: str) -> dict[str, Callable[[], ChatMemory]]:
     prefix = f"mwbench_{uuid.uuid4().hex[:8]}_"
     backends: dict[str, Callable[[], ChatMemory]] = {
         "InMemoryChatMemory": InMemoryChatMemory,
@@ -49,7 +49,7 @@ def _memweave_backends(directory: str, postgres: str, redis: str) -> dict[str, C
     }
 
     def redis_memory() -> ChatMemory:
-        from memweave.backends.redis import RedisChatMemory
+        from memwoven.backends.redis import RedisChatMemory
 
         return RedisChatMemory(redis, prefix=prefix.rstrip("_"))
 
@@ -57,13 +57,13 @@ def _memweave_backends(directory: str, postgres: str, redis: str) -> dict[str, C
     return backends
 
 
-def memweave_curves(sizes: tuple[int, ...], runs: int, *, postgres: str, redis: str) -> tuple[list[Curve], list[str]]:
-    """save +2, append 2 and load against history length on every memweave chat backend that can run here."""
+def memwoven_curves(sizes: tuple[int, ...], runs: int, *, postgres: str, redis: str) -> tuple[list[Curve], list[str]]:
+    """save +2, append 2 and load against history length on every memwoven chat backend that can run here."""
     curves: list[Curve] = []
     skipped: list[str] = []
     directory = tempfile.mkdtemp(prefix="mwbench_chat_", dir=RAM)
     try:
-        for name, make in _memweave_backends(directory, postgres, redis).items():
+        for name, make in _memwoven_backends(directory, postgres, redis).items():
             try:
                 memory = make()
                 memory.load("probe")
@@ -344,9 +344,9 @@ def markdown(curves: list[Curve], skipped: list[str]) -> str:
 
 
 def targets(report: Report, curves: list[Curve]) -> None:
-    """Flat save per memweave backend; memweave append per turn against the best append-only peer at the top size."""
-    ours = [c for c in curves if c.memweave and c.operation in ("save +2", "append 2")]
-    peers = [c for c in curves if not c.memweave and c.operation == "append 2"]
+    """Flat save per memwoven backend; memwoven append per turn against the best append-only peer at the top size."""
+    ours = [c for c in curves if c.memwoven and c.operation in ("save +2", "append 2")]
+    peers = [c for c in curves if not c.memwoven and c.operation == "append 2"]
     for curve in ours:
         if curve.operation == "save +2":
             sizes = sorted(curve.points)
@@ -372,7 +372,7 @@ def targets(report: Report, curves: list[Curve]) -> None:
 
 
 def ratio_rows(curves: list[Curve]) -> list[tuple[str, float, float, float]]:
-    """(label, peer add-turn / memweave save +2, lowest, highest) at the largest history length both measured."""
+    """(label, peer add-turn / memwoven save +2, lowest, highest) at the largest history length both measured."""
     rows = []
     for mine, theirs in PAIRS:
         a = next((c for c in curves if c.subject == mine and c.operation == "save +2"), None)

@@ -7,7 +7,7 @@ import time
 
 from harness import Timing
 
-from memweave import ChatMemory, Message
+from memwoven import ChatMemory, Message
 
 
 def _message(i: int) -> Message:

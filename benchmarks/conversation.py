@@ -1,8 +1,8 @@
 """Whole conversations through the framework adapters against the framework's own stores, on the same medium.
 
 Each turn does what an agent loop does: read the session, then add the user message and the reply. LangChain
-histories (`MemweaveChatMessageHistory` against `FileChatMessageHistory`) go through `langchain_history.converse`;
-LlamaIndex chat stores (`MemweaveChatStore` against `RedisChatStore`, `SQLAlchemyChatStore` and `SimpleChatStore`)
+histories (`MemwovenChatMessageHistory` against `FileChatMessageHistory`) go through `langchain_history.converse`;
+LlamaIndex chat stores (`MemwovenChatStore` against `RedisChatStore`, `SQLAlchemyChatStore` and `SimpleChatStore`)
 through `get_messages` and two `add_message` calls (the async twins for `SQLAlchemyChatStore`, which has no sync
 API). The SQLite pair on LangChain is in `langchain_history`. Every conversation starts on a new session.
 """
@@ -67,13 +67,13 @@ def _llama_async(store: Any, key: str, turns: int) -> float:
 
 
 def _pairs(directory: str, redis: str) -> list[tuple[str, Callable[[int], float], Callable[[int], float]]]:
-    """(name, memweave conversation, peer conversation): each callable runs `turns` turns on a new session."""
+    """(name, memwoven conversation, peer conversation): each callable runs `turns` turns on a new session."""
     from langchain_community.chat_message_histories import FileChatMessageHistory
     from llama_index.core.storage.chat_store import SimpleChatStore
 
-    from langchain_memweave import MemweaveChatMessageHistory
-    from llama_index.storage.chat_store.memweave import MemweaveChatStore
-    from memweave import FileChatMemory, InMemoryChatMemory, SQLChatMemory
+    from langchain_memwoven import MemwovenChatMessageHistory
+    from llama_index.storage.chat_store.memwoven import MemwovenChatStore
+    from memwoven import FileChatMemory, InMemoryChatMemory, SQLChatMemory
 
     prefix = f"mwbench{uuid.uuid4().hex[:8]}"
 
@@ -81,14 +81,14 @@ def _pairs(directory: str, redis: str) -> list[tuple[str, Callable[[int], float]
         return uuid.uuid4().hex
 
     def lc_ours(turns: int) -> float:
-        with MemweaveChatMessageHistory(FileChatMemory(f"{directory}/mw_files"), key(), owns_memory=True) as history:
+        with MemwovenChatMessageHistory(FileChatMemory(f"{directory}/mw_files"), key(), owns_memory=True) as history:
             return converse(history, turns)
 
     def lc_theirs(turns: int) -> float:
         return converse(FileChatMessageHistory(f"{directory}/{key()}.json"), turns)
 
     def li_memory_ours(turns: int) -> float:
-        return _llama_sync(MemweaveChatStore(InMemoryChatMemory()), key(), turns)
+        return _llama_sync(MemwovenChatStore(InMemoryChatMemory()), key(), turns)
 
     def li_memory_theirs(turns: int) -> float:
         return _llama_sync(SimpleChatStore(), key(), turns)
@@ -96,7 +96,7 @@ def _pairs(directory: str, redis: str) -> list[tuple[str, Callable[[int], float]
     def li_sql_ours(turns: int) -> float:
         memory = SQLChatMemory(f"sqlite:///{directory}/mw.db")
         try:
-            return _llama_async(MemweaveChatStore(memory), key(), turns)
+            return _llama_async(MemwovenChatStore(memory), key(), turns)
         finally:
             memory.close()
 
@@ -130,12 +130,12 @@ def _pairs(directory: str, redis: str) -> list[tuple[str, Callable[[int], float]
             loop.close()
 
     def li_redis_ours(turns: int) -> float:
-        from memweave.backends.redis import RedisChatMemory
+        from memwoven.backends.redis import RedisChatMemory
 
         memory = RedisChatMemory(redis, prefix=prefix)
         session = key()
         try:
-            return _llama_sync(MemweaveChatStore(memory), session, turns)
+            return _llama_sync(MemwovenChatStore(memory), session, turns)
         finally:
             memory.clear(session)
             memory.close()
@@ -151,13 +151,13 @@ def _pairs(directory: str, redis: str) -> list[tuple[str, Callable[[int], float]
             store.delete_messages(session)
 
     return [
-        ("LangChain history on files: MemweaveChatMessageHistory(FileChatMemory) vs FileChatMessageHistory",
+        ("LangChain history on files: MemwovenChatMessageHistory(FileChatMemory) vs FileChatMessageHistory",
          lc_ours, lc_theirs),
-        ("LlamaIndex chat store in memory: MemweaveChatStore(InMemoryChatMemory) vs SimpleChatStore",
+        ("LlamaIndex chat store in memory: MemwovenChatStore(InMemoryChatMemory) vs SimpleChatStore",
          li_memory_ours, li_memory_theirs),
-        ("LlamaIndex chat store on SQLite (async): MemweaveChatStore(SQLChatMemory) vs SQLAlchemyChatStore",
+        ("LlamaIndex chat store on SQLite (async): MemwovenChatStore(SQLChatMemory) vs SQLAlchemyChatStore",
          li_sql_ours, li_sql_theirs),
-        ("LlamaIndex chat store on Redis: MemweaveChatStore(RedisChatMemory) vs RedisChatStore",
+        ("LlamaIndex chat store on Redis: MemwovenChatStore(RedisChatMemory) vs RedisChatStore",
          li_redis_ours, li_redis_theirs),
     ]  # fmt: skip
 
@@ -167,7 +167,7 @@ def _timing(samples: list[float]) -> Timing:
 
 
 def run(report: Report, *, redis: str, turns: int, runs: int) -> list[tuple[str, float, float, float]]:
-    """Add one row per side and a ≤ 1.0x target per pair; returns (label, peer / memweave, low, high) rows."""
+    """Add one row per side and a ≤ 1.0x target per pair; returns (label, peer / memwoven, low, high) rows."""
     directory = tempfile.mkdtemp(prefix="mwbench_conv_", dir=RAM)
     ratios = []
     try:
@@ -182,9 +182,9 @@ def run(report: Report, *, redis: str, turns: int, runs: int) -> list[tuple[str,
                     report.verdicts.append(f"- SKIPPED: {name}: {type(error).__name__}: {str(error)[:120]}")
                     continue
                 label = f"{turns:,}-turn conversation, {name}"
-                report.add(label, "memweave adapter", mine, "1.0")
-                report.add(label, "peer", other, f"{mine.median / other.median:.2f}x (memweave / peer)")
-                report.target(f"{label}: memweave / peer", mine.median / other.median, 1.0, False)
+                report.add(label, "memwoven adapter", mine, "1.0")
+                report.add(label, "peer", other, f"{mine.median / other.median:.2f}x (memwoven / peer)")
+                report.target(f"{label}: memwoven / peer", mine.median / other.median, 1.0, False)
                 short = name.split(":")[0]
                 speedup = other.median / mine.median
                 ratios.append((f"{turns:,} turns, {short}", speedup, other.low / mine.high, other.high / mine.low))

@@ -1,5 +1,5 @@
-"""A 1,000-turn conversation through LangChain chat histories on one SQLite file: langchain-memweave's
-`MemweaveChatMessageHistory` against langchain-community's `SQLChatMessageHistory`.
+"""A 1,000-turn conversation through LangChain chat histories on one SQLite file: langchain-memwoven's
+`MemwovenChatMessageHistory` against langchain-community's `SQLChatMessageHistory`.
 
 Each turn does what `RunnableWithMessageHistory` does: read the history, then add the user message and the
 model's reply (an `AIMessage` with a tool call every third turn, usage metadata on every reply).
@@ -43,9 +43,9 @@ def converse(history: Any, turns: int) -> float:
 
 
 def _ours(url: str) -> Any:
-    from langchain_memweave import MemweaveChatMessageHistory
+    from langchain_memwoven import MemwovenChatMessageHistory
 
-    return MemweaveChatMessageHistory.from_url(url, "bench")
+    return MemwovenChatMessageHistory.from_url(url, "bench")
 
 
 def _theirs(url: str) -> Any:
@@ -57,7 +57,7 @@ def _theirs(url: str) -> Any:
 def run(report: Report, *, turns: int = 1_000, runs: int = 3) -> None:
     """Add the conversation rows (median of `runs` fresh conversations each) and the ≤ 1.0x target."""
     subjects: dict[str, Callable[[str], Any]] = {
-        "MemweaveChatMessageHistory (langchain-memweave)": _ours,
+        "MemwovenChatMessageHistory (langchain-memwoven)": _ours,
         "SQLChatMessageHistory (langchain-community)": _theirs,
     }
     timings: dict[str, Timing] = {}
@@ -75,7 +75,7 @@ def run(report: Report, *, turns: int = 1_000, runs: int = 3) -> None:
     for name, timing in timings.items():
         report.add(f"LangChain history, {turns:,}-turn conversation (SQLite)", name, timing)
     report.target(
-        f"MemweaveChatMessageHistory / SQLChatMessageHistory, {turns:,} turns on SQLite",
+        f"MemwovenChatMessageHistory / SQLChatMessageHistory, {turns:,} turns on SQLite",
         ours.median / theirs.median,
         1.0,
         False,

@@ -1,10 +1,10 @@
-"""LlamaIndex through llama-index-memweave, against LlamaIndex's own stores on the same data.
+"""LlamaIndex through llama-index-memwoven, against LlamaIndex's own stores on the same data.
 
-`set_messages` of 1,000 messages on a SQLite file: `MemweaveChatStore` over `SQLChatMemory` against
+`set_messages` of 1,000 messages on a SQLite file: `MemwovenChatStore` over `SQLChatMemory` against
 `SQLAlchemyChatStore`. The latter has only an async API, so both are timed through their async `set_messages`
-(`aset_messages` for `MemweaveChatStore`), each call run to completion on one event loop, each on a fresh key,
+(`aset_messages` for `MemwovenChatStore`), each call run to completion on one event loop, each on a fresh key,
 the two stores taking turns.
-Then the top-10 `query` at N x 384: `MemweaveVectorStore` over `InMemoryVectorMemory` against `SimpleVectorStore`.
+Then the top-10 `query` at N x 384: `MemwovenVectorStore` over `InMemoryVectorMemory` against `SimpleVectorStore`.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import numpy as np
 from harness import Report, Timing, measure
 from vector_search import _corpus
 
-from llama_index.storage.chat_store.memweave import MemweaveChatStore
-from llama_index.vector_stores.memweave import MemweaveVectorStore
-from memweave import InMemoryVectorMemory
-from memweave.backends.sql import SQLChatMemory
+from llama_index.storage.chat_store.memwoven import MemwovenChatStore
+from llama_index.vector_stores.memwoven import MemwovenVectorStore
+from memwoven import InMemoryVectorMemory
+from memwoven.backends.sql import SQLChatMemory
 
 
 def _chat_messages(count: int) -> list[Any]:
@@ -71,8 +71,8 @@ def chat(report: Report, *, count: int = 1_000, runs: int = 10) -> None:
     loop = asyncio.new_event_loop()
     try:
         with tempfile.TemporaryDirectory() as directory:
-            memory = SQLChatMemory(f"sqlite:///{Path(directory) / 'memweave.db'}")
-            ours = MemweaveChatStore(memory)
+            memory = SQLChatMemory(f"sqlite:///{Path(directory) / 'memwoven.db'}")
+            ours = MemwovenChatStore(memory)
             theirs_url = f"sqlite+aiosqlite:///{Path(directory) / 'llama_index.db'}"
             engine = create_async_engine(theirs_url)
             theirs = SQLAlchemyChatStore("bench", async_database_uri=theirs_url, async_engine=engine)
@@ -90,9 +90,9 @@ def chat(report: Report, *, count: int = 1_000, runs: int = 10) -> None:
     finally:
         loop.close()
     name = f"LlamaIndex set_messages, {count:,} messages (SQLite, async)"
-    report.add(name, "MemweaveChatStore over SQLChatMemory", mine, "1.0")
+    report.add(name, "MemwovenChatStore over SQLChatMemory", mine, "1.0")
     speedup = other.median / mine.median
-    report.add(name, "SQLAlchemyChatStore (llama-index-core)", other, f"memweave is {speedup:.1f}x faster")
+    report.add(name, "SQLAlchemyChatStore (llama-index-core)", other, f"memwoven is {speedup:.1f}x faster")
     report.target(f"{name}: speed-up over SQLAlchemyChatStore", speedup, 20, True)
 
 
@@ -103,7 +103,7 @@ def query(report: Report, *, count: int, dimension: int = 384) -> None:
 
     ids, vectors, queries = _corpus(count, dimension)
     nodes = [TextNode(id_=i, text=i, embedding=v) for i, v in zip(ids, vectors.tolist())]
-    ours = MemweaveVectorStore(InMemoryVectorMemory(dimension))
+    ours = MemwovenVectorStore(InMemoryVectorMemory(dimension))
     for start in range(0, count, 10_000):
         ours.add(nodes[start : start + 10_000])
     theirs = SimpleVectorStore()
@@ -112,14 +112,14 @@ def query(report: Report, *, count: int, dimension: int = 384) -> None:
     request = VectorStoreQuery(query_embedding=queries[0].tolist(), similarity_top_k=10)
     expected = ours.query(request)
     got = theirs.query(request)
-    assert got.ids == expected.ids, "SimpleVectorStore and MemweaveVectorStore disagree on the top 10"
+    assert got.ids == expected.ids, "SimpleVectorStore and MemwovenVectorStore disagree on the top 10"
     assert np.allclose(got.similarities or [], expected.similarities or [], atol=1e-5)
     mine = measure(lambda: ours.query(request), runs=50, warmup=3)
     other = measure(lambda: theirs.query(request), runs=5)
     name = f"LlamaIndex query top-10, {count:,}x{dimension}"
-    report.add(name, "MemweaveVectorStore over InMemoryVectorMemory", mine, "1.0")
+    report.add(name, "MemwovenVectorStore over InMemoryVectorMemory", mine, "1.0")
     speedup = other.median / mine.median
-    report.add(name, "SimpleVectorStore (llama-index-core)", other, f"memweave is {speedup:.0f}x faster")
+    report.add(name, "SimpleVectorStore (llama-index-core)", other, f"memwoven is {speedup:.0f}x faster")
     report.target(f"{name}: speed-up over SimpleVectorStore", speedup, 100, True)
 
 

@@ -14,8 +14,8 @@ from vector_search import Case
 STYLE = {"linewidth": 1.6, "markersize": 5, "capsize": 3}
 
 
-def _subject_style(name: str, memweave: bool) -> dict[str, object]:
-    return {"linestyle": "-" if memweave else "--", "marker": "o" if memweave else "s", **STYLE}
+def _subject_style(name: str, memwoven: bool) -> dict[str, object]:
+    return {"linestyle": "-" if memwoven else "--", "marker": "o" if memwoven else "s", **STYLE}
 
 
 def vector_latency(cases: list[Case], path: Path) -> None:
@@ -31,7 +31,7 @@ def vector_latency(cases: list[Case], path: Path) -> None:
             p50 = [r.p50 * 1e3 for _, r in points]
             low = [p - min(r.latency) * 1e3 for p, (_, r) in zip(p50, points)]
             high = [max(r.latency) * 1e3 - p for p, (_, r) in zip(p50, points)]
-            axis.errorbar(counts, p50, yerr=[low, high], label=name, **_subject_style(name, points[0][1].memweave))
+            axis.errorbar(counts, p50, yerr=[low, high], label=name, **_subject_style(name, points[0][1].memwoven))
         axis.plot(
             [c.count for c in chosen], [c.floor * 1e3 for c in chosen], "k:", label="bandwidth floor (numpy scan)"
         )
@@ -45,22 +45,22 @@ def vector_latency(cases: list[Case], path: Path) -> None:
 
 
 def chat_cost(curves: list[Curve], path: Path) -> None:
-    """Per-turn write cost and load cost against history length, memweave solid, peers dashed."""
+    """Per-turn write cost and load cost against history length, memwoven solid, peers dashed."""
     operations = ["save +2", "append 2", "load"]
     figure, axes = plt.subplots(1, 3, figsize=(19, 5.5), squeeze=False)
     for axis, operation in zip(axes[0], operations):
         for curve in curves:
-            peer_turn = operation == "save +2" and not curve.memweave and curve.operation == "append 2"
+            peer_turn = operation == "save +2" and not curve.memwoven and curve.operation == "append 2"
             if curve.operation != operation and not peer_turn:
                 continue
             sizes = sorted(curve.points)
             median = [curve.points[s].median * 1e3 for s in sizes]
             low = [m - curve.points[s].low * 1e3 for m, s in zip(median, sizes)]
             high = [curve.points[s].high * 1e3 - m for m, s in zip(median, sizes)]
-            label = curve.subject if curve.memweave else f"{curve.subject} (add turn)"
-            axis.errorbar(sizes, median, yerr=[low, high], label=label, **_subject_style(curve.subject, curve.memweave))
+            label = curve.subject if curve.memwoven else f"{curve.subject} (add turn)"
+            axis.errorbar(sizes, median, yerr=[low, high], label=label, **_subject_style(curve.subject, curve.memwoven))
         title = {
-            "save +2": "memweave save(history + 2) vs peers adding a turn",
+            "save +2": "memwoven save(history + 2) vs peers adding a turn",
             "append 2": "add one turn (2 messages)",
             "load": "load",
         }
@@ -74,7 +74,7 @@ def chat_cost(curves: list[Curve], path: Path) -> None:
 
 
 def ratios(rows: list[tuple[str, float, float, float]], path: Path) -> None:
-    """Horizontal bars of speed-ups (peer time / memweave time; > 1 means memweave is faster), min-max whiskers."""
+    """Horizontal bars of speed-ups (peer time / memwoven time; > 1 means memwoven is faster), min-max whiskers."""
     if not rows:
         return
     figure, axis = plt.subplots(figsize=(14, 0.42 * len(rows) + 1.5))
@@ -88,7 +88,7 @@ def ratios(rows: list[tuple[str, float, float, float]], path: Path) -> None:
     axis.invert_yaxis()
     axis.axvline(1.0, color="black", linewidth=1)
     axis.set_xscale("log")
-    axis.set_xlabel("memweave speed-up: peer median / memweave median (whiskers: min and max)")
+    axis.set_xlabel("memwoven speed-up: peer median / memwoven median (whiskers: min and max)")
     for position, value in zip(positions, values):
         axis.text(value * 1.08, position - 0.3, f"{value:.3g}x", va="center", fontsize=8)
     low, high = axis.get_xlim()

@@ -2,10 +2,10 @@
 `QdrantClient(path=...)`: bulk upsert into a new collection and top-10 search, at N x 384.
 
 The raw side does what a user of the client would to store the same thing: create the collection, upsert
-`PointStruct`s in batches of 256 (memweave's default batch size) with a UUID per string id and the payload memweave
+`PointStruct`s in batches of 256 (memwoven's default batch size) with a UUID per string id and the payload memwoven
 writes (the id, the text, the metadata object and, Qdrant keeping cosine vectors normalized, each embedding's norm,
 without which the embedding could not be given back); search with `query_points`,
-asking for the payload and the vectors, which memweave returns too. Each upsert starts from a new directory, on
+asking for the payload and the vectors, which memwoven returns too. Each upsert starts from a new directory, on
 tmpfs (/dev/shm) where there is one: local mode commits every point to SQLite, and on a disk the fsyncs, not the
 code, would be what is measured.
 """
@@ -25,8 +25,8 @@ import numpy as np
 from harness import Report, Timing
 from vector_search import _corpus
 
-from memweave import VectorDocument
-from memweave.backends.qdrant import QdrantVectorMemory
+from memwoven import VectorDocument
+from memwoven.backends.qdrant import QdrantVectorMemory
 
 BATCH = 256
 RAM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
@@ -63,7 +63,7 @@ class _Side:
         raise NotImplementedError
 
 
-class _Memweave(_Side):
+class _Memwoven(_Side):
     def open(self, directory: str) -> Any:
         return QdrantVectorMemory(f"qdrant+local://{directory}", collection="bench", batch_size=BATCH)
 
@@ -137,13 +137,13 @@ def _searches(calls: list[Callable[[], list[str]]], runs: int, warmup: int) -> l
 def run(report: Report, *, count: int, upsert_runs: int = 3, warmup: int = 1, search_runs: int = 20) -> None:
     """Add the upsert and search rows at `count` x 384 and the ≤ 1.10x overhead targets to `report`."""
     ids, vectors, queries = _corpus(count, 384)
-    ours, theirs = _Memweave(), _Raw()
+    ours, theirs = _Memwoven(), _Raw()
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Local mode is not recommended")  # above 20,000 points
             upsert_ours, upsert_theirs = _upserts([ours, theirs], ids, vectors, upsert_runs, warmup)
         search_ours, search_theirs = ours.search(queries[0]), theirs.search(queries[0])
-        assert search_ours() == search_theirs(), "memweave and the raw client disagree on the top 10"
+        assert search_ours() == search_theirs(), "memwoven and the raw client disagree on the top 10"
         mine, other = _searches([search_ours, search_theirs], search_runs, warmup=2)
     finally:
         ours.close()
@@ -155,5 +155,5 @@ def run(report: Report, *, count: int, upsert_runs: int = 3, warmup: int = 1, se
     ):
         ratio = ours_timing.median / theirs_timing.median
         report.add(name, "raw QdrantClient", theirs_timing, "1.0")
-        report.add(name, "memweave QdrantVectorMemory", ours_timing, f"{ratio:.2f}x raw")
-        report.target(f"{name}: memweave / raw QdrantClient", ratio, 1.10, False)
+        report.add(name, "memwoven QdrantVectorMemory", ours_timing, f"{ratio:.2f}x raw")
+        report.target(f"{name}: memwoven / raw QdrantClient", ratio, 1.10, False)

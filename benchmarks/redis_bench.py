@@ -9,7 +9,7 @@ import uuid
 from chat_save import save_after_two
 from harness import Report
 
-from memweave.backends.redis import RedisChatMemory
+from memwoven.backends.redis import RedisChatMemory
 
 
 def run(report: Report, *, url: str, sizes: tuple[int, ...] = (10, 1_000, 10_000), runs: int = 30) -> None:

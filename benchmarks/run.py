@@ -60,8 +60,8 @@ def machine_line() -> str:
 
 def machine() -> str:
     """Facts about the machine and the packages measured."""
-    names = ["memweave", "numpy", "SQLAlchemy", "langchain-core", "langchain-community", "llama-index-core"]
-    names += ["langchain-memweave", "llama-index-memweave", "redis", "qdrant-client", "faiss-cpu", "sqlite-vec"]
+    names = ["memwoven", "numpy", "SQLAlchemy", "langchain-core", "langchain-community", "llama-index-core"]
+    names += ["langchain-memwoven", "llama-index-memwoven", "redis", "qdrant-client", "faiss-cpu", "sqlite-vec"]
     names += ["sqlean.py", "llama-index-storage-chat-store-redis", "matplotlib", "simsimd"]
     packages = ", ".join(f"{name} {_version(name)}" for name in names)
     config = np.show_config(mode="dicts").get("Build Dependencies", {})
@@ -111,7 +111,7 @@ REASONS = [
     "could miss an acknowledged write.",
     "- At 10k x 384 (15 MB) the matrix fits in the CPU caches, so the exact stores beat the DRAM bandwidth floor "
     "(ratio < 1); the floor is meaningful from 100k up.",
-    '- The 16-bit scan is bfloat16, not float16 (InMemoryVectorMemory(scan="bfloat16"), extra memweave[simd]): '
+    '- The 16-bit scan is bfloat16, not float16 (InMemoryVectorMemory(scan="bfloat16"), extra memwoven[simd]): '
     "numpy has no 16-bit kernel (see the 16-bit probe table), so the scan runs on SimSIMD's; its bfloat16 dot "
     "accumulates in float32 on every CPU it targets, which gives a provable error bound (float16 kernels on "
     "AVX512-FP16 CPUs accumulate in 16 bits). The bound lets the rows that could reach the top k be rescored in "
@@ -127,40 +127,40 @@ REASONS = [
     "whole body, and the save is an atomic replace of the file, so each save hashes and writes the whole body "
     "(~1.45 ms each at 10,000 messages, 80% of what remains). Flat saves need a format 2 (append in place with a "
     "committed-length header and a checksum carried forward); not done. Against LangChain's "
-    "FileChatMessageHistory, which rewrites its JSON file on every turn, memweave is far ahead either way.",
+    "FileChatMessageHistory, which rewrites its JSON file on every turn, memwoven is far ahead either way.",
     "- SQLChatMemory (SQLite) save +2 against history length (a target near its limit): only the 2 new rows are "
     "written, but the unchanged leading messages are found by one list comparison with the cached snapshot "
     "(models.same_prefix) and the new snapshot list is built from them: two pointer copies per message, ~60-100 µs "
     "at 10,000 against a 0.25-0.45 ms save at 10 (one BEGIN IMMEDIATE transaction, an upsert ... RETURNING, one "
     "executemany).",
-    "- SQLChatMemory (SQLite) per turn against LangChain SQLChatMessageHistory: a memweave write is one BEGIN "
+    "- SQLChatMemory (SQLite) per turn against LangChain SQLChatMessageHistory: a memwoven write is one BEGIN "
     "IMMEDIATE transaction that creates or reads the session row and its version (one upsert ... RETURNING), "
     "inserts the rows with their digests in one driver-level executemany, and bumps the version and count: the "
     "compare-and-swap behind expected_version and update(). LangChain only inserts the rows. Over a whole "
-    "conversation memweave is faster because load is served from its snapshot cache (see the 1,000-turn rows).",
+    "conversation memwoven is faster because load is served from its snapshot cache (see the 1,000-turn rows).",
     "- LlamaIndex set_messages of 1,000 messages: ~9 ms at best, of which the read 0.6 ms, ChatMessage -> Message "
     "2.0 ms (pydantic validation and garbage collection), the write 5.8 ms (encoding and digests 1.4 ms, "
     "sqlite's own executemany and commit 1.9 ms, which raw sqlite3 takes too, ~2 ms statements and aiosqlite "
     "thread hops). The ratio to SQLAlchemyChatStore lies near the 20x target and moves with the machine's load.",
-    "- LlamaIndex MemweaveChatStore conversations (in memory, Redis) against SimpleChatStore / RedisChatStore: "
+    "- LlamaIndex MemwovenChatStore conversations (in memory, Redis) against SimpleChatStore / RedisChatStore: "
     "get_messages must hand out ChatMessages a caller can change without changing the store, so it returns a copy "
     "of each (its conversion is kept per stored message: ~2.4 µs a copy instead of 5-19 µs a conversion). At 1,000 "
     "turns 60-70% of the remaining time is the garbage collector walking those fresh objects (~70 full "
     "collections of ~150 ms). SimpleChatStore returns its own live list, which no store that returns safe copies "
     "can match.",
     "- InMemoryChatMemory against LlamaIndex SimpleChatStore (in memory): SimpleChatStore.add_message is a bare "
-    "list.append (0.5 µs); memweave's append validates the messages, takes the session lock, extends the session's "
+    "list.append (0.5 µs); memwoven's append validates the messages, takes the session lock, extends the session's "
     "buffer and bumps its version (1.4 µs), flat in history length. Its save is the whole-list save above.",
     "- RedisChatMemory per turn against LlamaIndex RedisChatStore (near parity at 10,000 messages, 0.9-1.4x between "
-    "runs): profiled, a memweave write is one round trip, an EVALSHA of a Lua script that checks and bumps the "
+    "runs): profiled, a memwoven write is one round trip, an EVALSHA of a Lua script that checks and bumps the "
     "session version (the compare-and-swap that makes concurrent writers safe); a RedisChatStore turn is two bare "
-    "RPUSH round trips. At 10 messages memweave's append of a turn takes ~185 µs against ~230 µs. What grows with "
+    "RPUSH round trips. At 10 messages memwoven's append of a turn takes ~185 µs against ~230 µs. What grows with "
     "history length is client-side: the object's snapshot cache (which lets load skip the transfer and save find "
     "the unchanged prefix without reading digests) takes a new list per write, one pointer copy per message plus "
     "the old list's release, ~0.12 ms at 10,000 messages (an append with the cache dropped stays at ~180 µs); a save "
     "also compares the prefix. Updating the cache in O(added) needs a shared append-only snapshot list with a "
     "committed length per version; not done.",
-    "- Qdrant local upsert (a target that moves with the machine's load): memweave does the raw client's work "
+    "- Qdrant local upsert (a target that moves with the machine's load): memwoven does the raw client's work "
     "(UUID point ids, the same payload with the original id, text, metadata and norm, batches of 256) plus "
     "building and validating the VectorDocuments and their float32 rows inside the timed call, ~29 µs per document "
     "in CPU time at 100,000: within 10% on an idle machine, ~1.2x in CPU time when other jobs load it.",
@@ -186,8 +186,8 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     report = Report()
-    postgres = os.environ.get("MEMWEAVE_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
-    redis = os.environ.get("MEMWEAVE_REDIS_URL", "redis://127.0.0.1:6379/0")
+    postgres = os.environ.get("MEMWOVEN_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
+    redis = os.environ.get("MEMWOVEN_REDIS_URL", "redis://127.0.0.1:6379/0")
 
     bandwidth = vector_search.memory_bandwidth()
     cases = [
@@ -208,7 +208,7 @@ def main() -> None:
 
     sizes = (10, 100, 1_000) if args.quick else (10, 100, 1_000, 10_000)
     runs = 5 if args.quick else 15
-    ours, skipped = chat_history.memweave_curves(sizes, runs, postgres=postgres, redis=redis)
+    ours, skipped = chat_history.memwoven_curves(sizes, runs, postgres=postgres, redis=redis)
     theirs, skipped_peers = chat_history.peer_curves(sizes, runs, redis=redis)
     curves = ours + theirs
     chat_history.targets(report, curves)
@@ -251,13 +251,13 @@ def main() -> None:
     elapsed = time.perf_counter() - started
     text = "\n".join(
         [
-            f"# memweave benchmarks ({mode})",
+            f"# memwoven benchmarks ({mode})",
             "",
             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {elapsed:.0f} s — {machine()}",
             "",
             *([args.note, ""] if args.note else []),
             "Every time is the median of several runs, with min and max and the number of runs (n). Ratios are "
-            "memweave / peer or peer / memweave as labelled; absolute times vary between machines.",
+            "memwoven / peer or peer / memwoven as labelled; absolute times vary between machines.",
             "",
             *(f"![{name}]({path.name})" for name, path in figures.items()),
             "",
@@ -296,7 +296,7 @@ def readme_summary(cases: list[vector_search.Case], report: Report, elapsed: flo
         + (f"; {note}" if note else "")
         + ".",
         "",
-        "![memweave speed-ups over the peers](benchmarks/results/full_speedups.png)",
+        "![memwoven speed-ups over the peers](benchmarks/results/full_speedups.png)",
         "",
     ]
     largest = max((c for c in cases if c.kind == "random" and c.dimension == 384), key=lambda c: c.count, default=None)
@@ -309,7 +309,7 @@ def readme_summary(cases: list[vector_search.Case], report: Report, elapsed: flo
         lines += [
             f"Exact top-10 search, {case.label} (bandwidth floor {vector_search._p(case.floor)}):",
             "",
-            "| store | p50 latency | memweave in-memory is faster by | recall@10 |",
+            "| store | p50 latency | memwoven in-memory is faster by | recall@10 |",
             "| --- | --- | --- | --- |",
         ]
         for result in case.results:

@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 from harness import Report, Timing
-from vector_search import _corpus, _memweave
+from vector_search import _corpus, _memwoven
 
-from memweave import SQLVectorMemory, VectorDocument
+from memwoven import SQLVectorMemory, VectorDocument
 
 
 def _reader(url: str, prefix: str, queries: Any, pipe: Connection) -> None:
@@ -38,7 +38,7 @@ def run(report: Report, *, url: str, count: int, runs: int = 30) -> None:
     ids, vectors, queries = _corpus(count, 384)
     prefix = f"mwbench_{uuid.uuid4().hex[:8]}_"
     writer = SQLVectorMemory(url, table_prefix=prefix, collection="bench", dimension=384)
-    memory = _memweave(ids, vectors)
+    memory = _memwoven(ids, vectors)
     label = url.split(":", 1)[0]
     try:
         for start in range(0, count, 5_000):
@@ -79,7 +79,7 @@ def run(report: Report, *, url: str, count: int, runs: int = 30) -> None:
     ours_timing = _timing(second)
     baseline = _timing(local)
     name = f"search top-10 after a write, {count:,}x384"
-    report.add(name, "memweave InMemoryVectorMemory", baseline, "1.0")
+    report.add(name, "memwoven InMemoryVectorMemory", baseline, "1.0")
     ratio = ours_timing.median / baseline.median
     report.add(name, f"SQLVectorMemory ({label}), second process", ours_timing, f"{ratio:.2f}x")
     report.target(f"{name}: SQLVectorMemory ({label}) from a second process / in-memory", ratio, 1.2, False)

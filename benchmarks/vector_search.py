@@ -1,4 +1,4 @@
-"""Exact top-10 vector search and ingest: memweave's backends against the stores users would otherwise pick.
+"""Exact top-10 vector search and ingest: memwoven's backends against the stores users would otherwise pick.
 
 For each data set (random unit vectors, or a clustered set: 100 centres with noise), dimension and size, every
 subject is filled with the same vectors and asked the same queries. Measured per subject: bulk upsert (vectors/s),
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from harness import Report, Timing
 
-from memweave import InMemoryVectorMemory, SQLVectorMemory, VectorDocument
+from memwoven import InMemoryVectorMemory, SQLVectorMemory, VectorDocument
 
 Array = np.ndarray[Any, Any]
 RAM = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
@@ -50,7 +50,7 @@ def _corpus(count: int, dimension: int, seed: int = 7) -> tuple[list[str], Array
     return [f"doc-{i}" for i in range(count)], vectors, queries
 
 
-def _memweave(ids: list[str], vectors: Array) -> InMemoryVectorMemory:
+def _memwoven(ids: list[str], vectors: Array) -> InMemoryVectorMemory:
     memory = InMemoryVectorMemory(vectors.shape[1])
     _store(memory, ids, vectors)
     return memory
@@ -106,7 +106,7 @@ class Subject:
 
     name = ""
     exact = True
-    memweave = False
+    memwoven = False
     slow = False  # pure-Python scans: fewer runs, and skipped at the largest sizes
     largest: int | None = None  # most floats (N x d) it is filled with: a 1M fill of a database takes minutes
 
@@ -134,8 +134,8 @@ class Subject:
         """Drop everything the store created."""
 
 
-class MemweaveSubject(Subject):
-    memweave = True
+class MemwovenSubject(Subject):
+    memwoven = True
 
     def make(self, dimension: int) -> Any:
         raise NotImplementedError
@@ -157,22 +157,22 @@ class MemweaveSubject(Subject):
         self.memory.close()
 
 
-class InMemory(MemweaveSubject):
-    name = "memweave InMemoryVectorMemory"
+class InMemory(MemwovenSubject):
+    name = "memwoven InMemoryVectorMemory"
 
     def make(self, dimension: int) -> Any:
         return InMemoryVectorMemory(dimension)
 
 
-class InMemoryBfloat16(MemweaveSubject):
-    name = "memweave InMemoryVectorMemory (bfloat16 scan)"
+class InMemoryBfloat16(MemwovenSubject):
+    name = "memwoven InMemoryVectorMemory (bfloat16 scan)"
 
     def make(self, dimension: int) -> Any:
         return InMemoryVectorMemory(dimension, scan="bfloat16")
 
 
-class SQLite(MemweaveSubject):
-    name = "memweave SQLVectorMemory (SQLite)"
+class SQLite(MemwovenSubject):
+    name = "memwoven SQLVectorMemory (SQLite)"
     largest = DATABASE_LARGEST
 
     def make(self, dimension: int) -> Any:
@@ -184,8 +184,8 @@ class SQLite(MemweaveSubject):
         shutil.rmtree(self.directory, ignore_errors=True)
 
 
-class Postgres(MemweaveSubject):
-    name = "memweave SQLVectorMemory (PostgreSQL)"
+class Postgres(MemwovenSubject):
+    name = "memwoven SQLVectorMemory (PostgreSQL)"
     largest = DATABASE_LARGEST
 
     def __init__(self, url: str) -> None:
@@ -200,15 +200,15 @@ class Postgres(MemweaveSubject):
         super().close()
 
 
-class Redis(MemweaveSubject):
-    name = "memweave RedisVectorMemory"
+class Redis(MemwovenSubject):
+    name = "memwoven RedisVectorMemory"
     largest = DATABASE_LARGEST
 
     def __init__(self, url: str) -> None:
         self.url = url
 
     def make(self, dimension: int) -> Any:
-        from memweave.backends.redis_vector import RedisVectorMemory
+        from memwoven.backends.redis_vector import RedisVectorMemory
 
         self.prefix = f"mwbench{uuid.uuid4().hex[:8]}"
         return RedisVectorMemory(self.url, collection="bench", dimension=dimension, prefix=self.prefix)
@@ -223,12 +223,12 @@ class Redis(MemweaveSubject):
         client.close()
 
 
-class QdrantLocal(MemweaveSubject):
-    name = "memweave QdrantVectorMemory (local)"
+class QdrantLocal(MemwovenSubject):
+    name = "memwoven QdrantVectorMemory (local)"
     slow = True
 
     def make(self, dimension: int) -> Any:
-        from memweave.backends.qdrant import QdrantVectorMemory
+        from memwoven.backends.qdrant import QdrantVectorMemory
 
         self.directory = tempfile.mkdtemp(prefix="mwbench_qdrant_", dir=RAM)
         return QdrantVectorMemory(f"qdrant+local://{self.directory}", collection="bench", dimension=dimension)
@@ -447,7 +447,7 @@ class Result:
     """What one subject measured on one data set."""
 
     subject: str
-    memweave: bool
+    memwoven: bool
     exact: bool
     upsert: Timing  # seconds for the whole corpus
     latency: list[float]  # single-query seconds
@@ -549,7 +549,7 @@ def measure_subject(
         subject.close()
     return Result(
         subject.name,
-        subject.memweave,
+        subject.memwoven,
         subject.exact,
         _timing(fills),
         latency,
@@ -563,7 +563,7 @@ def measure_subject(
 
 
 def subjects(*, postgres: str, redis: str) -> list[Subject]:
-    """Every subject, memweave's first."""
+    """Every subject, memwoven's first."""
     return [
         InMemory(),
         InMemoryBfloat16(),
@@ -675,7 +675,7 @@ def targets(report: Report, cases: list[Case]) -> None:
 
 
 def ratio_rows(cases: list[Case]) -> list[tuple[str, float, float, float]]:
-    """(label, peer p50 / memweave p50, lowest, highest) on random 100k x 384 (or the largest below)."""
+    """(label, peer p50 / memwoven p50, lowest, highest) on random 100k x 384 (or the largest below)."""
     case = _peer_case(cases)
     if case is None:
         return []
@@ -687,7 +687,7 @@ def ratio_rows(cases: list[Case]) -> list[tuple[str, float, float, float]]:
         a, b = case.get(mine), case.get(theirs)
         if a is None or b is None:
             continue
-        label = f"search {case.count // 1000}kx{case.dimension}: {theirs} / {mine.removeprefix('memweave ')}"
+        label = f"search {case.count // 1000}kx{case.dimension}: {theirs} / {mine.removeprefix('memwoven ')}"
         rows.append((label, b.p50 / a.p50, min(b.latency) / max(a.latency), max(b.latency) / min(a.latency)))
     return rows
 
@@ -702,7 +702,7 @@ def sixteen_bit_probe(count: int, dimension: int = 384, runs: int = 7) -> str:
     """
     import simsimd
 
-    from memweave.vector_index import _bfloat16
+    from memwoven.vector_index import _bfloat16
 
     rng = np.random.default_rng(3)
     matrix = rng.standard_normal((count, dimension), dtype=np.float32)

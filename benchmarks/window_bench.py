@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from harness import Report, measure
 
-from memweave import InMemoryChatMemory, Message, ToolCall
-from memweave.policies import ContextWindow, MessageTokenCounter, window
+from memwoven import InMemoryChatMemory, Message, ToolCall
+from memwoven.policies import ContextWindow, MessageTokenCounter, window
 
 
 def conversation(size: int) -> list[Message]:

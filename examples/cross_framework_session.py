@@ -3,10 +3,10 @@
     uv run python examples/cross_framework_session.py [path/to/chat.db]
 
 A LangChain app stores a conversation (a system prompt, a picture, a tool call and its result) through
-`MemweaveChatMessageHistory`. A LlamaIndex app opens the same session through `MemweaveChatStore` and gets
+`MemwovenChatMessageHistory`. A LlamaIndex app opens the same session through `MemwovenChatStore` and gets
 native `ChatMessage`s: roles, text, the image as an `ImageBlock`, the tool call as a `ToolCallBlock`. It adds a
 turn, and LangChain reads the whole conversation back, its own messages exactly as it wrote them. Both adapters
-store memweave `Message`s with standard fields (role, content parts, tool calls), which is what makes the
+store memwoven `Message`s with standard fields (role, content parts, tool calls), which is what makes the
 session readable by either.
 """
 
@@ -20,9 +20,9 @@ from pathlib import Path
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from llama_index.core.base.llms.types import ChatMessage, ImageBlock, MessageRole, TextBlock, ToolCallBlock
 
-from langchain_memweave import MemweaveChatMessageHistory
-from llama_index.storage.chat_store.memweave import MemweaveChatStore
-from memweave import SQLChatMemory
+from langchain_memwoven import MemwovenChatMessageHistory
+from llama_index.storage.chat_store.memwoven import MemwovenChatStore
+from memwoven import SQLChatMemory
 
 PICTURE = base64.b64encode(b"\x89PNG\r\n\x1a\n (a picture of a cat)").decode()
 SESSION = "user-7/pictures"
@@ -61,12 +61,12 @@ def main(path: Path) -> None:
     """Write through LangChain, read and append through LlamaIndex, read back through LangChain."""
     memory = SQLChatMemory(f"sqlite:///{path}")  # one memory object serves both frameworks
     try:
-        history = MemweaveChatMessageHistory(memory, SESSION)
+        history = MemwovenChatMessageHistory(memory, SESSION)
         history.clear()  # start afresh on every run
         history.add_messages(langchain_turns())
         print(f"LangChain wrote {len(history.messages)} messages to {SESSION!r}")
 
-        chat_store = MemweaveChatStore(memory)
+        chat_store = MemwovenChatStore(memory)
         print("LlamaIndex reads them:")
         for chat_message in chat_store.get_messages(SESSION):
             print(f"  {chat_message.role.value:>9}: {describe(chat_message)}")

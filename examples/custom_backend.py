@@ -1,12 +1,12 @@
-"""Your own backend: a `ChatMemory` over the standard library's sqlite3, checked by memweave's conformance suite.
+"""Your own backend: a `ChatMemory` over the standard library's sqlite3, checked by memwoven's conformance suite.
 
     uv run python examples/custom_backend.py
 
 `JSONRowChatMemory` keeps each session in one row (its id, a version and the messages as one JSON array) and
 implements the four abstract methods of `ChatMemory`: `load_versioned`, `save`, `append` and `sessions`. Everything
 else (`load`, `clear`, `update` with retries, `session(id)` views, the async twins) comes from the base class.
-Running this file uses the backend a little, then runs `memweave.testing.ChatMemoryContract` against it with
-pytest: every invariant CM1-CM9, through the sync API and the async twins. Offline; needs `memweave[testing]`.
+Running this file uses the backend a little, then runs `memwoven.testing.ChatMemoryContract` against it with
+pytest: every invariant CM1-CM9, through the sync API and the async twins. Offline; needs `memwoven[testing]`.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from memweave import ChatMemory, ConcurrentModificationError, CorruptMemoryError, History, Message
-from memweave.contracts import MessagesIn, check_id, next_version
-from memweave.models import coerce_messages
-from memweave.testing import ChatMemoryContract
+from memwoven import ChatMemory, ConcurrentModificationError, CorruptMemoryError, History, Message
+from memwoven.contracts import MessagesIn, check_id, next_version
+from memwoven.models import coerce_messages
+from memwoven.testing import ChatMemoryContract
 
 
 class JSONRowChatMemory(ChatMemory):
@@ -125,7 +125,7 @@ def main() -> int:
         session.append([Message(role="user", content="Hello!")])
         session.update(lambda messages: [*messages, Message(role="assistant", content="Hi, how can I help?")])
         print(f"{memory.sessions()} -> {[(m.role, m.text) for m in session.load()]}")
-    print("Running memweave.testing.ChatMemoryContract against JSONRowChatMemory:")
+    print("Running memwoven.testing.ChatMemoryContract against JSONRowChatMemory:")
     return int(pytest.main([__file__, "-q", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning"]))
 
 

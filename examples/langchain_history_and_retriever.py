@@ -22,9 +22,9 @@ from langchain_core.prompts import ChatPromptTemplate, MessagesPlaceholder
 from langchain_core.runnables import RunnableConfig, RunnableLambda, RunnablePassthrough
 from langchain_core.runnables.history import RunnableWithMessageHistory
 
-from langchain_memweave import MemweaveChatMessageHistory, MemweaveVectorStore
-from memweave.embed import HashingEmbedFn
-from memweave.urls import open_chat_memory, open_vector_memory
+from langchain_memwoven import MemwovenChatMessageHistory, MemwovenVectorStore
+from memwoven.embed import HashingEmbedFn
+from memwoven.urls import open_chat_memory, open_vector_memory
 
 NOTES = [
     Document(page_content="The office coffee machine is on the 3rd floor, next to the library.", id="coffee"),
@@ -44,7 +44,7 @@ def offline_model(prompt: PromptValue) -> AIMessage:
 def main(path: Path) -> list[str]:
     """Ask two questions with history and retrieval over the SQLite file at `path`; returns the answers."""
     url = f"sqlite:///{path}"
-    store = MemweaveVectorStore(open_vector_memory(url, collection="notes"), HashingEmbedFn())
+    store = MemwovenVectorStore(open_vector_memory(url, collection="notes"), HashingEmbedFn())
     store.add_documents(NOTES)  # upserts by id, so running again does not duplicate them
     chat_memory = open_chat_memory(url)
 
@@ -65,7 +65,7 @@ def main(path: Path) -> list[str]:
         warnings.simplefilter("ignore", DeprecationWarning)  # RunnableWithMessageHistory is deprecated upstream
         with_history = RunnableWithMessageHistory(
             chain,
-            lambda session_id: MemweaveChatMessageHistory(chat_memory, session_id),
+            lambda session_id: MemwovenChatMessageHistory(chat_memory, session_id),
             input_messages_key="question",
             history_messages_key="history",
         )
@@ -74,7 +74,7 @@ def main(path: Path) -> list[str]:
             with_history.invoke({"question": question}, config).content
             for question in ("Where can I get a coffee?", "When are expense reports due?")
         ]
-        history = MemweaveChatMessageHistory(chat_memory, "demo").messages
+        history = MemwovenChatMessageHistory(chat_memory, "demo").messages
     for message in history:
         print(f"{message.type:>5}: {message.content}")
     print(f"{len(history)} messages in session 'demo'; {store.memory.count()} notes; both in {path}")

@@ -1,11 +1,11 @@
-"""A LangGraph graph with long-term memory in a `MemweaveStore` on one SQLite file. Runs offline.
+"""A LangGraph graph with long-term memory in a `MemwovenStore` on one SQLite file. Runs offline.
 
     uv run python examples/langgraph_store.py [path/to/memory.db]
 
 Each run of the graph stores what the user says as a memory in the user's namespace, then recalls the memories
 closest in meaning to the message (semantic search with `HashingEmbedFn`, no model, no API key). The store is
 LangGraph's `BaseStore`, so nodes use it through `store.put` / `store.search` as with any other store; the items
-live in memweave chat sessions and their vectors in a memweave collection, in the same file. Run it twice: the
+live in memwoven chat sessions and their vectors in a memwoven collection, in the same file. Run it twice: the
 second run recalls the memories of the first.
 """
 
@@ -20,8 +20,8 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import BaseStore
 from typing_extensions import TypedDict
 
-from langchain_memweave import MemweaveStore
-from memweave.embed import HashingEmbedFn
+from langchain_memwoven import MemwovenStore
+from memwoven.embed import HashingEmbedFn
 
 MESSAGES = [
     ("alice", "I am vegetarian and I love spicy food."),
@@ -55,7 +55,7 @@ def recall(state: State, *, store: BaseStore) -> State:
     return {"recalled": [hit.value["text"] for hit in hits if hit.value["text"] != state["text"]][:2]}
 
 
-def build(store: MemweaveStore):  # type: ignore[no-untyped-def]
+def build(store: MemwovenStore):  # type: ignore[no-untyped-def]
     """The graph: remember, then recall."""
     builder = StateGraph(State)
     builder.add_node("remember", remember)
@@ -68,7 +68,7 @@ def build(store: MemweaveStore):  # type: ignore[no-untyped-def]
 
 def main(path: Path) -> None:
     """Run the graph on each message with a store in the SQLite file at `path`, then show what it holds."""
-    store = MemweaveStore.from_url(f"sqlite:///{path}", embed=HashingEmbedFn(256), fields=["text"])
+    store = MemwovenStore.from_url(f"sqlite:///{path}", embed=HashingEmbedFn(256), fields=["text"])
     try:
         graph = build(store)
         for user, text in MESSAGES:

@@ -1,10 +1,10 @@
-"""A LlamaIndex agent whose chat memory and retrieval index share one SQLite file, through memweave. Offline.
+"""A LlamaIndex agent whose chat memory and retrieval index share one SQLite file, through memwoven. Offline.
 
     uv run python examples/llama_index_agent.py [path/to/memory.db]
 
 The LLM is scripted (no API key, no network): for each question it calls the `search_notes` tool, which retrieves
-from a `VectorStoreIndex` over `MemweaveVectorStore`, then answers with what the tool found. The conversation goes
-to LlamaIndex's agent `Memory` over `MemweaveDBChatStore`. Run it twice: the second run finds the notes already
+from a `VectorStoreIndex` over `MemwovenVectorStore`, then answers with what the tool found. The conversation goes
+to LlamaIndex's agent `Memory` over `MemwovenDBChatStore`. Run it twice: the second run finds the notes already
 indexed and the first conversation still in memory.
 """
 
@@ -25,10 +25,10 @@ from llama_index.core.memory import Memory
 from llama_index.core.schema import TextNode
 from llama_index.core.tools import FunctionTool
 
-from llama_index.embeddings.memweave import EmbedFnEmbedding
-from llama_index.storage.chat_store.memweave import MemweaveDBChatStore
-from llama_index.vector_stores.memweave import MemweaveVectorStore
-from memweave.embed import HashingEmbedFn
+from llama_index.embeddings.memwoven import EmbedFnEmbedding
+from llama_index.storage.chat_store.memwoven import MemwovenDBChatStore
+from llama_index.vector_stores.memwoven import MemwovenVectorStore
+from memwoven.embed import HashingEmbedFn
 
 NOTES = [
     "The team standup is at 9:30 every weekday, in the small meeting room.",
@@ -53,7 +53,7 @@ def scripted_llm(messages: Sequence[ChatMessage], **kwargs: Any) -> ChatMessage:
 async def main(path: Path) -> None:
     """Index the notes (first run only), then ask the agent the questions, with memory in the same file."""
     url = f"sqlite:///{path}"
-    vector_store = MemweaveVectorStore.from_url(url, collection="notes")
+    vector_store = MemwovenVectorStore.from_url(url, collection="notes")
     index = VectorStoreIndex.from_vector_store(vector_store, embed_model=EmbedFnEmbedding(HashingEmbedFn(384)))
     if await vector_store.client.acount() == 0:
         await index.ainsert_nodes([TextNode(text=note) for note in NOTES])
@@ -63,7 +63,7 @@ async def main(path: Path) -> None:
         """Find the note that best answers `query`."""
         return (await retriever.aretrieve(query))[0].get_content()
 
-    chat_store = MemweaveDBChatStore.from_url(url)
+    chat_store = MemwovenDBChatStore.from_url(url)
     memory = Memory.from_defaults(session_id="example-user", chat_store=chat_store)
     remembered = await memory.aget_all()
     print(f"{len(remembered)} messages remembered from earlier runs in {path}")
@@ -82,4 +82,4 @@ async def main(path: Path) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.gettempdir()) / "memweave-llama.db"))
+    asyncio.run(main(Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.gettempdir()) / "memwoven-llama.db"))

@@ -1,8 +1,8 @@
-"""A LangChain chat whose long history is summarized by a LangChain chat model, through memweave. Offline.
+"""A LangChain chat whose long history is summarized by a LangChain chat model, through memwoven. Offline.
 
     uv run python examples/summarization_langchain.py [path/to/memory.db]
 
-The chat history is a `MemweaveChatMessageHistory` on a `SummarizingChatMemory` over SQLite; the model is sent
+The chat history is a `MemwovenChatMessageHistory` on a `SummarizingChatMemory` over SQLite; the model is sent
 what the history holds. Past 10 stored messages, the middle of the history goes to the summarizer,
 `summarizer_from_chat_model(model)`, and the session becomes: the pinned system prompt, one summary message and
 the 4 most recent messages. The originals are kept in the session's archive. Both models are offline stand-ins:
@@ -22,9 +22,9 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
-from langchain_memweave import MemweaveChatMessageHistory, summarizer_from_chat_model
-from memweave.backends.sql import SQLChatMemory
-from memweave.policies import SummarizingChatMemory, archive_id, is_summary
+from langchain_memwoven import MemwovenChatMessageHistory, summarizer_from_chat_model
+from memwoven.backends.sql import SQLChatMemory
+from memwoven.policies import SummarizingChatMemory, archive_id, is_summary
 
 QUESTIONS = [
     "Which city should I visit in Portugal?",
@@ -47,7 +47,7 @@ class ExtractiveSummaryModel(BaseChatModel):
 
     def _generate(self, messages: list[BaseMessage], stop: Any = None, **kwargs: Any) -> ChatResult:
         asked: list[str] = []
-        for line in str(messages[-1].content).splitlines():  # the transcript memweave sends
+        for line in str(messages[-1].content).splitlines():  # the transcript memwoven sends
             if line.startswith("The user asked: "):  # inside the earlier summary: keep what it says
                 asked += line.removeprefix("The user asked: ").split(" / ")
             elif line.startswith("user: "):
@@ -68,7 +68,7 @@ def main(path: Path) -> dict[str, Any]:
     session = "trip"
     memory.clear(session)  # start afresh if the file is reused (the archive too)
     memory.clear(archive_id(session))
-    history = MemweaveChatMessageHistory(memory, session)
+    history = MemwovenChatMessageHistory(memory, session)
     history.add_messages([SystemMessage(content="You are a friendly travel assistant.")])
     model = GenericFakeChatModel(messages=iter([AIMessage(content=f"Here is my advice #{n}.") for n in range(1, 99)]))
     for question in QUESTIONS:
@@ -80,7 +80,7 @@ def main(path: Path) -> dict[str, Any]:
     summary = next(m for m in stored if is_summary(m))
     window = memory.context_window(session, max_tokens=120).load()
     print(f"{len(QUESTIONS) * 2 + 1} messages written; {len(stored)} stored, {len(memory.archived(session))} archived")
-    print(f"summary ({summary.metadata['memweave_summary']['layers']} layers): {summary.text!r}")
+    print(f"summary ({summary.metadata['memwoven_summary']['layers']} layers): {summary.text!r}")
     print(f"a 120-token window holds {len(window)} messages ({window.tokens} tokens):")
     for message in window:
         print(f"  {message.role}: {message.text[:100]!r}")

@@ -1,8 +1,8 @@
-"""A LlamaIndex chat engine whose long history is summarized by a LlamaIndex LLM, through memweave. Offline.
+"""A LlamaIndex chat engine whose long history is summarized by a LlamaIndex LLM, through memwoven. Offline.
 
     uv run python examples/summarization_llama_index.py [path/to/memory.db]
 
-The chat engine's memory is a `ChatMemoryBuffer` over `MemweaveChatStore`, on a `SummarizingChatMemory` over
+The chat engine's memory is a `ChatMemoryBuffer` over `MemwovenChatStore`, on a `SummarizingChatMemory` over
 SQLite. Past 10 stored messages, the middle of the history goes to the summarizer, `summarizer_from_llm(llm)`,
 and the session becomes: the pinned first message, one summary message and the 4 most recent messages. The
 originals are kept in the session's archive. Both LLMs are offline stand-ins (LlamaIndex `CustomLLM`s): the
@@ -26,9 +26,9 @@ from llama_index.core.llms import CustomLLM
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.memory import ChatMemoryBuffer
 
-from llama_index.storage.chat_store.memweave import MemweaveChatStore, summarizer_from_llm
-from memweave.backends.sql import SQLChatMemory
-from memweave.policies import SummarizingChatMemory, archive_id, is_summary
+from llama_index.storage.chat_store.memwoven import MemwovenChatStore, summarizer_from_llm
+from memwoven.backends.sql import SQLChatMemory
+from memwoven.policies import SummarizingChatMemory, archive_id, is_summary
 
 QUESTIONS = [
     "Which city should I visit in Portugal?",
@@ -80,7 +80,7 @@ class ExtractiveSummaryLLM(ScriptedAssistant):
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         """The questions of the transcript, those of the earlier summary first."""
         asked: list[str] = []
-        for line in (messages[-1].content or "").splitlines():  # the transcript memweave sends
+        for line in (messages[-1].content or "").splitlines():  # the transcript memwoven sends
             if line.startswith("The user asked: "):  # inside the earlier summary: keep what it says
                 asked += line.removeprefix("The user asked: ").split(" / ")
             elif line.startswith("user: "):
@@ -106,7 +106,7 @@ def engine(memory: SummarizingChatMemory, session: str) -> SimpleChatEngine:
     for stale in (session, archive_id(session)):  # start afresh if the file is reused
         memory.clear(stale)
     buffer = ChatMemoryBuffer.from_defaults(
-        chat_store=MemweaveChatStore(memory), chat_store_key=session, token_limit=4_000
+        chat_store=MemwovenChatStore(memory), chat_store_key=session, token_limit=4_000
     )
     return SimpleChatEngine.from_defaults(llm=ScriptedAssistant(), memory=buffer)
 
@@ -115,7 +115,7 @@ def report(memory: SummarizingChatMemory, session: str) -> dict[str, Any]:
     """Print and return what is stored and archived for `session`."""
     stored, archived = memory.load(session), memory.archived(session)
     summary = next(m for m in stored if is_summary(m))
-    info: Any = summary.metadata["memweave_summary"]
+    info: Any = summary.metadata["memwoven_summary"]
     print(f"[{session}] {len(QUESTIONS) * 2} messages written; {len(stored)} stored, {len(archived)} archived")
     print(f"[{session}] summary ({info['layers']} layers): {summary.text!r}")
     for message in stored:

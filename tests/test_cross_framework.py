@@ -10,10 +10,10 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from llama_index.core.base.llms.types import ChatMessage, ImageBlock, MessageRole, TextBlock
 
-from langchain_memweave import MemweaveChatMessageHistory
-from llama_index.storage.chat_store.memweave import MemweaveChatStore
-from memweave import ChatMemory, SQLChatMemory
-from memweave_test_support import postgres_url, unique_name
+from langchain_memwoven import MemwovenChatMessageHistory
+from llama_index.storage.chat_store.memwoven import MemwovenChatStore
+from memwoven import ChatMemory, SQLChatMemory
+from memwoven_test_support import postgres_url, unique_name
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n fake image bytes").decode()
 
@@ -58,11 +58,11 @@ def memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChatMemor
 
 
 def test_a_langchain_session_reads_in_llama_index_and_is_written_back_unchanged(memory: ChatMemory) -> None:
-    history = MemweaveChatMessageHistory(memory, "trip")
+    history = MemwovenChatMessageHistory(memory, "trip")
     history.add_messages(langchain_turns())
     stored = memory.load("trip")
 
-    store = MemweaveChatStore(memory)
+    store = MemwovenChatStore(memory)
     messages = store.get_messages("trip")
     assert [m.role for m in messages] == [
         MessageRole.SYSTEM,
@@ -87,10 +87,10 @@ def test_a_langchain_session_reads_in_llama_index_and_is_written_back_unchanged(
 
 
 def test_a_llama_index_session_reads_in_langchain(memory: ChatMemory) -> None:
-    store = MemweaveChatStore(memory)
+    store = MemwovenChatStore(memory)
     store.add_message("chat", ChatMessage(role=MessageRole.USER, content="Hello from LlamaIndex"))
     store.add_message("chat", ChatMessage(role=MessageRole.ASSISTANT, content="Hi! How can I help?"))
-    history = MemweaveChatMessageHistory(memory, "chat")
+    history = MemwovenChatMessageHistory(memory, "chat")
     assert [(type(m).__name__, m.content) for m in history.messages] == [
         ("HumanMessage", "Hello from LlamaIndex"),
         ("AIMessage", "Hi! How can I help?"),

@@ -36,7 +36,7 @@ def _blocks(page: Path) -> list[tuple[int, str, bool]]:
 @pytest.mark.parametrize("page", _pages())
 def test_python_blocks_run(page: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    for variable in ("MEMWEAVE_CHAT_URL", "MEMWEAVE_VECTOR_URL"):
+    for variable in ("MEMWOVEN_CHAT_URL", "MEMWOVEN_VECTOR_URL"):
         monkeypatch.delenv(variable, raising=False)
     namespace: dict[str, object] = {"__name__": f"docs_{page}"}
     for line, code, runs in _blocks(ROOT / page):

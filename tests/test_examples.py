@@ -58,7 +58,7 @@ def test_example_runs_offline(name: str, tmp_path: Path) -> None:
         "no_proxy": "",
         "PYTHONUNBUFFERED": "1",
     }
-    for variable in ("MEMWEAVE_CHAT_URL", "MEMWEAVE_VECTOR_URL"):  # examples must not depend on the environment
+    for variable in ("MEMWOVEN_CHAT_URL", "MEMWOVEN_VECTOR_URL"):  # examples must not depend on the environment
         env.pop(variable, None)
     result = subprocess.run(
         [sys.executable, str(EXAMPLES / name)],

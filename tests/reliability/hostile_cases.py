@@ -3,7 +3,7 @@
 
 Each case names what it attacks (`target`), the input, and what every backend must do with it:
 
-- ``REJECT``: raise a typed memweave error (`memweave.errors`) before anything is written;
+- ``REJECT``: raise a typed memwoven error (`memwoven.errors`) before anything is written;
 - ``STORE``: store it and give it back exactly (for filters: find exactly the `expected` documents);
 - ``EITHER``: one of the two, the backend's choice (a lone surrogate is a valid Python string that an in-process
   backend can keep, but that no UTF-8 store can hold).
@@ -119,7 +119,7 @@ CASES = [
     P(ids("[ab]", "a", "b", "[", "[^a]"), id="id-brackets"),
     P(ids("{x}", "x", "{x}y", "{}", "{"), id="id-braces-hash-tag"),
     P(ids("s:msgs", "s", "s:meta", ":", "a:b:c"), id="id-colons"),
-    P(ids("'", "''", "'; DROP TABLE memweave_sessions; --", '"', "`"), id="id-quotes"),
+    P(ids("'", "''", "'; DROP TABLE memwoven_sessions; --", '"', "`"), id="id-quotes"),
     P(ids("x' OR '1'='1", "x"), id="id-sql-injection"),
     P(ids("\\", "\\\\", "a\\b"), id="id-backslashes"),
     P(ids("Ab", "aB", "AB", "ab"), id="id-case-twins"),

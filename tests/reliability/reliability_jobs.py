@@ -17,7 +17,7 @@ from typing import Any
 
 from reliability_stores import Store
 
-from memweave import Message, VectorDocument
+from memwoven import Message, VectorDocument
 
 # Concurrency: 8 writers add turns to one session -----------------------------------------------------------
 
@@ -40,18 +40,18 @@ def chat_turns(store: Store, session: str, path: str, writer: int, turns: int) -
         if path == "langchain":
             from langchain_core.messages import AIMessage, HumanMessage
 
-            from langchain_memweave import MemweaveChatMessageHistory
+            from langchain_memwoven import MemwovenChatMessageHistory
 
-            history = MemweaveChatMessageHistory(memory, session)
+            history = MemwovenChatMessageHistory(memory, session)
             for i in range(turns):
                 text = turn_text(writer, i)
                 history.add_messages([HumanMessage(text), AIMessage(f"{text} reply")])
         elif path == "llamaindex":
             from llama_index.core.llms import ChatMessage
 
-            from llama_index.storage.chat_store.memweave import MemweaveChatStore
+            from llama_index.storage.chat_store.memwoven import MemwovenChatStore
 
-            chat_store = MemweaveChatStore(memory)
+            chat_store = MemwovenChatStore(memory)
             for i in range(turns):
                 chat_store.add_message(session, ChatMessage(role="user", content=turn_text(writer, i)))
         elif path == "core-update":
@@ -70,18 +70,18 @@ async def _async_turns(memory: Any, session: str, path: str, writer: int, turns:
         if path == "langchain":
             from langchain_core.messages import AIMessage, HumanMessage
 
-            from langchain_memweave import MemweaveChatMessageHistory
+            from langchain_memwoven import MemwovenChatMessageHistory
 
-            history = MemweaveChatMessageHistory(memory, session)
+            history = MemwovenChatMessageHistory(memory, session)
             for i in range(turns):
                 text = turn_text(writer, i)
                 await history.aadd_messages([HumanMessage(text), AIMessage(f"{text} reply")])
         elif path == "llamaindex":
             from llama_index.core.llms import ChatMessage
 
-            from llama_index.storage.chat_store.memweave import MemweaveChatStore
+            from llama_index.storage.chat_store.memwoven import MemwovenChatStore
 
-            chat_store = MemweaveChatStore(memory)
+            chat_store = MemwovenChatStore(memory)
             for i in range(turns):
                 await chat_store.async_add_message(session, ChatMessage(role="user", content=turn_text(writer, i)))
         elif path == "core-update":

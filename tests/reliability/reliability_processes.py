@@ -1,6 +1,6 @@
 """Writer processes for the concurrency and crash tests: one warm interpreter that forks writers on demand.
 
-Importing memweave, SQLAlchemy, the drivers, LangChain and LlamaIndex takes seconds: too long to pay for 8
+Importing memwoven, SQLAlchemy, the drivers, LangChain and LlamaIndex takes seconds: too long to pay for 8
 writers per test, or for 200 writers per crash test. So the test session spawns one clean interpreter, the
 zygote, which imports everything once and then only forks. It is single-threaded and opens no connection or
 file, so each fork starts clean in a few milliseconds; the child opens its own memory objects, runs one job
@@ -25,15 +25,15 @@ from pathlib import Path
 from typing import Any
 
 PRELOAD = (
-    "memweave",
-    "memweave.backends.redis",
-    "memweave.backends.redis_vector",
+    "memwoven",
+    "memwoven.backends.redis",
+    "memwoven.backends.redis_vector",
     "psycopg",
     "pymysql",
     "aiomysql",
     "aiosqlite",
-    "langchain_memweave",
-    "llama_index.storage.chat_store.memweave",
+    "langchain_memwoven",
+    "llama_index.storage.chat_store.memwoven",
     "reliability_jobs",
 )
 

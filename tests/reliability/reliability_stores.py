@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from memweave import ChatMemory, InMemoryChatMemory, InMemoryVectorMemory, VectorMemory
+from memwoven import ChatMemory, InMemoryChatMemory, InMemoryVectorMemory, VectorMemory
 
 CHAT_KINDS = ("memory", "file", "sqlite", "postgresql", "mariadb", "redis")
 VECTOR_KINDS = ("memory", "file", "sqlite", "postgresql", "mariadb", "redis", "qdrant")
@@ -39,14 +39,14 @@ class Store:
         if self.kind == "memory":
             return _IN_PROCESS.setdefault(f"{self.location}:chat", InMemoryChatMemory())  # type: ignore[no-any-return]
         if self.kind == "file":
-            from memweave import FileChatMemory
+            from memwoven import FileChatMemory
 
             return FileChatMemory(Path(self.location) / "chat", **options)
         if self.kind == "redis":
-            from memweave.backends.redis import RedisChatMemory
+            from memwoven.backends.redis import RedisChatMemory
 
             return RedisChatMemory(self.location, prefix=self.prefix, **options)
-        from memweave import SQLChatMemory
+        from memwoven import SQLChatMemory
 
         return SQLChatMemory(self.location, table_prefix=self.prefix, **options)
 
@@ -56,22 +56,22 @@ class Store:
             key = f"{self.location}:vector:{collection}"
             return _IN_PROCESS.setdefault(key, InMemoryVectorMemory(dimension, **options))  # type: ignore[no-any-return]
         if self.kind == "qdrant":  # Qdrant's local in-memory mode: each object has its own private client
-            from memweave.backends.qdrant import QdrantVectorMemory
+            from memwoven.backends.qdrant import QdrantVectorMemory
 
             return QdrantVectorMemory("qdrant+memory://", collection=collection, dimension=dimension, **options)
         if self.kind == "file":
-            from memweave import FileVectorMemory
+            from memwoven import FileVectorMemory
 
             return FileVectorMemory(
                 Path(self.location) / "vectors" / f"{collection}.npz", dimension=dimension, **options
             )
         if self.kind == "redis":
-            from memweave.backends.redis_vector import RedisVectorMemory
+            from memwoven.backends.redis_vector import RedisVectorMemory
 
             return RedisVectorMemory(
                 self.location, prefix=self.prefix, collection=collection, dimension=dimension, **options
             )
-        from memweave import SQLVectorMemory
+        from memwoven import SQLVectorMemory
 
         return SQLVectorMemory(
             self.location, table_prefix=self.prefix, collection=collection, dimension=dimension, **options
@@ -82,7 +82,7 @@ class Store:
         for key in [k for k in _IN_PROCESS if k.startswith(f"{self.location}:")]:
             del _IN_PROCESS[key]
         if self.kind in ("postgresql", "mariadb"):
-            from memweave import SQLChatMemory
+            from memwoven import SQLChatMemory
 
             with SQLChatMemory(self.location, table_prefix=self.prefix) as memory:
                 memory.drop_tables()
@@ -105,7 +105,7 @@ def delete_redis_prefix(url: str, prefix: str) -> None:
 
 def store_for(kind: str, directory: Path, label: str = "mwr") -> Store:
     """A fresh place of `kind` for one test (skips, or fails in CI, when the kind's server is unreachable)."""
-    from memweave_test_support import mysql_url, postgres_url, redis_url, unique_name
+    from memwoven_test_support import mysql_url, postgres_url, redis_url, unique_name
 
     name = unique_name(label)
     if kind in ("memory", "qdrant"):
@@ -113,7 +113,7 @@ def store_for(kind: str, directory: Path, label: str = "mwr") -> Store:
     if kind == "file":
         return Store(kind, str(directory / name))
     if kind == "sqlite":
-        return Store(kind, f"sqlite:///{directory / name}.db", "memweave_")
+        return Store(kind, f"sqlite:///{directory / name}.db", "memwoven_")
     if kind == "postgresql":
         return Store(kind, postgres_url(), name + "_")
     if kind == "mariadb":

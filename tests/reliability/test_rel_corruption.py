@@ -20,10 +20,10 @@ import redis
 import sqlalchemy as sa
 from reliability_stores import Store, fresh_store
 
-from memweave import Message, SQLVectorMemory, VectorDocument
-from memweave.backends.redis import RedisChatMemory
-from memweave.backends.sql._schema import Tables, key_of
-from memweave.errors import CorruptMemoryError
+from memwoven import Message, SQLVectorMemory, VectorDocument
+from memwoven.backends.redis import RedisChatMemory
+from memwoven.backends.sql._schema import Tables, key_of
+from memwoven.errors import CorruptMemoryError
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -23,7 +23,7 @@ from reliability_jobs import CHAT_ACK, CRASH_DOCS, VECTOR_ACK, chat_state, docum
 from reliability_processes import Zygote
 from reliability_stores import Store
 
-from memweave import Message
+from memwoven import Message
 
 KILLS = int(os.environ.get("MW_CRASH_KILLS", "200"))
 SESSION = "crash ☃ 100%_*"

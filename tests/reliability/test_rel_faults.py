@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from memweave import ChatMemory, Message, SQLChatMemory, SQLVectorMemory, VectorDocument, VectorMemory
-from memweave.backends.redis import RedisChatMemory
-from memweave.backends.redis_vector import RedisVectorMemory
-from memweave.errors import BackendUnavailableError
-from memweave_test_support import postgres_url, unique_name
-from memweave_test_support.postgres_servers import postgres_server
-from memweave_test_support.redis_servers import redis_server
+from memwoven import ChatMemory, Message, SQLChatMemory, SQLVectorMemory, VectorDocument, VectorMemory
+from memwoven.backends.redis import RedisChatMemory
+from memwoven.backends.redis_vector import RedisVectorMemory
+from memwoven.errors import BackendUnavailableError
+from memwoven_test_support import postgres_url, unique_name
+from memwoven_test_support.postgres_servers import postgres_server
+from memwoven_test_support.redis_servers import redis_server
 
 PROMPT = 5.0  # seconds a failing call may take (the clients' timeouts are 1-2 s)
 

@@ -1,6 +1,6 @@
 """Every case of the hostile input corpus (`hostile_cases.py`) against every backend it applies to.
 
-A case is either refused with a typed memweave error before anything is written (the store is compared before
+A case is either refused with a typed memwoven error before anything is written (the store is compared before
 and after), or stored and given back exactly (compared as JSON, through the writing object and a fresh one),
 with no other session able to see it. pytest-timeout turns a hang into a failure.
 """
@@ -17,11 +17,11 @@ import pytest
 from hostile_cases import CASES, DIMENSION, EITHER, FILTER_CORPUS, OK_VECTOR, REJECT, Case
 from reliability_stores import CHAT_KINDS, SHARED_KINDS, VECTOR_KINDS, Store, fresh_store
 
-from memweave import ChatMemory, Message, VectorDocument, VectorMemory
-from memweave.errors import InvalidInputError, MemweaveError
-from memweave.models import coerce_messages
-from memweave.urls import open_chat_memory, open_vector_memory
-from memweave_test_support import unique_name
+from memwoven import ChatMemory, Message, VectorDocument, VectorMemory
+from memwoven.errors import InvalidInputError, MemwovenError
+from memwoven.models import coerce_messages
+from memwoven.urls import open_chat_memory, open_vector_memory
+from memwoven_test_support import unique_name
 
 SENTINEL = "sentinel"
 SENTINEL_HISTORY = [Message(role="system", content="be kind"), Message(role="user", content="hello")]
@@ -247,7 +247,7 @@ def test_filters(filtered: VectorMemory, case: Case) -> None:
 @pytest.mark.parametrize("case", _cases("url"))
 def test_urls(case: Case, opener: str) -> None:
     url = case.value()
-    with pytest.raises(MemweaveError) as raised:
+    with pytest.raises(MemwovenError) as raised:
         memory: Any = open_chat_memory(url) if opener == "chat" else open_vector_memory(url, dimension=DIMENSION)
         try:
             memory.load("s") if opener == "chat" else memory.count()

@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule, run_state_machine_as_test
 from reliability_stores import CHAT_KINDS, SHARED_KINDS, VECTOR_KINDS, Store, fresh_store
 
-from memweave import ChatMemory, Message, VectorMemory
-from memweave.errors import ConcurrentModificationError
-from memweave_test_support import unique_name
+from memwoven import ChatMemory, Message, VectorMemory
+from memwoven.errors import ConcurrentModificationError
+from memwoven_test_support import unique_name
 
 SETTINGS = settings(
     max_examples=200,
@@ -170,7 +170,7 @@ def _cosine(a: tuple[int, ...], b: tuple[int, ...]) -> float:
 
 
 def _matches(metadata: dict[str, Any], spec: dict[str, Any] | None) -> bool:
-    """The handful of filters above, evaluated by hand (not by memweave.filters)."""
+    """The handful of filters above, evaluated by hand (not by memwoven.filters)."""
     g = metadata["g"]
     if spec is None:
         return True

@@ -1,0 +1,97 @@
+"""`MemwovenChatMessageHistory`: a LangChain chat message history over any memwoven `ChatMemory`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.messages import BaseMessage
+from typing_extensions import Self
+
+from langchain_memwoven._convert import from_core_many, to_core_many
+from memwoven import ChatMemory
+from memwoven.urls import open_chat_memory
+
+__all__ = ["MemwovenChatMessageHistory"]
+
+
+class MemwovenChatMessageHistory(BaseChatMessageHistory):
+    """The history of one session of a memwoven `ChatMemory`, as a LangChain `BaseChatMessageHistory`.
+
+    `add_messages` is one atomic `append` (concurrent writers lose nothing); reads and writes have native async
+    twins that use the backend's async methods. Messages round-trip exactly (see `langchain_memwoven._convert`)
+    and are stored with standard fields other frameworks read.
+
+    ```python
+    memory = SQLChatMemory("sqlite:///chat.db")  # or any ChatMemory, shared by every session
+    chain = RunnableWithMessageHistory(model, lambda session_id: MemwovenChatMessageHistory(memory, session_id))
+    ```
+    """
+
+    def __init__(self, memory: ChatMemory, session_id: str, *, owns_memory: bool = False) -> None:
+        """Bind `session_id` of `memory`; with `owns_memory`, `close()` also closes the memory."""
+        super().__init__()
+        self.memory = memory
+        self.session_id = session_id
+        self._session = memory.session(session_id)  # validates the id
+        self._owns_memory = owns_memory
+
+    @classmethod
+    def from_url(cls, url: str, session_id: str, **options: Any) -> Self:
+        """Open the chat memory at `url` (`memory://`, `file:`, `sqlite:`, `postgresql:`, ...) for one session.
+
+        The history owns that memory: `close()` it (or use `with`) when done. To serve many sessions, open one
+        `ChatMemory` and share it instead, since each URL opens its own connection pool.
+        """
+        return cls(open_chat_memory(url, **options), session_id, owns_memory=True)
+
+    def __repr__(self) -> str:
+        return f"MemwovenChatMessageHistory({self.memory!r}, {self.session_id!r})"
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        """The session's messages, in order (one `load`)."""
+        return from_core_many(self._session.load())
+
+    async def aget_messages(self) -> list[BaseMessage]:
+        """Async twin of `messages` (one `aload`)."""
+        return from_core_many(await self._session.aload())
+
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Add messages at the end of the session in one atomic `append`."""
+        self._session.append(to_core_many(messages))
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Async twin of `add_messages` (one `aappend`)."""
+        await self._session.aappend(to_core_many(messages))
+
+    def clear(self) -> None:
+        """Remove the session and all its messages."""
+        self._session.clear()
+
+    async def aclear(self) -> None:
+        """Async twin of `clear`."""
+        await self._session.aclear()
+
+    def close(self) -> None:
+        """Close the memory if this history owns it (`from_url`); a shared memory is left open."""
+        if self._owns_memory:
+            self.memory.close()
+
+    async def aclose(self) -> None:
+        """Async twin of `close`."""
+        if self._owns_memory:
+            await self.memory.aclose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,215 @@
+"""LangChain messages <-> core `Message`: exact round trips, standard fields, foreign messages, refusals."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import pytest
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    BaseMessage,
+    ChatMessage,
+    ChatMessageChunk,
+    FunctionMessage,
+    FunctionMessageChunk,
+    HumanMessage,
+    HumanMessageChunk,
+    RemoveMessage,
+    SystemMessage,
+    SystemMessageChunk,
+    ToolMessage,
+    ToolMessageChunk,
+)
+
+from langchain_memwoven._convert import EXTRAS_KEY, from_core, to_core, to_core_many
+from memwoven import ImagePart, InvalidInputError, Message, OpaquePart, TextPart, ToolCall
+from memwoven.testing import sample_conversation
+
+MULTIMODAL = [
+    {"type": "text", "text": "What is in these pictures?"},
+    "a bare string block",
+    {"type": "image_url", "image_url": {"url": "https://example.com/cat.png", "detail": "high"}},
+    {"type": "image_url", "image_url": "data:image/png;base64,iVBORw0KGgo="},
+    {"type": "image", "url": "https://example.com/dog.jpg"},
+    {"type": "image", "base64": "R0lGODlh", "mime_type": "image/gif", "id": "img-1"},
+    {"type": "image", "source_type": "base64", "data": "UklGRg==", "mime_type": "image/webp"},
+    {"type": "image", "file_id": "file-123"},
+    {"type": "audio", "base64": "UklGRiQ=", "mime_type": "audio/wav"},
+    {"type": "reasoning", "reasoning": "thinking...", "extras": {"signature": "abc"}},
+]
+
+MESSAGES: list[BaseMessage] = [
+    HumanMessage(content=MULTIMODAL, id="h1", name="alice", additional_kwargs={"k": [1, 2]}),
+    HumanMessage('caf\u00e9 \u65e5\u672c \U0001f600\nnew line \\ "quoted"'),
+    AIMessage(
+        content="",
+        id="a1",
+        name="bot",
+        tool_calls=[
+            {"name": "search", "args": {"q": "tea", "n": 3, "deep": {"x": [1.5, None, True]}}, "id": "call_1"},
+            {"name": "noop", "args": {}, "id": None},
+        ],
+        invalid_tool_calls=[{"name": "bad", "args": "{oops", "id": "call_2", "error": "bad json"}],
+        usage_metadata={
+            "input_tokens": 10,
+            "output_tokens": 5,
+            "total_tokens": 15,
+            "input_token_details": {"cache_read": 2},
+            "output_token_details": {"reasoning": 1},
+        },
+        response_metadata={"model_name": "fake-1", "finish_reason": "tool_calls", "logprobs": None},
+        additional_kwargs={"refusal": None},
+    ),
+    AIMessage(content=[{"type": "text", "text": "Here", "annotations": [{"url": "https://a.b"}]}]),
+    ToolMessage(content="42", tool_call_id="call_1", artifact={"rows": [[1, "a"]], "ok": True}, status="error"),
+    ToolMessage(content=[{"type": "text", "text": "result"}], tool_call_id="call_3", name="search", artifact=[1, 2]),
+    SystemMessage("You are terse."),
+    SystemMessage("Answer in English.", additional_kwargs={"__openai_role__": "developer"}),
+    ChatMessage(role="critic", content="Too long."),
+    ChatMessage(role="assistant", content="Noted."),
+    FunctionMessage(name="legacy_fn", content='{"done": true}'),
+    AIMessageChunk(
+        content="partial",
+        tool_call_chunks=[{"name": "search", "args": '{"q": "te', "id": "c9", "index": 0}],
+        chunk_position="last",
+    ),
+    HumanMessageChunk(content="hc"),
+    SystemMessageChunk(content="sc"),
+    ToolMessageChunk(content="tc", tool_call_id="c9"),
+    ChatMessageChunk(role="user", content="cc"),
+    FunctionMessageChunk(name="f", content="fc"),
+]
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
+def test_round_trip_is_exact(message: BaseMessage) -> None:
+    core = to_core(message)
+    back = from_core(core)
+    assert back == message
+    assert type(back) is type(message)
+    # also through JSON, as every persistent backend stores it
+    assert from_core(Message.model_validate_json(core.model_dump_json())) == message
+
+
+def test_standard_fields_are_mapped() -> None:
+    human, _, ai, _, tool, _, system, developer, critic, chat_ai, function, chunk, *_ = to_core_many(MESSAGES)
+    assert human.role == "user" and human.id == "h1" and human.name == "alice"
+    assert human.content == [
+        TextPart(text="What is in these pictures?"),
+        TextPart(text="a bare string block"),
+        ImagePart(url="https://example.com/cat.png", detail="high"),
+        ImagePart(data="iVBORw0KGgo=", mime_type="image/png"),
+        ImagePart(url="https://example.com/dog.jpg"),
+        ImagePart(data="R0lGODlh", mime_type="image/gif"),
+        ImagePart(data="UklGRg==", mime_type="image/webp"),
+        OpaquePart(kind="image", data={"type": "image", "file_id": "file-123"}),
+        OpaquePart(kind="audio", data={"type": "audio", "base64": "UklGRiQ=", "mime_type": "audio/wav"}),
+        OpaquePart(kind="reasoning", data=MULTIMODAL[-1]),
+    ]
+    assert ai.role == "assistant"
+    assert ai.tool_calls == [
+        ToolCall(id="call_1", name="search", arguments={"q": "tea", "n": 3, "deep": {"x": [1.5, None, True]}}),
+        ToolCall(id="", name="noop", arguments={}),
+    ]
+    assert (tool.role, tool.tool_call_id, tool.content) == ("tool", "call_1", "42")
+    assert (system.role, developer.role, critic.role, chat_ai.role) == ("system", "developer", "user", "assistant")
+    assert (function.role, function.name, function.tool_call_id) == ("tool", "legacy_fn", None)
+    assert chunk.role == "assistant"
+    assert chunk.tool_calls == [ToolCall(id="c9", name="search", arguments={"q": "te"})]  # LangChain's partial JSON
+    assert human.extras[EXTRAS_KEY]["type"] == "human"
+    assert chunk.extras[EXTRAS_KEY]["type"] == "AIMessageChunk"
+
+
+def test_messages_written_by_other_frameworks_are_read_from_the_standard_fields() -> None:
+    converted = [from_core(message) for message in sample_conversation()]
+    assert [type(m).__name__ for m in converted] == [
+        "SystemMessage",
+        "SystemMessage",
+        "HumanMessage",
+        "AIMessage",
+        "ToolMessage",
+        "ToolMessage",
+        "AIMessage",
+        "HumanMessage",
+        "HumanMessage",
+        "AIMessage",
+    ]
+    developer, user, assistant, tool = converted[1], converted[2], converted[3], converted[4]
+    assert developer.additional_kwargs == {"__openai_role__": "developer"}
+    assert user.content == [
+        {"type": "text", "text": "What is in this picture? \u00e9\u65e5\U0001f600"},
+        {"type": "image", "url": "https://example.com/cat.png", "extras": {"detail": "high"}},
+        {"type": "image", "base64": "iVBORw0KGgo=", "mime_type": "image/png"},
+        {"type": "audio", "format": "wav", "seconds": 1.5},
+    ]
+    assert (user.id, user.name) == ("u1", "alice")
+    assert isinstance(assistant, AIMessage)
+    assert assistant.tool_calls == [
+        {
+            "id": "call_1",
+            "name": "describe_image",
+            "args": {"detail": "high", "max": 3, "flags": [True]},
+            "type": "tool_call",
+        },
+        {"id": "call_2", "name": "lookup", "args": {}, "type": "tool_call"},
+    ]
+    assert isinstance(tool, ToolMessage) and (tool.tool_call_id, tool.name) == ("call_1", "describe_image")
+    # the sample's assistant message carries a partial `extras["langchain"]` that is not a serialization
+    assert isinstance(from_core(Message(role="tool", name="fn", content="x")), FunctionMessage)
+
+
+def _typed(part: Any) -> Any:
+    """An opaque part as LangChain writes it: its block, "type" included, as data."""
+    if isinstance(part, OpaquePart) and "type" not in part.data:
+        return OpaquePart(kind=part.kind, data={"type": part.kind, **part.data})
+    return part
+
+
+def test_foreign_messages_convert_back_to_the_same_standard_fields() -> None:
+    for message in sample_conversation():
+        again = to_core(from_core(message))
+        for field in ("role", "tool_calls", "tool_call_id", "name", "id"):
+            assert getattr(again, field) == getattr(message, field), field
+        if isinstance(message.content, str):
+            assert again.content == message.content
+        else:
+            assert again.content == [_typed(part) for part in message.content]
+
+
+def test_an_edited_message_is_read_from_its_standard_fields() -> None:
+    original = AIMessage("original text", id="a1", response_metadata={"model_name": "m"})
+    edited = to_core(original).model_copy(update={"content": "edited by another framework"})
+    assert from_core(edited) == AIMessage("edited by another framework", id="a1")
+
+
+def test_an_unreadable_langchain_serialization_is_ignored() -> None:
+    message = Message(role="user", content="hi", extras={EXTRAS_KEY: {"type": "martian", "data": {}}})
+    assert from_core(message) == HumanMessage("hi")
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (b"raw bytes", "bytes"),
+        ((1, 2), "tuple"),
+        (datetime(2026, 1, 1), "datetime"),
+        (float("nan"), "nan"),
+        (float("inf"), "inf"),
+        ({1: "int key"}, "non-string key"),
+        ({"nested": [{"deep": {1, 2}}]}, "set"),
+    ],
+)
+def test_values_json_cannot_hold_are_refused(value: Any, problem: str) -> None:
+    with pytest.raises(InvalidInputError, match=problem):
+        to_core(ToolMessage(content="x", tool_call_id="c", artifact=value))
+    with pytest.raises(InvalidInputError):
+        to_core(AIMessage("x", response_metadata={"v": value}))
+
+
+def test_things_that_are_not_chat_messages_are_refused() -> None:
+    with pytest.raises(InvalidInputError, match="RemoveMessage"):
+        to_core(RemoveMessage(id="m1"))
+    with pytest.raises(InvalidInputError, match="not a LangChain BaseMessage"):
+        to_core_many([{"role": "user", "content": "hi"}])  # type: ignore[list-item]

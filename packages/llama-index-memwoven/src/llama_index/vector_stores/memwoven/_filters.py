@@ -1,0 +1,59 @@
+"""LlamaIndex `MetadataFilters` -> memwoven filter objects (`memwoven.filters`), evaluated by the backend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
+
+__all__ = ["UnsupportedFilterError", "to_core_filter"]
+
+_COMPARISONS = {
+    FilterOperator.EQ: "$eq",
+    FilterOperator.NE: "$ne",
+    FilterOperator.GT: "$gt",
+    FilterOperator.GTE: "$gte",
+    FilterOperator.LT: "$lt",
+    FilterOperator.LTE: "$lte",
+    FilterOperator.IN: "$in",
+    FilterOperator.NIN: "$nin",
+    FilterOperator.CONTAINS: "$contains",
+}
+
+
+class UnsupportedFilterError(NotImplementedError):
+    """A filter operator the memwoven filter language cannot express (the text-match operators)."""
+
+
+def to_core_filter(filters: MetadataFilters | None) -> dict[str, Any] | None:
+    """The memwoven filter for LlamaIndex `filters` (None when there is nothing to filter on)."""
+    if filters is None or not filters.filters:
+        return None
+    return _combine(filters)
+
+
+def _combine(filters: MetadataFilters) -> dict[str, Any]:
+    clauses = [_combine(f) if isinstance(f, MetadataFilters) else _clause(f) for f in filters.filters]
+    condition = filters.condition or FilterCondition.AND
+    if condition == FilterCondition.AND:
+        return clauses[0] if len(clauses) == 1 else {"$and": clauses}
+    if condition == FilterCondition.OR:
+        return {"$or": clauses}
+    return {"$not": {"$or": clauses}}  # LlamaIndex's NOT: none of the filters matches
+
+
+def _clause(f: MetadataFilter) -> dict[str, Any]:
+    key, value, operator = f.key, f.value, f.operator
+    if operator in _COMPARISONS:
+        return {key: {_COMPARISONS[operator]: value}}
+    values = value if isinstance(value, list) else [value]
+    if operator == FilterOperator.ANY:  # the list field holds at least one of the values
+        return {"$or": [{key: {"$contains": v}} for v in values]} if values else {key: {"$in": []}}
+    if operator == FilterOperator.ALL:  # the list field holds every value
+        return {"$and": [{key: {"$contains": v}} for v in values]} if values else {key: {"$exists": True, "$ne": None}}
+    if operator == FilterOperator.IS_EMPTY:  # missing, null, "" or []
+        return {"$or": [{key: {"$exists": False}}, {key: {"$in": [None, "", []]}}]}
+    raise UnsupportedFilterError(
+        f"the {operator.value!r} filter operator (substring match) has no memwoven equivalent: "
+        "the core filter language has no text-match operator"
+    )

@@ -1,0 +1,257 @@
+"""`MemwovenVectorStore`: LlamaIndex's `BasePydanticVectorStore` over any memwoven `VectorMemory`.
+
+A node is stored as a `VectorDocument` with the node's id, its text as `content`, its embedding, and as metadata
+LlamaIndex's usual flattening (`node_to_metadata_dict`: the node's own metadata at the top level, so that filters
+reach it, plus the whole node as JSON in `_node_content` and its `ref_doc_id`), plus `_node_id` so that queries can
+be restricted to given node ids through the filter language.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from llama_index.core.bridge.pydantic import PrivateAttr
+from llama_index.core.indices.query.embedding_utils import get_top_k_mmr_embeddings
+from llama_index.core.schema import BaseNode, MetadataMode
+from llama_index.core.vector_stores.types import (
+    BasePydanticVectorStore,
+    MetadataFilters,
+    VectorStoreQuery,
+    VectorStoreQueryMode,
+    VectorStoreQueryResult,
+)
+from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
+
+from llama_index.vector_stores.memwoven._filters import to_core_filter
+from memwoven.contracts import Metric, VectorMemory
+from memwoven.models import ScoredDocument, VectorDocument
+from memwoven.urls import open_vector_memory
+
+__all__ = ["NODE_ID_KEY", "MemwovenVectorStore"]
+
+NODE_ID_KEY = "_node_id"
+"""The metadata key holding the node id (the document id), for `node_ids` restrictions."""
+
+DEFAULT_MMR_PREFETCH_FACTOR = 4.0
+"""In MMR mode, how many candidates per result are fetched before re-ranking (unless `mmr_prefetch_k` is given)."""
+
+
+class MemwovenVectorStore(BasePydanticVectorStore):
+    """A LlamaIndex vector store over one memwoven `VectorMemory` collection (in memory, files, SQL, ...).
+
+    Stores text (`stores_text=True`), so `VectorStoreIndex.from_vector_store(store)` needs no docstore. Queries
+    run the backend's exact top-k search with the filters translated to memwoven's filter language; MMR mode
+    re-ranks a prefetched candidate set with LlamaIndex's own MMR.
+    """
+
+    stores_text: bool = True
+    _memory: VectorMemory = PrivateAttr()
+
+    def __init__(self, memory: VectorMemory, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._memory = memory
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str | None = None,
+        *,
+        collection: str = "default",
+        dimension: int | None = None,
+        metric: Metric = "cosine",
+        **options: Any,
+    ) -> MemwovenVectorStore:
+        """Open one collection at a memwoven URL (default `$MEMWOVEN_VECTOR_URL`), e.g. `sqlite:///vectors.db`."""
+        return cls(open_vector_memory(url, collection=collection, dimension=dimension, metric=metric, **options))
+
+    @classmethod
+    def class_name(cls) -> str:
+        """The LlamaIndex class name."""
+        return "MemwovenVectorStore"
+
+    @property
+    def client(self) -> VectorMemory:
+        """The memwoven vector memory underneath."""
+        return self._memory
+
+    def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
+        """Insert or replace nodes (they must have embeddings); return their ids."""
+        documents = [_document(node) for node in nodes]
+        self._memory.store(documents)
+        return [document.id for document in documents]
+
+    async def async_add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
+        """Async twin of `add`."""
+        documents = [_document(node) for node in nodes]
+        await self._memory.astore(documents)
+        return [document.id for document in documents]
+
+    def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        """Delete every node of the source document `ref_doc_id`."""
+        self._memory.delete(document.id for document in self._find({"ref_doc_id": ref_doc_id}))
+
+    async def adelete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+        """Async twin of `delete`."""
+        await self._memory.adelete(document.id for document in await self._afind({"ref_doc_id": ref_doc_id}))
+
+    def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        """The `similarity_top_k` nodes closest to `query.query_embedding` among those the query selects.
+
+        Honours `filters`, `doc_ids` and `node_ids` (an empty list restricts nothing: `VectorStoreIndex` passes
+        its, empty, node list for stores that keep the text); `mode` is DEFAULT or MMR (with `mmr_threshold`, and the
+        keyword arguments `mmr_prefetch_k` or `mmr_prefetch_factor`).
+        """
+        search = _Search.of(query, **kwargs)
+        return search.result(self._memory.search(search.embedding, top_k=search.top_k, filter=search.filter))
+
+    async def aquery(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        """Async twin of `query`."""
+        search = _Search.of(query, **kwargs)
+        return search.result(await self._memory.asearch(search.embedding, top_k=search.top_k, filter=search.filter))
+
+    def get_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None) -> list[BaseNode]:
+        """The nodes with these ids (in that order) and/or matching `filters`; every node if given neither."""
+        if filters is None and node_ids is not None:
+            return [_node(document) for document in self._memory.get(node_ids)]
+        return _ordered(self._find(_selection(node_ids, filters)), node_ids)
+
+    async def aget_nodes(
+        self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None
+    ) -> list[BaseNode]:
+        """Async twin of `get_nodes`."""
+        if filters is None and node_ids is not None:
+            return [_node(document) for document in await self._memory.aget(node_ids)]
+        return _ordered(await self._afind(_selection(node_ids, filters)), node_ids)
+
+    def delete_nodes(
+        self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **delete_kwargs: Any
+    ) -> None:
+        """Delete the nodes with these ids and/or matching `filters` (nothing if given neither)."""
+        if filters is None:
+            self._memory.delete(node_ids or [])
+        else:
+            self._memory.delete(document.id for document in self._find(_selection(node_ids, filters)))
+
+    async def adelete_nodes(
+        self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **delete_kwargs: Any
+    ) -> None:
+        """Async twin of `delete_nodes`."""
+        if filters is None:
+            await self._memory.adelete(node_ids or [])
+        else:
+            await self._memory.adelete(document.id for document in await self._afind(_selection(node_ids, filters)))
+
+    def clear(self) -> None:
+        """Delete every node of the collection."""
+        self._memory.clear()
+
+    async def aclear(self) -> None:
+        """Async twin of `clear`."""
+        await self._memory.aclear()
+
+    def close(self) -> None:
+        """Release the vector memory's connections (the async ones are better released by `aclose`)."""
+        self._memory.close()
+
+    async def aclose(self) -> None:
+        """Release the vector memory's connections, on the running event loop."""
+        await self._memory.aclose()
+
+    def _find(self, filter: dict[str, Any] | None) -> list[VectorDocument]:
+        """Every document matching `filter`: an exhaustive search (the contract has no filtered listing)."""
+        probe = _probe(self._memory.dimension)
+        total = self._memory.count() if probe else 0
+        return [hit.document for hit in self._memory.search(probe, top_k=total, filter=filter)] if total else []
+
+    async def _afind(self, filter: dict[str, Any] | None) -> list[VectorDocument]:
+        probe = _probe(self._memory.dimension)
+        total = await self._memory.acount() if probe else 0
+        return [hit.document for hit in await self._memory.asearch(probe, top_k=total, filter=filter)] if total else []
+
+
+@dataclass(frozen=True)
+class _Search:
+    """One query, translated: what to ask the backend, and how to turn its hits into LlamaIndex's result."""
+
+    query: VectorStoreQuery
+    embedding: list[float]
+    top_k: int
+    filter: dict[str, Any] | None
+
+    @classmethod
+    def of(
+        cls,
+        query: VectorStoreQuery,
+        *,
+        mmr_prefetch_k: int | None = None,
+        mmr_prefetch_factor: float = DEFAULT_MMR_PREFETCH_FACTOR,
+        **_: Any,
+    ) -> _Search:
+        if query.mode not in (VectorStoreQueryMode.DEFAULT, VectorStoreQueryMode.MMR):
+            raise NotImplementedError(f"MemwovenVectorStore answers DEFAULT and MMR queries, not {query.mode.value}")
+        if query.query_embedding is None:
+            raise ValueError("MemwovenVectorStore needs a query embedding")
+        top_k = query.similarity_top_k
+        if query.mode == VectorStoreQueryMode.MMR:
+            top_k = mmr_prefetch_k or max(top_k, int(top_k * mmr_prefetch_factor))
+        restrictions = [
+            to_core_filter(query.filters),
+            {"ref_doc_id": {"$in": query.doc_ids}} if query.doc_ids else None,
+            {NODE_ID_KEY: {"$in": query.node_ids}} if query.node_ids else None,
+        ]
+        return cls(query, list(query.query_embedding), top_k, _all_of(restrictions))
+
+    def result(self, hits: list[ScoredDocument]) -> VectorStoreQueryResult:
+        if self.query.mode == VectorStoreQueryMode.MMR and hits:
+            scores, ids = get_top_k_mmr_embeddings(
+                self.embedding,
+                [list(hit.document.embedding) for hit in hits],
+                similarity_top_k=self.query.similarity_top_k,
+                embedding_ids=list(range(len(hits))),
+                mmr_threshold=self.query.mmr_threshold,
+            )
+            hits = [hits[i].model_copy(update={"score": float(score)}) for score, i in zip(scores, ids)]
+        return VectorStoreQueryResult(
+            nodes=[_node(hit.document) for hit in hits],
+            similarities=[hit.score for hit in hits],
+            ids=[hit.document.id for hit in hits],
+        )
+
+
+def _document(node: BaseNode) -> VectorDocument:
+    metadata = node_to_metadata_dict(node, remove_text=True, flat_metadata=False)
+    return VectorDocument(
+        id=node.node_id,
+        content=node.get_content(metadata_mode=MetadataMode.NONE),
+        embedding=node.get_embedding(),
+        metadata={**metadata, NODE_ID_KEY: node.node_id},
+    )
+
+
+def _node(document: VectorDocument) -> BaseNode:
+    return metadata_dict_to_node(document.metadata, text=document.content)
+
+
+def _all_of(clauses: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    present = [clause for clause in clauses if clause is not None]
+    if len(present) > 1:
+        return {"$and": present}
+    return present[0] if present else None
+
+
+def _selection(node_ids: list[str] | None, filters: MetadataFilters | None) -> dict[str, Any] | None:
+    return _all_of([to_core_filter(filters), {NODE_ID_KEY: {"$in": node_ids}} if node_ids is not None else None])
+
+
+def _ordered(documents: list[VectorDocument], node_ids: list[str] | None) -> list[BaseNode]:
+    if node_ids is not None:
+        rank = {node_id: i for i, node_id in reversed(list(enumerate(node_ids)))}
+        documents = sorted(documents, key=lambda document: rank[document.id])
+    return [_node(document) for document in documents]
+
+
+def _probe(dimension: int | None) -> list[float]:
+    """Any valid query vector ([] before the first store fixes the dimension): `_find` ranks, then keeps all."""
+    return [1.0] + [0.0] * (dimension - 1) if dimension else []

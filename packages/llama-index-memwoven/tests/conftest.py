@@ -1,0 +1,99 @@
+"""Backends to run the adapters on: in-memory, SQLite (a file under tmp_path) and PostgreSQL (skipped when the
+test server is down; each test gets its own tables in a schema this session creates and drops at the end)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from llama_index.core.base.embeddings.base import BaseEmbedding
+
+from llama_index.embeddings.memwoven import EmbedFnEmbedding
+from memwoven import ChatMemory, InMemoryChatMemory, InMemoryVectorMemory, VectorMemory
+from memwoven.embed import HashingEmbedFn
+from memwoven_test_support import postgres_url, unique_name
+
+BACKENDS = ["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.service)]
+
+
+@pytest.fixture(scope="session")
+def postgres_schema() -> Iterator[str]:
+    """A schema of this test session on the PostgreSQL test server, dropped (with only our tables) at the end."""
+    from memwoven.backends.sql import SQLChatMemory
+
+    url, schema = postgres_url(), unique_name("llx")
+    yield schema
+    with SQLChatMemory(url) as memory, memory.engine.begin() as connection:
+        connection.execute(sa.text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+
+
+def _sql_place(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]]:
+    """(url, options) for a fresh place on an SQL backend."""
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path}/memwoven.db", {}
+    schema = request.getfixturevalue("postgres_schema")
+    return postgres_url(), {"schema": schema, "table_prefix": unique_name("t") + "_"}
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The name of the backend under test."""
+    return str(request.param)
+
+
+@pytest.fixture
+def sql_place(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[str, dict[str, Any]] | None:
+    """(url, options) of the test's SQL place, or None on the in-memory backend."""
+    return None if backend == "memory" else _sql_place(backend, tmp_path, request)
+
+
+@pytest.fixture
+def chat_memory(sql_place: tuple[str, dict[str, Any]] | None) -> Iterator[ChatMemory]:
+    """A fresh, empty chat memory on the backend under test."""
+    if sql_place is None:
+        yield InMemoryChatMemory()
+        return
+    from memwoven.backends.sql import SQLChatMemory
+
+    url, options = sql_place
+    memory = SQLChatMemory(url, **options)
+    yield memory
+    asyncio.run(memory.aclose())
+
+
+@pytest.fixture
+def reopen_chat(sql_place: tuple[str, dict[str, Any]] | None, chat_memory: ChatMemory) -> Iterator[ChatMemory]:
+    """A second chat memory object over the same storage (the same object on the in-memory backend)."""
+    if sql_place is None:
+        yield chat_memory
+        return
+    from memwoven.backends.sql import SQLChatMemory
+
+    url, options = sql_place
+    memory = SQLChatMemory(url, **options)
+    yield memory
+    asyncio.run(memory.aclose())
+
+
+@pytest.fixture
+def vector_memory(sql_place: tuple[str, dict[str, Any]] | None) -> Iterator[VectorMemory]:
+    """A fresh, empty vector collection on the backend under test."""
+    if sql_place is None:
+        yield InMemoryVectorMemory()
+        return
+    from memwoven.backends.sql import SQLVectorMemory
+
+    url, options = sql_place
+    memory = SQLVectorMemory(url, collection=unique_name("c"), **options)
+    yield memory
+    asyncio.run(memory.aclose())
+
+
+@pytest.fixture
+def embed_model() -> BaseEmbedding:
+    """An offline LlamaIndex embedding model (memwoven's hashing embedder)."""
+    return EmbedFnEmbedding(HashingEmbedFn(128))

@@ -1,1 +1,0 @@
-"""Storage backends, one module each. Import them from here or open one by URL with `memweave.urls`."""

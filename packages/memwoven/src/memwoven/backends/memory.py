@@ -1,0 +1,242 @@
+"""In-process backends: nothing persisted, everything exact. Useful for tests, notebooks and caches.
+
+Their operations never block on I/O, so the async twins call the sync bodies directly instead of using a thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Sequence
+
+from memwoven.contracts import (
+    ChatMemory,
+    DocumentsIn,
+    Filter,
+    History,
+    MessagesIn,
+    Metric,
+    VectorMemory,
+    check_id,
+    next_version,
+)
+from memwoven.errors import ConcurrentModificationError, InvalidInputError
+from memwoven.models import Message, ScoredDocument, VectorDocument, coerce_messages, coerce_messages_after
+from memwoven.vector_index import Scan, VectorIndex
+
+__all__ = ["InMemoryChatMemory", "InMemoryVectorMemory"]
+
+_EMPTY: tuple[list[Message], int, int] = ([], 0, 0)  # an absent session; its buffer is never extended
+
+
+class InMemoryChatMemory(ChatMemory):
+    """Chat histories in a dict. Messages are immutable, so snapshots share them without copying.
+
+    A session is stored as (buffer, count, version): its history is ``buffer[:count]``. A buffer only ever grows
+    (a save stores a new one), so an append extends it in place, in O(added), while a reader holding the older
+    count still sees exactly its own history.
+
+    With `ttl` (seconds) a session expires when it has not been written for that long (every write resets it):
+    it then reads as absent, and `cleanup_expired()` frees it.
+    """
+
+    def __init__(self, *, ttl: float | None = None) -> None:
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0):
+            raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")
+        self.ttl = ttl
+        self._lock = threading.Lock()
+        self._sessions: dict[str, tuple[list[Message], int, int]] = {}
+        self._deadlines: dict[str, float] = {}  # with a ttl: session id -> time.monotonic() it expires at
+
+    def __repr__(self) -> str:
+        return "InMemoryChatMemory()" if self.ttl is None else f"InMemoryChatMemory(ttl={self.ttl})"
+
+    def load_versioned(self, session_id: str) -> History:
+        """Return the session's messages and version."""
+        buffer, count, version = self._live(check_id(session_id))
+        return History(buffer[:count], version)
+
+    def save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
+        """Replace the session's history."""
+        check_id(session_id)
+        new = coerce_messages_after(messages, self._sessions.get(session_id, _EMPTY)[0])[0]
+        with self._lock:
+            current = self._current_version(session_id, expected_version)
+            if not new:
+                self._sessions.pop(session_id, None)
+                self._deadlines.pop(session_id, None)
+                return 0
+            return self._store(session_id, new, len(new), next_version(current))
+
+    def append(self, session_id: str, messages: MessagesIn) -> int:
+        """Append to the session's history."""
+        check_id(session_id)
+        added = coerce_messages(messages)
+        with self._lock:
+            buffer, count, current = self._live(session_id)
+            if not added:
+                return current
+            if not count:  # absent or expired: a new buffer (never the shared empty one)
+                buffer = []
+            buffer.extend(added)  # the latest entry's buffer holds exactly its count: older readers keep theirs
+            return self._store(session_id, buffer, len(buffer), next_version(current))
+
+    def sessions(self) -> list[str]:
+        """The stored session ids, sorted."""
+        if self.ttl is None:
+            return sorted(self._sessions)
+        return sorted(session_id for session_id in list(self._sessions) if self._live(session_id)[2])
+
+    def cleanup_expired(self) -> int:
+        """Free the sessions whose TTL ran out (they already read as absent); return how many."""
+        with self._lock:
+            now = time.monotonic()
+            expired = [session_id for session_id, deadline in self._deadlines.items() if deadline <= now]
+            for session_id in expired:
+                del self._sessions[session_id], self._deadlines[session_id]
+            return len(expired)
+
+    def _live(self, session_id: str) -> tuple[list[Message], int, int]:
+        """The session's (buffer, count, version), or an empty session if it expired."""
+        if self.ttl is not None and self._deadlines.get(session_id, float("inf")) <= time.monotonic():
+            return _EMPTY
+        return self._sessions.get(session_id, _EMPTY)
+
+    def _store(self, session_id: str, buffer: list[Message], count: int, version: int) -> int:
+        self._sessions[session_id] = (buffer, count, version)
+        if self.ttl is not None:
+            self._deadlines[session_id] = time.monotonic() + self.ttl
+        return version
+
+    def _current_version(self, session_id: str, expected_version: int | None) -> int:
+        current = self._live(session_id)[2]
+        if expected_version is not None and expected_version != current:
+            raise ConcurrentModificationError(
+                f"session {session_id!r} is at version {current}, not {expected_version}; reload and retry"
+            )
+        return current
+
+    async def aload_versioned(self, session_id: str) -> History:
+        """Async twin of `load_versioned` (no I/O, so no thread)."""
+        return self.load_versioned(session_id)
+
+    async def asave(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
+        """Async twin of `save`."""
+        return self.save(session_id, messages, expected_version=expected_version)
+
+    async def aappend(self, session_id: str, messages: MessagesIn) -> int:
+        """Async twin of `append`."""
+        return self.append(session_id, messages)
+
+    async def asessions(self) -> list[str]:
+        """Async twin of `sessions`."""
+        return self.sessions()
+
+    async def acleanup_expired(self) -> int:
+        """Async twin of `cleanup_expired`."""
+        return self.cleanup_expired()
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+
+class InMemoryVectorMemory(VectorMemory):
+    """A `VectorIndex` behind a lock: one contiguous float32 matrix, exact top-k.
+
+    ``scan="bfloat16"`` (needs `memwoven[simd]`) keeps a half-size bfloat16 copy of the vectors that each search
+    reads first, then scores only the rows that could make the top k in float32: the same results for about half
+    the bytes read per search, at 1.5x the memory.
+    """
+
+    def __init__(self, dimension: int | None = None, *, metric: Metric = "cosine", scan: Scan = "float32") -> None:
+        self._index = VectorIndex(dimension, metric, scan=scan)
+        self.metric = self._index.metric
+        self._lock = threading.RLock()
+
+    def __repr__(self) -> str:
+        scan = "" if self._index.scan == "float32" else f", scan={self._index.scan!r}"
+        return f"InMemoryVectorMemory(dimension={self.dimension}, metric={self.metric!r}{scan})"
+
+    @property
+    def dimension(self) -> int | None:
+        """The embedding dimension (None until the first store)."""
+        return self._index.dimension
+
+    def store(self, documents: DocumentsIn) -> None:
+        """Insert or replace documents by id."""
+        with self._lock:
+            self._index.upsert(self._index.prepare(documents))
+
+    def search(
+        self,
+        embedding: Sequence[float],
+        *,
+        top_k: int = 4,
+        threshold: float | None = None,
+        filter: Filter | None = None,
+    ) -> list[ScoredDocument]:
+        """Exact top-k search."""
+        with self._lock:
+            return self._index.search(embedding, top_k=top_k, threshold=threshold, filter=filter)
+
+    def get(self, ids: Iterable[str]) -> list[VectorDocument]:
+        """Documents by id, in the order asked."""
+        with self._lock:
+            return self._index.get(ids)
+
+    def delete(self, ids: Iterable[str]) -> None:
+        """Delete documents by id."""
+        with self._lock:
+            self._index.remove(ids)
+
+    def count(self) -> int:
+        """The number of documents."""
+        return len(self._index)
+
+    def clear(self) -> None:
+        """Delete every document."""
+        with self._lock:
+            self._index.clear()
+
+    def ids(self) -> list[str]:
+        """The ids of every document, sorted."""
+        with self._lock:
+            return sorted(self._index.ids)
+
+    async def astore(self, documents: DocumentsIn) -> None:
+        """Async twin of `store`."""
+        self.store(documents)
+
+    async def asearch(
+        self,
+        embedding: Sequence[float],
+        *,
+        top_k: int = 4,
+        threshold: float | None = None,
+        filter: Filter | None = None,
+    ) -> list[ScoredDocument]:
+        """Async twin of `search`."""
+        return self.search(embedding, top_k=top_k, threshold=threshold, filter=filter)
+
+    async def aget(self, ids: Iterable[str]) -> list[VectorDocument]:
+        """Async twin of `get`."""
+        return self.get(ids)
+
+    async def adelete(self, ids: Iterable[str]) -> None:
+        """Async twin of `delete`."""
+        self.delete(ids)
+
+    async def acount(self) -> int:
+        """Async twin of `count`."""
+        return self.count()
+
+    async def aclear(self) -> None:
+        """Async twin of `clear`."""
+        self.clear()
+
+    async def aids(self) -> list[str]:
+        """Async twin of `ids`."""
+        return self.ids()
+
+    async def aclose(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,685 @@
+"""Vector collections on Qdrant: a server (`qdrant://host:6333`), embedded on disk (`qdrant+local:///path`) or in
+memory (`qdrant+memory://`), all through one class.
+
+Any string id maps deterministically to a UUID point id (uuid5 of a fixed namespace and the id); the payload keeps
+``{"id", "content", "metadata"}`` and, for cosine collections, the embedding's ``norm``: Qdrant stores cosine
+vectors normalized, so the original embedding is rebuilt from the unit vector and the norm (to float32 precision).
+
+Filters are translated into Qdrant filters that are implied by the memwoven filter (never stricter), then every
+hit is checked exactly with `memwoven.filters`: Qdrant's conditions match array elements and compare numbers across
+int/float, which the core language does not, so a translation alone cannot be exact. Search over-fetches until the
+top k (and every hit tied with the k-th) is settled, then sorts by score descending and id. The threshold is
+exclusive, checked after Qdrant's inclusive `score_threshold`.
+
+Each operation is a generator yielding I/O-free `_Call`s (a client method and its arguments), so one body serves
+`_run` (the sync `QdrantClient`) and `_arun` (a native `AsyncQdrantClient`). Local mode has no async client of its
+own: the embedded engine is plain Python holding an exclusive lock on its directory, so an `AsyncQdrantClient` could
+neither open the same path nor avoid blocking the event loop. The async twins therefore run the sync steps in a
+worker thread (`asyncio.to_thread`) over the one local client, whose calls are serialized by a lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import math
+import re
+import threading
+import uuid
+import weakref
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
+
+import httpx
+import numpy as np
+from qdrant_client import AsyncQdrantClient, QdrantClient, models
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+from qdrant_client.local.qdrant_local import QdrantLocal
+
+from memwoven.contracts import CollectionInfo, DocumentsIn, Filter, Metric, VectorMemory, check_ids
+from memwoven.errors import BackendUnavailableError, CorruptMemoryError, DimensionMismatchError, InvalidInputError
+from memwoven.filters import compile_filter
+from memwoven.models import FrozenList, ScoredDocument, VectorDocument, coerce_documents, freeze_json
+from memwoven.urls import redact_url
+from memwoven.vector_index import DocumentBatch, VectorIndex, as_query, check_dimension, check_metric, check_search_args
+
+__all__ = ["QdrantVectorMemory", "list_collections", "point_id", "translate_filter"]
+
+_T = TypeVar("_T")
+_COLLECTION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+_SAFE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # usable in a Qdrant key path without quoting
+_NAMESPACE = uuid.UUID("8a0f6f4e-3c55-5a8e-9a4b-6d656d776561")  # fixed forever: point ids depend on it
+_DISTANCES: dict[str, models.Distance] = {"cosine": models.Distance.COSINE, "dot": models.Distance.DOT}
+_EXACT_FLOAT_INT = 2**53  # larger ints do not survive Qdrant's float comparisons
+_LOCAL_LOCKS: weakref.WeakKeyDictionary[QdrantClient, threading.Lock] = weakref.WeakKeyDictionary()
+_LOCAL_LOCKS_GUARD = threading.Lock()
+
+
+def point_id(doc_id: str) -> str:
+    """The Qdrant point id (a UUID string) that stands for a memwoven document id: ``str(uuid5(namespace, id))``.
+
+    Computed without building a `uuid.UUID`, which costs three times as much (it shows in bulk upserts).
+    """
+    raw = bytearray(hashlib.sha1(_NAMESPACE.bytes + doc_id.encode("utf-8"), usedforsecurity=False).digest()[:16])
+    raw[6] = raw[6] & 0x0F | 0x50  # version 5
+    raw[8] = raw[8] & 0x3F | 0x80  # RFC 4122 variant
+    text = raw.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+
+
+@dataclass(frozen=True)
+class _Call:
+    """Call one method of the Qdrant client (sync and async clients share the method names)."""
+
+    method: str
+    kwargs: dict[str, Any]
+
+
+_Steps = Generator[_Call, Any, _T]
+
+
+class QdrantVectorMemory(VectorMemory):
+    """One vector collection on Qdrant: a `qdrant://`, `qdrants://`, `qdrant+local://` or `qdrant+memory://` URL,
+    or a `QdrantClient` you built (optionally with a matching `AsyncQdrantClient`; clients you pass stay yours to
+    close).
+
+    The collection is created on the first store with the memory's dimension and metric; `batch_size` points go
+    in one upsert. `exact=True` makes server searches scan instead of using HNSW (local mode always scans).
+    `client_options` go to the clients built from a URL (e.g. `api_key`, `timeout`, `prefer_grpc`).
+    """
+
+    def __init__(
+        self,
+        location_or_client: str | QdrantClient,
+        *,
+        collection: str = "default",
+        dimension: int | None = None,
+        metric: Metric = "cosine",
+        async_client: AsyncQdrantClient | None = None,
+        batch_size: int = 256,
+        exact: bool = False,
+        **client_options: Any,
+    ) -> None:
+        if not isinstance(collection, str) or not _COLLECTION.match(collection):
+            raise InvalidInputError(f"collection must match {_COLLECTION.pattern}, got {collection!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidInputError(f"batch_size must be a positive int, got {batch_size!r}")
+        self._dimension = check_dimension(dimension)
+        self.metric = check_metric(metric)
+        self.collection = collection
+        self._batch_size = batch_size
+        self._search_params = models.SearchParams(exact=True) if exact else None
+        self._ready = False  # the collection is known to exist with this memory's dimension and metric
+        if isinstance(location_or_client, str):
+            self._url = redact_url(location_or_client)
+            self.client, self._async_client = _clients_from_location(location_or_client, client_options)
+            self._owns_clients = True
+        else:
+            self._url = repr(location_or_client)
+            self.client, self._async_client = location_or_client, async_client
+            self._owns_clients = False
+        self._local_lock = _local_lock(self.client)
+
+    def __repr__(self) -> str:
+        return f"QdrantVectorMemory({self._url!r}, collection={self.collection!r})"
+
+    @property
+    def dimension(self) -> int | None:
+        """The embedding dimension: given, fixed by the first store, or read from the collection."""
+        return self._dimension
+
+    # The collection -----------------------------------------------------------------------------------------
+
+    def _ensure_steps(self, create_with: int | None) -> _Steps[bool]:
+        """Check the collection's dimension and metric (creating it with `create_with` if given); False if absent."""
+        if self._ready:
+            return True
+        name = self.collection
+        if not (yield _Call("collection_exists", {"collection_name": name})):
+            if create_with is None:
+                return False
+            vectors = models.VectorParams(size=create_with, distance=_DISTANCES[self.metric])
+            try:
+                yield _Call("create_collection", {"collection_name": name, "vectors_config": vectors})
+            except Exception:
+                if not (yield _Call("collection_exists", {"collection_name": name})):
+                    raise
+        info = yield _Call("get_collection", {"collection_name": name})
+        params = info.config.params.vectors
+        if not isinstance(params, models.VectorParams):
+            raise InvalidInputError(f"collection {name!r} has named vectors; memwoven uses one unnamed vector")
+        if params.distance != _DISTANCES[self.metric]:
+            raise InvalidInputError(f"collection {name!r} uses the {params.distance.value} distance, not {self.metric}")
+        if self._dimension is not None and params.size != self._dimension:
+            raise DimensionMismatchError(f"collection {name!r} has dimension {params.size}, not {self._dimension}")
+        self._dimension = params.size
+        self._ready = True
+        return True
+
+    def _create_payload_index_steps(self, key: str, field_type: str | models.PayloadSchemaType) -> _Steps[None]:
+        if not isinstance(key, str) or not _SAFE_KEY.match(key):
+            raise InvalidInputError(f"payload indexes need a metadata key matching {_SAFE_KEY.pattern}, got {key!r}")
+        try:
+            schema = models.PayloadSchemaType(field_type)
+        except ValueError:
+            choices = ", ".join(t.value for t in models.PayloadSchemaType)
+            raise InvalidInputError(f"unknown payload index type {field_type!r}; use one of: {choices}") from None
+        if not (yield from self._ensure_steps(self._dimension)):
+            raise InvalidInputError(f"collection {self.collection!r} does not exist yet: store documents first")
+        yield _Call(
+            "create_payload_index",
+            {"collection_name": self.collection, "field_name": f"metadata.{key}", "field_schema": schema, "wait": True},
+        )
+
+    # Operations as I/O-free steps ---------------------------------------------------------------------------
+
+    def _store_steps(self, documents: DocumentsIn) -> _Steps[None]:
+        batch = self._prepare(documents)  # validated before anything is written
+        if not batch.ids:
+            return
+        dimension = batch.vectors.shape[1]
+        yield from self._ensure_steps(dimension)
+        if dimension != self._dimension:
+            raise DimensionMismatchError(
+                f"embedding has dimension {dimension}, the collection {self.collection!r} has {self._dimension}"
+            )
+        count = len(batch.ids)
+        # Qdrant keeps cosine vectors normalized: the norm in the payload rebuilds the embedding
+        norms = np.linalg.norm(batch.vectors.astype(np.float64), axis=1).tolist() if self.metric == "cosine" else None
+        for start in range(0, count, self._batch_size):
+            end = min(start + self._batch_size, count)
+            points = []
+            # the float32 rows go out as the floats Qdrant stores; the points are built unvalidated, everything in
+            # them having been checked
+            for row, (doc_id, vector) in enumerate(zip(batch.ids[start:end], batch.vectors[start:end].tolist()), start):
+                payload = {"id": doc_id, "content": batch.contents[row], "metadata": _thaw(batch.metadata[row])}
+                if norms is not None:
+                    payload["norm"] = norms[row]
+                points.append(models.PointStruct.model_construct(id=point_id(doc_id), vector=vector, payload=payload))
+            yield _Call("upsert", {"collection_name": self.collection, "points": points, "wait": True})
+
+    def _prepare(self, documents: DocumentsIn) -> DocumentBatch:
+        """Every document validated into one compact batch (ids, texts, metadata, float32 rows).
+
+        An iterator (a generator) is read `batch_size` documents at a time, so each document, its embedding a list
+        of Python floats, is garbage once read unless the caller holds it: a large generator never sits in memory
+        whole, and the collector does not walk all of it on each pass while the rest is read and written.
+        """
+        index = VectorIndex(self._dimension, self.metric)
+        if not isinstance(documents, Iterator):
+            return index.prepare(documents)
+        parts: list[DocumentBatch] = []
+        read = 0
+        while chunk := list(itertools.islice(documents, self._batch_size)):
+            parts.append(index.prepare(coerce_documents(chunk, start=read)))  # errors name whole-input positions
+            read += len(chunk)
+            if parts[0].vectors.shape[1] != parts[-1].vectors.shape[1]:
+                raise DimensionMismatchError("the embeddings of one batch have different dimensions")
+        return _merge(parts) if parts else index.prepare([])
+
+    def _search_steps(
+        self, embedding: Sequence[float], top_k: int, threshold: float | None, filter: Filter | None
+    ) -> _Steps[list[ScoredDocument]]:
+        check_search_args(top_k, threshold)
+        predicate = compile_filter(filter) if filter is not None else None
+        known = self._dimension
+        query = as_query(embedding, known, self.metric)
+        if top_k == 0 or not (yield from self._ensure_steps(None)):
+            return []
+        if known is None:  # the collection's dimension is known now
+            query = as_query(embedding, self._dimension, self.metric)
+        prefilter = translate_filter(filter) if filter is not None else True
+        if prefilter is False:
+            return []
+        request: dict[str, Any] = {
+            "collection_name": self.collection,
+            "query": query.tolist(),
+            "query_filter": None if prefilter is True else _as_filter(prefilter),
+            "score_threshold": None if threshold is None else threshold - 1e-6 * max(1.0, abs(threshold)),
+            "search_params": self._search_params,
+            "with_payload": True,
+            "with_vectors": True,
+        }
+        limit = top_k + 1 if predicate is None else top_k + 8  # one more than asked shows whether the k-th ties
+        while True:
+            points = (yield _Call("query_points", {**request, "limit": limit})).points
+            hits = [(self._score(p.score), self._document(p)) for p in points]
+            hits = [
+                (score, doc)
+                for score, doc in hits
+                if (threshold is None or score > threshold) and (predicate is None or predicate(doc.metadata))
+            ]
+            hits.sort(key=lambda hit: (-hit[0], hit[1].id))
+            if len(points) < limit:  # nothing more to fetch
+                break
+            if len(hits) >= top_k and self._score(min(p.score for p in points)) < hits[top_k - 1][0]:
+                break  # nothing unseen can beat or tie the k-th hit
+            limit *= 4
+        return [ScoredDocument.model_construct(document=doc, score=score) for score, doc in hits[:top_k]]
+
+    def _score(self, score: float) -> float:
+        return min(1.0, max(-1.0, score)) if self.metric == "cosine" else score
+
+    def _get_steps(self, ids: Iterable[str]) -> _Steps[list[VectorDocument]]:
+        wanted = check_ids(ids)
+        if not wanted or not (yield from self._ensure_steps(None)):
+            return []
+        records = yield _Call(
+            "retrieve",
+            {
+                "collection_name": self.collection,
+                "ids": [point_id(i) for i in dict.fromkeys(wanted)],
+                "with_payload": True,
+                "with_vectors": True,
+            },
+        )
+        found = {doc.id: doc for doc in map(self._document, records)}
+        return [found[i] for i in wanted if i in found]
+
+    def _delete_steps(self, ids: Iterable[str]) -> _Steps[None]:
+        wanted = check_ids(ids)
+        if not wanted or not (yield from self._ensure_steps(None)):
+            return
+        selector = models.PointIdsList(points=[point_id(i) for i in dict.fromkeys(wanted)])
+        yield _Call("delete", {"collection_name": self.collection, "points_selector": selector, "wait": True})
+
+    def _count_steps(self) -> _Steps[int]:
+        if not (yield from self._ensure_steps(None)):
+            return 0
+        return int((yield _Call("count", {"collection_name": self.collection, "exact": True})).count)
+
+    def _ids_steps(self) -> _Steps[list[str]]:
+        if not (yield from self._ensure_steps(None)):
+            return []
+        ids: list[str] = []
+        offset: Any = None
+        while True:
+            request = {"collection_name": self.collection, "limit": 1000, "offset": offset}
+            points, offset = yield _Call("scroll", {**request, "with_payload": ["id"], "with_vectors": False})
+            for point in points:
+                doc_id = (point.payload or {}).get("id")
+                if not isinstance(doc_id, str):
+                    raise CorruptMemoryError(f"collection {self.collection!r}: point {point.id} has no string id")
+                ids.append(doc_id)
+            if offset is None:
+                return sorted(ids)
+
+    def _clear_steps(self) -> _Steps[None]:
+        if (yield from self._ensure_steps(None)):  # delete the points, keep the collection and its payload indexes
+            selector = models.FilterSelector(filter=models.Filter())
+            yield _Call("delete", {"collection_name": self.collection, "points_selector": selector, "wait": True})
+
+    def _document(self, point: models.ScoredPoint | models.Record) -> VectorDocument:
+        """The document a point holds, raising `CorruptMemoryError` if it is not one memwoven wrote."""
+        payload, vector = point.payload or {}, point.vector
+        doc_id, content, metadata = payload.get("id"), payload.get("content"), payload.get("metadata")
+        norm = payload.get("norm", 1.0) if self.metric == "cosine" else 1.0
+        if not (
+            isinstance(doc_id, str)
+            and isinstance(content, str)
+            and isinstance(metadata, dict)
+            and isinstance(norm, (int, float))
+            and isinstance(vector, list)
+            and len(vector) == self._dimension
+        ):
+            raise CorruptMemoryError(f"collection {self.collection!r}: point {point.id} is not a memwoven document")
+        embedding = np.asarray(vector, dtype=np.float64) * norm
+        return VectorDocument.model_construct(
+            id=doc_id,
+            content=content,
+            embedding=FrozenList(embedding.astype(np.float32).tolist()),
+            metadata=freeze_json(metadata),
+        )
+
+    # Drivers ------------------------------------------------------------------------------------------------
+
+    def _run(self, steps: _Steps[_T]) -> _T:
+        try:
+            op = next(steps)
+            while True:
+                try:
+                    result = self._call(op)
+                except Exception as error:  # the steps may handle it (e.g. a creation race)
+                    op = steps.throw(error)
+                else:
+                    op = steps.send(result)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        except Exception as error:
+            failure = self._unavailable(error)
+            if failure is None:
+                raise
+            raise failure from error
+
+    def _call(self, op: _Call) -> Any:
+        method = getattr(self.client, op.method)
+        if self._local_lock is None:
+            return method(**op.kwargs)
+        with self._local_lock:
+            return method(**op.kwargs)
+
+    async def _arun(self, steps: _Steps[_T]) -> _T:
+        if self._async_client is None:  # local mode, or no async client given: the sync steps off the event loop
+            return await asyncio.to_thread(self._run, steps)
+        try:
+            op = next(steps)
+            while True:
+                try:
+                    result = await getattr(self._async_client, op.method)(**op.kwargs)
+                except Exception as error:
+                    op = steps.throw(error)
+                else:
+                    op = steps.send(result)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        except Exception as error:
+            failure = self._unavailable(error)
+            if failure is None:
+                raise
+            raise failure from error
+
+    def _unavailable(self, error: Exception) -> BackendUnavailableError | None:
+        """A `BackendUnavailableError` naming the server if `error` means it could not be reached, else None."""
+        return _unavailable(error, self._url)
+
+    # The contract -------------------------------------------------------------------------------------------
+
+    def store(self, documents: DocumentsIn) -> None:
+        """Insert or replace documents by id, `batch_size` points per upsert."""
+        self._run(self._store_steps(documents))
+
+    def search(
+        self,
+        embedding: Sequence[float],
+        *,
+        top_k: int = 4,
+        threshold: float | None = None,
+        filter: Filter | None = None,
+    ) -> list[ScoredDocument]:
+        """The top-k documents: Qdrant's search, with exact filter semantics and ties broken by id."""
+        return self._run(self._search_steps(embedding, top_k, threshold, filter))
+
+    def get(self, ids: Iterable[str]) -> list[VectorDocument]:
+        """Documents by id, in the order asked."""
+        return self._run(self._get_steps(ids))
+
+    def delete(self, ids: Iterable[str]) -> None:
+        """Delete documents by id; unknown ids are ignored."""
+        self._run(self._delete_steps(ids))
+
+    def count(self) -> int:
+        """The exact number of documents."""
+        return self._run(self._count_steps())
+
+    def clear(self) -> None:
+        """Delete every document; the collection (dimension, metric, payload indexes) stays."""
+        self._run(self._clear_steps())
+
+    def ids(self) -> list[str]:
+        """The ids of every document, sorted (a scroll over the collection's payloads)."""
+        return self._run(self._ids_steps())
+
+    def create_payload_index(self, key: str, field_type: str | models.PayloadSchemaType = "keyword") -> None:
+        """Index the metadata field `key` (`keyword`, `integer`, `float`, `bool`, ...) to speed up its filters.
+
+        Only the server uses payload indexes; local mode accepts and ignores them.
+        """
+        self._run(self._create_payload_index_steps(key, field_type))
+
+    async def astore(self, documents: DocumentsIn) -> None:
+        """Async twin of `store`."""
+        await self._arun(self._store_steps(documents))
+
+    async def asearch(
+        self,
+        embedding: Sequence[float],
+        *,
+        top_k: int = 4,
+        threshold: float | None = None,
+        filter: Filter | None = None,
+    ) -> list[ScoredDocument]:
+        """Async twin of `search`."""
+        return await self._arun(self._search_steps(embedding, top_k, threshold, filter))
+
+    async def aget(self, ids: Iterable[str]) -> list[VectorDocument]:
+        """Async twin of `get`."""
+        return await self._arun(self._get_steps(ids))
+
+    async def adelete(self, ids: Iterable[str]) -> None:
+        """Async twin of `delete`."""
+        await self._arun(self._delete_steps(ids))
+
+    async def acount(self) -> int:
+        """Async twin of `count`."""
+        return await self._arun(self._count_steps())
+
+    async def aclear(self) -> None:
+        """Async twin of `clear`."""
+        await self._arun(self._clear_steps())
+
+    async def aids(self) -> list[str]:
+        """Async twin of `ids`."""
+        return await self._arun(self._ids_steps())
+
+    async def acreate_payload_index(self, key: str, field_type: str | models.PayloadSchemaType = "keyword") -> None:
+        """Async twin of `create_payload_index`."""
+        await self._arun(self._create_payload_index_steps(key, field_type))
+
+    def close(self) -> None:
+        """Close the clients this memory built (a local client releases its directory lock)."""
+        if self._owns_clients:
+            self.client.close()
+
+    async def aclose(self) -> None:
+        """Async twin of `close`."""
+        if self._owns_clients and self._async_client is not None:
+            await self._async_client.close()
+        self.close()
+
+
+def _unavailable(error: Exception, where: str) -> BackendUnavailableError | None:
+    """A `BackendUnavailableError` naming the server if `error` means it could not be reached, else None."""
+    code = getattr(error, "code", None)  # grpc.RpcError carries a status code
+    status = code() if callable(code) and type(error).__module__.startswith("grpc") else None
+    if (
+        isinstance(error, (ResponseHandlingException, httpx.TransportError, ConnectionError, TimeoutError))
+        or (isinstance(error, UnexpectedResponse) and error.status_code in (502, 503, 504))
+        or getattr(status, "name", "") in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+    ):
+        return BackendUnavailableError(f"Qdrant at {where} is unavailable: {error}")
+    return None
+
+
+def list_collections(location_or_client: str | QdrantClient, **client_options: Any) -> list[CollectionInfo]:
+    """The collections memwoven can open (one unnamed vector, cosine or dot distance), sorted by name."""
+    if isinstance(location_or_client, str):
+        where = redact_url(location_or_client)
+        client = _clients_from_location(location_or_client, client_options)[0]
+    else:
+        where, client = repr(location_or_client), location_or_client
+    metrics: dict[models.Distance, Metric] = {models.Distance.COSINE: "cosine", models.Distance.DOT: "dot"}
+    lock = _local_lock(client)
+    found = []
+    try:
+        with lock if lock is not None else contextlib.nullcontext():
+            for name in sorted(c.name for c in client.get_collections().collections):
+                params = client.get_collection(name).config.params.vectors if _COLLECTION.match(name) else None
+                if isinstance(params, models.VectorParams) and params.distance in metrics:
+                    found.append(CollectionInfo(name, metrics[params.distance], params.size))
+    except Exception as error:
+        failure = _unavailable(error, where)
+        if failure is None:
+            raise
+        raise failure from error
+    finally:
+        if isinstance(location_or_client, str):
+            client.close()
+    return found
+
+
+# Filters ----------------------------------------------------------------------------------------------------
+
+_Translated = models.Condition | bool  # True: no constraint; False: matches nothing
+
+
+def translate_filter(spec: Mapping[str, Any]) -> _Translated:
+    """A Qdrant condition every document matching the memwoven filter `spec` satisfies (it may admit more).
+
+    `spec` must be valid (`compile_filter` accepts it). Returns True when nothing useful can be said, False when
+    no document can match. Conditions apply to the payload's ``metadata`` object.
+    """
+    return _translate(spec, superset=True)
+
+
+def _translate(spec: Mapping[str, Any], superset: bool) -> _Translated:
+    """With `superset`, a condition implied by `spec`; without, a condition that implies `spec`."""
+    parts: list[_Translated] = []
+    for key, condition in spec.items():
+        if key == "$and":
+            parts += [_translate(clause, superset) for clause in condition]
+        elif key == "$or":
+            parts.append(_any([_translate(clause, superset) for clause in condition]))
+        elif key == "$not":
+            parts.append(_negate(_translate(condition, not superset)))
+        elif isinstance(condition, Mapping) and condition and all(str(op).startswith("$") for op in condition):
+            parts += [_field(key, op, operand, superset) for op, operand in condition.items()]
+        else:
+            parts.append(_field(key, "$eq", condition, superset))
+    return _all(parts)
+
+
+def _field(key: str, op: str, operand: Any, superset: bool) -> _Translated:
+    """One field operator, as a condition implied by it (`superset`) or implying it."""
+    if not _SAFE_KEY.match(key):
+        return superset
+    path = f"metadata.{key}"
+    if superset:
+        if op in ("$eq", "$contains"):  # Qdrant also matches arrays holding the value: a superset either way
+            return _equal(path, operand) or True
+        if op == "$in":
+            return _any([_equal(path, value) or True for value in operand])
+        if op in ("$gt", "$gte", "$lt", "$lte") and _number(operand):
+            return models.FieldCondition(key=path, range=models.Range(**{op[1:]: operand}))
+        if op == "$exists" and operand is False:  # missing, null or []: a superset of missing
+            return models.IsEmptyCondition(is_empty=models.PayloadField(key=path))
+        return True
+    if op == "$ne":  # no value (nor array element) equals the operand: then the field is missing or differs
+        return _negate(_equal(path, operand) or True)
+    if op == "$nin":
+        return _all([_negate(_equal(path, value) or True) for value in operand])
+    if op == "$exists" and operand is True:  # a non-null, non-empty value exists
+        return _negate(models.IsEmptyCondition(is_empty=models.PayloadField(key=path)))
+    return False
+
+
+def _equal(path: str, value: Any) -> models.Condition | None:
+    """A condition true whenever the field equals `value` (memwoven equality), or None if Qdrant cannot say."""
+    if isinstance(value, (str, bool)):
+        return models.FieldCondition(key=path, match=models.MatchValue(value=value))
+    if _number(value):  # a range, not a match: 1 and 1.0 are equal, and Qdrant never matches floats
+        return models.FieldCondition(key=path, range=models.Range(gte=value, lte=value))
+    if value is None:
+        return models.IsNullCondition(is_null=models.PayloadField(key=path))
+    return None
+
+
+def _number(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value) and abs(value) <= _EXACT_FLOAT_INT
+
+
+def _all(parts: list[_Translated]) -> _Translated:
+    if any(part is False for part in parts):
+        return False
+    conditions = [part for part in parts if not isinstance(part, bool)]
+    if len(conditions) <= 1:
+        return conditions[0] if conditions else True
+    return models.Filter(must=conditions)
+
+
+def _any(parts: list[_Translated]) -> _Translated:
+    if any(part is True for part in parts):
+        return True
+    conditions = [part for part in parts if not isinstance(part, bool)]
+    if len(conditions) <= 1:
+        return conditions[0] if conditions else False
+    return models.Filter(should=conditions)
+
+
+def _negate(part: _Translated) -> _Translated:
+    return (not part) if isinstance(part, bool) else models.Filter(must_not=[part])
+
+
+def _as_filter(condition: models.Condition) -> models.Filter:
+    return condition if isinstance(condition, models.Filter) else models.Filter(must=[condition])
+
+
+# Clients ----------------------------------------------------------------------------------------------------
+
+
+def _merge(parts: list[DocumentBatch]) -> DocumentBatch:
+    """Validated batches as one, keeping (as `VectorIndex.prepare` does) the last document of each id at the
+    position of its first."""
+    if len(parts) == 1:
+        return parts[0]
+    ids = [doc_id for part in parts for doc_id in part.ids]
+    contents = [content for part in parts for content in part.contents]
+    metadata = [value for part in parts for value in part.metadata]
+    vectors = np.concatenate([part.vectors for part in parts])
+    latest = {doc_id: row for row, doc_id in enumerate(ids)}
+    if len(latest) < len(ids):
+        rows = list(latest.values())
+        ids, contents, metadata = list(latest), [contents[r] for r in rows], [metadata[r] for r in rows]
+        vectors = vectors[rows]
+    return DocumentBatch(ids=ids, contents=contents, metadata=metadata, vectors=vectors)
+
+
+def _thaw(value: Any) -> Any:
+    """Plain dicts and lists for a frozen JSON value (the client serializes or deep-copies the payload)."""
+    if isinstance(value, dict):
+        return {key: _thaw(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_thaw(item) for item in value]
+    return value
+
+
+def _local_lock(client: QdrantClient) -> threading.Lock | None:
+    """The lock serializing calls to a local-mode client (shared by every memory over it), or None for a server."""
+    if not isinstance(getattr(client, "_client", None), QdrantLocal):
+        return None
+    with _LOCAL_LOCKS_GUARD:
+        return _LOCAL_LOCKS.setdefault(client, threading.Lock())
+
+
+def _clients_from_location(location: str, options: dict[str, Any]) -> tuple[QdrantClient, AsyncQdrantClient | None]:
+    """The sync client (and, for a server, the async client) for a `qdrant...://` URL."""
+    parts = urlsplit(location)
+    scheme = parts.scheme.lower()
+    if scheme == "qdrant+memory":
+        return QdrantClient(location=":memory:", **options), None
+    if scheme == "qdrant+local":
+        path = unquote(parts.path)
+        if parts.netloc not in ("", "localhost") or not path:
+            raise InvalidInputError(
+                f"qdrant+local URLs name a local directory (qdrant+local:///abs/path), got {redact_url(location)!r}"
+            )
+        return QdrantClient(path=path, force_disable_check_same_thread=True, **options), None  # calls are serialized
+    if scheme not in ("qdrant", "qdrants") or not parts.hostname:
+        raise InvalidInputError(f"not a Qdrant URL: {redact_url(location)!r}; use qdrant://host:6333")
+    server: dict[str, Any] = {
+        "host": parts.hostname,
+        "port": parts.port or 6333,
+        "https": scheme == "qdrants",
+        "check_compatibility": False,  # no request at construction
+    }
+    if parts.password:
+        server["api_key"] = unquote(parts.password)
+    if parts.path.strip("/"):
+        server["prefix"] = parts.path.strip("/")
+    server.update(options)
+    return QdrantClient(**server), AsyncQdrantClient(**server)

@@ -1,0 +1,606 @@
+"""Vector collections on Redis (standalone or Cluster), with no server modules required.
+
+A collection lives in four keys that share one hash tag, so they sit in one cluster slot and one Lua script
+changes them atomically::
+
+    <prefix>:vec:{<collection>}:docs     hash  id -> {"content": ..., "metadata": ...} (JSON)
+    <prefix>:vec:{<collection>}:vecs     hash  id -> the embedding, float32 little-endian bytes
+    <prefix>:vec:{<collection>}:config   hash  dimension, metric, seq (the number of the last change)
+    <prefix>:vec:{<collection>}:changes  stream, one entry per write: seq, kind (store/delete/clear), ids
+
+Search runs exactly, in the client, over an in-process `VectorIndex` kept in sync through the change stream:
+every write is one script that also bumps `seq` and appends an entry naming the changed ids (the stream is
+capped with ``MAXLEN ~``). Before each read the client pulls, in one script call, the entries after the last one
+it applied together with the current documents of the ids they name (absent = deleted), so the result is a
+consistent snapshot. A clear resets the index; a hole in the sequence numbers (the stream was trimmed past this
+client's position, or the keys were deleted) triggers a full reload with HSCAN. A client's own write is applied
+locally when nothing else was written in between. Several clients therefore see each other's writes.
+
+`get`, `count` and `search` are all served from the synced index, so a client holds the whole collection in
+memory (float32 rows plus metadata), like the embedded backends. The Redis query engine (Redis 8, Redis Stack)
+is not used yet: this path works the same on every Redis >= 6 and on compatible servers.
+
+As in `memwoven.backends.redis`, each operation is a generator yielding I/O-free `_Op`s; `_run` drives it with a
+sync client and `_arun` with an async one, so no body is written twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+from collections.abc import Generator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from memwoven.backends.redis import KEY_PREFIX, adrive, as_text, clients_from_url, connect, drive
+from memwoven.contracts import CollectionInfo, DocumentsIn, Filter, Metric, VectorMemory, check_ids
+from memwoven.errors import (
+    BackendUnavailableError,
+    CorruptMemoryError,
+    DimensionMismatchError,
+    InvalidInputError,
+)
+from memwoven.filters import compile_filter
+from memwoven.models import FrozenDict, ScoredDocument, VectorDocument, freeze_json
+from memwoven.urls import redact_url
+from memwoven.vector_index import DocumentBatch, VectorIndex, as_query, check_search_args
+
+__all__ = ["RedisVectorMemory", "list_collections"]
+
+_T = TypeVar("_T")
+_COLLECTION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+_PULL_LIMIT = 1000  # stream entries per pull; a client further behind pulls again
+_START = "0-0"  # the position before any stream entry
+
+_WRITE = """
+local function check_config(dimension, metric)
+  local config = redis.call('HMGET', KEYS[3], 'dimension', 'metric')
+  if config[1] and dimension ~= '' and config[1] ~= dimension then return {'dimension', config[1]} end
+  if config[2] and config[2] ~= metric then return {'metric', config[2]} end
+  return nil
+end
+local function log_change(kind, ids)
+  local seq = redis.call('HINCRBY', KEYS[3], 'seq', 1)
+  local entry = redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[1], '*', 'seq', seq, 'kind', kind, 'ids', ids)
+  return {'ok', seq, entry, redis.call('HGET', KEYS[3], 'dimension')}
+end
+"""
+
+SCRIPTS = {
+    # KEYS: docs, vecs, config, changes. ARGV: max changes, dimension, metric, n, n ids, n docs, n vectors.
+    # -> {'ok', seq, entry, dimension} or {'dimension' | 'metric', the stored value}
+    "store": _WRITE
+    + """
+local refused = check_config(ARGV[2], ARGV[3])
+if refused then return refused end
+redis.call('HSETNX', KEYS[3], 'dimension', ARGV[2])
+redis.call('HSETNX', KEYS[3], 'metric', ARGV[3])
+local n = tonumber(ARGV[4])
+local ids = {}
+for first = 0, n - 1, 500 do
+  local docs, vecs = {}, {}
+  for i = first, math.min(first + 500, n) - 1 do
+    local id = ARGV[5 + i]
+    ids[#ids + 1] = id
+    docs[#docs + 1] = id
+    docs[#docs + 1] = ARGV[5 + n + i]
+    vecs[#vecs + 1] = id
+    vecs[#vecs + 1] = ARGV[5 + 2 * n + i]
+  end
+  redis.call('HSET', KEYS[1], unpack(docs))
+  redis.call('HSET', KEYS[2], unpack(vecs))
+end
+return log_change('store', table.concat(ids, '\\0'))
+""",
+    # KEYS: docs, vecs, config, changes. ARGV: max changes, ids... -> {'ok', seq, entry} or {} if nothing was there
+    "delete": _WRITE
+    + """
+local removed = {}
+for i = 2, #ARGV do
+  if redis.call('HDEL', KEYS[2], ARGV[i]) == 1 then
+    redis.call('HDEL', KEYS[1], ARGV[i])
+    removed[#removed + 1] = ARGV[i]
+  end
+end
+if #removed == 0 then return {} end
+return log_change('delete', table.concat(removed, '\\0'))
+""",
+    # KEYS: docs, vecs, config, changes. ARGV: max changes, dimension or '', metric. The dimension stays.
+    "clear": _WRITE
+    + """
+local refused = check_config(ARGV[2], ARGV[3])
+if refused then return refused end
+redis.call('DEL', KEYS[1], KEYS[2])
+local result = log_change('clear', '')
+redis.call('XTRIM', KEYS[4], 'MAXLEN', 1)
+return result
+""",
+    # KEYS: config, changes. -> {{seq, dimension, metric}, last entry id or nil}
+    "head": """
+local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
+return {redis.call('HMGET', KEYS[1], 'seq', 'dimension', 'metric'), last and last[1] or false}
+""",
+    # KEYS: docs, vecs, config, changes. ARGV: the last entry applied, max entries.
+    # -> {{seq, dimension, metric}, {{entry, seq, kind}...}, ids changed since the last clear, their docs, vectors}
+    "pull": """
+local function split(text, out, seen)
+  local start = 1
+  while text ~= '' do
+    local stop = string.find(text, '\\0', start, true)
+    local id = string.sub(text, start, (stop or 0) - 1)
+    if not seen[id] then
+      seen[id] = true
+      out[#out + 1] = id
+    end
+    if not stop then return end
+    start = stop + 1
+  end
+end
+local limit = tonumber(ARGV[2])
+local log, ids, seen = {}, {}, {}
+for _, entry in ipairs(redis.call('XRANGE', KEYS[4], ARGV[1], '+', 'COUNT', limit + 1)) do
+  if entry[1] ~= ARGV[1] and #log < limit then
+    local fields = {}
+    for i = 1, #entry[2], 2 do fields[entry[2][i]] = entry[2][i + 1] end
+    log[#log + 1] = {entry[1], fields['seq'], fields['kind']}
+    if fields['kind'] == 'clear' then ids, seen = {}, {} end
+    split(fields['ids'] or '', ids, seen)
+  end
+end
+local docs, vecs = {}, {}
+for first = 1, #ids, 1000 do
+  local chunk = {}
+  for i = first, math.min(first + 999, #ids) do chunk[#chunk + 1] = ids[i] end
+  for _, value in ipairs(redis.call('HMGET', KEYS[1], unpack(chunk))) do docs[#docs + 1] = value end
+  for _, value in ipairs(redis.call('HMGET', KEYS[2], unpack(chunk))) do vecs[#vecs + 1] = value end
+end
+return {redis.call('HMGET', KEYS[3], 'seq', 'dimension', 'metric'), log, ids, docs, vecs}
+""",
+    # KEYS: docs, vecs. ARGV: ids. -> {their docs, their vectors}, read in one atomic step
+    "read": """
+local docs, vecs = {}, {}
+for first = 1, #ARGV, 1000 do
+  local chunk = {unpack(ARGV, first, math.min(first + 999, #ARGV))}
+  for _, value in ipairs(redis.call('HMGET', KEYS[1], unpack(chunk))) do docs[#docs + 1] = value end
+  for _, value in ipairs(redis.call('HMGET', KEYS[2], unpack(chunk))) do vecs[#vecs + 1] = value end
+end
+return {docs, vecs}
+""",
+}
+
+
+@dataclass(frozen=True)
+class _Script:
+    """Run one of `SCRIPTS` on the collection's keys."""
+
+    name: str
+    keys: list[str]
+    args: list[str | bytes | int]
+
+
+@dataclass(frozen=True)
+class _HScan:
+    """Read a whole hash with HSCAN (never HGETALL: no single huge reply)."""
+
+    key: str
+
+
+_Op = _Script | _HScan
+_Steps = Generator[_Op, Any, _T]
+
+
+@dataclass(frozen=True)
+class _Position:
+    """The last change stream entry applied to the local index, and its sequence number."""
+
+    entry: str
+    seq: int
+
+
+class RedisVectorMemory(VectorMemory):
+    """One vector collection on Redis: a `redis://`, `rediss://` or `redis+cluster://` URL, or clients you built.
+
+    `dimension` is fixed at construction or by the first store and persisted with the collection; `prefix`
+    namespaces every key; `max_changes` caps the change stream (a client further behind reloads fully).
+    """
+
+    def __init__(
+        self,
+        url_or_client: str | redis.Redis | redis.cluster.RedisCluster,
+        *,
+        collection: str = "default",
+        dimension: int | None = None,
+        metric: Metric = "cosine",
+        prefix: str = "memwoven",
+        async_client: redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster | None = None,
+        max_changes: int = 10_000,
+        socket_timeout: float = 10.0,
+    ) -> None:
+        if not isinstance(prefix, str) or not KEY_PREFIX.match(prefix):
+            raise InvalidInputError(f"prefix must match {KEY_PREFIX.pattern}, got {prefix!r}")
+        if not isinstance(collection, str) or not _COLLECTION.match(collection):
+            raise InvalidInputError(f"collection must match {_COLLECTION.pattern}, got {collection!r}")
+        if isinstance(max_changes, bool) or not isinstance(max_changes, int) or max_changes < 1:
+            raise InvalidInputError(f"max_changes must be a positive int, got {max_changes!r}")
+        self._index = VectorIndex(dimension, metric)  # validates both
+        self.metric = self._index.metric
+        self.collection = collection
+        self.prefix = prefix
+        self._max_changes = max_changes
+        self._keys = [f"{prefix}:vec:{{{collection}}}:{part}" for part in ("docs", "vecs", "config", "changes")]
+        self._position: _Position | None = None  # None: the next read reloads fully
+        self._lock = threading.RLock()  # guards _index and _position; never held across I/O
+        self._url, self._client, self._async_client, self._scripts, self._async_scripts = connect(
+            url_or_client, async_client, socket_timeout, SCRIPTS
+        )
+
+    def __repr__(self) -> str:
+        return f"RedisVectorMemory({self._url!r}, collection={self.collection!r}, prefix={self.prefix!r})"
+
+    @property
+    def dimension(self) -> int | None:
+        """The embedding dimension: given, fixed by the first store, or read from Redis by the first operation."""
+        return self._index.dimension
+
+    # Writes as I/O-free steps -------------------------------------------------------------------------------
+
+    def _store_steps(self, documents: DocumentsIn) -> _Steps[None]:
+        batch = self._index.prepare(documents)  # everything is validated before anything is written
+        if not batch.ids:
+            return
+        dimension = batch.vectors.shape[1]
+        encoded = [
+            json.dumps({"content": content, "metadata": metadata}, separators=(",", ":"))
+            for content, metadata in zip(batch.contents, batch.metadata)
+        ]
+        vectors = [row.tobytes() for row in batch.vectors.astype("<f4", copy=False)]
+        head: list[str | bytes | int] = [self._max_changes, dimension, self.metric, len(batch.ids)]
+        reply = yield _Script("store", self._keys, [*head, *batch.ids, *encoded, *vectors])
+        position = self._written(reply, dimension)
+        with self._lock:
+            if self._follows(position):
+                self._index.upsert(batch)
+                self._position = position
+
+    def _delete_steps(self, ids: Iterable[str]) -> _Steps[None]:
+        wanted = check_ids(ids)
+        if not wanted:
+            return
+        reply = yield _Script("delete", self._keys, [self._max_changes, *wanted])
+        if reply:  # something was deleted
+            position = self._written(reply, None)
+            with self._lock:
+                if self._follows(position):
+                    self._index.remove(wanted)
+                    self._position = position
+
+    def _clear_steps(self) -> _Steps[None]:
+        args: list[str | bytes | int] = [self._max_changes, self._index.dimension or "", self.metric]
+        position = self._written((yield _Script("clear", self._keys, args)), self._index.dimension)
+        with self._lock:  # after a clear the collection is empty, whatever this client had missed
+            self._index = VectorIndex(self._index.dimension, self.metric)
+            self._position = position
+
+    def _written(self, reply: list[Any], dimension: int | None) -> _Position:
+        """Check a write script's reply (raising if the collection refused it); return the change's position."""
+        status, value = as_text(reply[0]), reply[1]
+        if status == "dimension":
+            raise DimensionMismatchError(f"collection {self.collection!r} has dimension {int(value)}, not {dimension}")
+        if status == "metric":
+            raise InvalidInputError(
+                f"collection {self.collection!r} uses the {as_text(value)} metric, not {self.metric}"
+            )
+        if reply[3] is not None:
+            with self._lock:
+                self._adopt_dimension(int(reply[3]))
+        return _Position(as_text(reply[2]), int(value))
+
+    def _follows(self, position: _Position) -> bool:
+        """True if the change at `position` comes right after the one the local index is at."""
+        return self._position is not None and self._position.seq == position.seq - 1
+
+    # Reads: sync the local index, then answer from it -------------------------------------------------------
+
+    def _sync_steps(self) -> _Steps[None]:
+        """Bring the local index up to date with Redis: pull the new changes, or reload fully."""
+        while True:
+            position = self._position
+            if position is None:
+                yield from self._reload_steps()
+                continue
+            config, log, ids, docs, vectors = yield _Script("pull", self._keys, [position.entry, _PULL_LIMIT])
+            current = self._check_config(config)
+            with self._lock:
+                if self._position is not position:  # another caller moved the index meanwhile: pull again
+                    continue
+                if not self._apply(position, current, log, ids, docs, vectors):
+                    self._position = None  # a hole in the sequence: the stream was trimmed
+                    continue
+            if len(log) < _PULL_LIMIT:
+                return
+
+    def _apply(
+        self, position: _Position, current: int, log: list[Any], ids: list[bytes], docs: Any, vectors: Any
+    ) -> bool:
+        """Apply pulled changes to the index; False (and nothing applied) if some changes are missing."""
+        entries = [(as_text(entry), int(seq), as_text(kind)) for entry, seq, kind in log]
+        clears = [i for i, (_, _, kind) in enumerate(entries) if kind == "clear"]
+        start = clears[-1] if clears else 0  # changes before a clear do not matter
+        expected = entries[start][1] if clears else position.seq + 1
+        if [seq for _, seq, _ in entries[start:]] != list(range(expected, expected + len(entries) - start)):
+            return False
+        last = entries[-1][1] if entries else position.seq
+        if len(entries) < _PULL_LIMIT and last != current:
+            return False  # the stream lost its newest entries (deleted or recreated keys)
+        self._check_pairs(ids, docs, vectors)
+        present = [i for i, doc in enumerate(docs) if doc is not None]
+        batch = self._decode([ids[i] for i in present], [docs[i] for i in present], [vectors[i] for i in present])
+        if clears:
+            self._index = VectorIndex(self._index.dimension, self.metric)
+        self._index.remove(as_text(ids[i]) for i in range(len(ids)) if docs[i] is None)
+        self._index.upsert(batch)
+        if entries:
+            self._position = _Position(entries[-1][0], entries[-1][1])
+        return True
+
+    def _reload_steps(self) -> _Steps[None]:
+        """Read the whole collection with HSCAN into a fresh index, positioned at the stream's last entry.
+
+        Writes that land during the scan come after that position, so the pull that follows re-applies them.
+        """
+        config, last = yield _Script("head", self._keys[2:], [])
+        current = self._check_config(config)
+        docs = yield _HScan(self._keys[0])
+        vectors = yield _HScan(self._keys[1])
+        # A write between the two scans leaves an id in one hash only; read those again in one atomic step: if
+        # the pair is still broken, the storage is damaged (every write changes both hashes in one script).
+        unpaired = sorted(docs.keys() ^ vectors.keys())
+        if unpaired:
+            again_docs, again_vectors = yield _Script("read", self._keys[:2], [*unpaired])
+            self._check_pairs(unpaired, again_docs, again_vectors)
+            for doc_id, doc, vector in zip(unpaired, again_docs, again_vectors):
+                docs.pop(doc_id, None)
+                vectors.pop(doc_id, None)
+                if doc is not None:
+                    docs[doc_id], vectors[doc_id] = doc, vector
+        ids = list(docs)
+        index = VectorIndex(self._index.dimension, self.metric)
+        index.upsert(self._decode(ids, [docs[i] for i in ids], [vectors[i] for i in ids]))
+        with self._lock:
+            if self._position is None:
+                self._index = index
+                self._position = _Position(as_text(last) if last else _START, current)
+
+    def _check_config(self, config: list[bytes | None]) -> int:
+        """Check the stored dimension and metric against this object's; return the current sequence number."""
+        seq, dimension, metric = config
+        if metric is not None and as_text(metric) != self.metric:
+            raise InvalidInputError(
+                f"collection {self.collection!r} uses the {as_text(metric)} metric, not {self.metric}"
+            )
+        if dimension is not None:
+            with self._lock:
+                if self._index.dimension not in (None, int(dimension)):
+                    raise DimensionMismatchError(
+                        f"collection {self.collection!r} has dimension {int(dimension)}, not {self._index.dimension}"
+                    )
+                self._adopt_dimension(int(dimension))
+        return int(seq or 0)
+
+    def _adopt_dimension(self, dimension: int) -> None:
+        if self._index.dimension is None:  # an index without a dimension is empty
+            self._index = VectorIndex(dimension, self.metric)
+
+    def _decode(self, ids: Sequence[bytes], docs: Sequence[bytes], vectors: Sequence[bytes]) -> DocumentBatch:
+        """Stored documents as a batch for the index, raising `CorruptMemoryError` on anything unreadable."""
+        dimension = self._index.dimension
+        contents: list[str] = []
+        metadata: list[FrozenDict] = []
+        for doc_id, raw in zip(ids, docs):
+            try:
+                value = json.loads(raw)
+                content, meta = value["content"], freeze_json(value["metadata"])
+                if not isinstance(content, str) or not isinstance(meta, FrozenDict):
+                    raise TypeError("content must be a string and metadata an object")
+            except (ValueError, TypeError, KeyError) as error:
+                raise self._corrupt(doc_id, f"its document cannot be decoded ({error.__class__.__name__})") from None
+            contents.append(content)
+            metadata.append(meta)
+        for doc_id, vector in zip(ids, vectors):
+            if dimension is None or len(vector) != 4 * dimension:
+                raise self._corrupt(doc_id, f"its vector has {len(vector)} bytes, not 4 x dimension {dimension}")
+        matrix = np.frombuffer(b"".join(vectors), dtype="<f4").reshape(len(ids), dimension or 0)
+        if not np.isfinite(matrix).all():
+            raise self._corrupt(
+                ids[int(np.flatnonzero(~np.isfinite(matrix).all(axis=1))[0])], "its vector is not finite"
+            )
+        return DocumentBatch([as_text(i) for i in ids], contents, metadata, matrix.astype(np.float32))
+
+    def _check_pairs(self, ids: Sequence[bytes], docs: Sequence[bytes | None], vectors: Sequence[bytes | None]) -> None:
+        """Raise `CorruptMemoryError` for an id, read atomically, that has a document without a vector or back."""
+        for doc_id, doc, vector in zip(ids, docs, vectors):
+            if (doc is None) != (vector is None):
+                missing = "vector" if vector is None else "document"
+                raise self._corrupt(doc_id, f"its {missing} is missing (the other half is stored)")
+
+    def _corrupt(self, doc_id: bytes, problem: str) -> CorruptMemoryError:
+        return CorruptMemoryError(f"collection {self.collection!r}: document {as_text(doc_id)!r}: {problem}")
+
+    def _search_steps(
+        self, embedding: Sequence[float], top_k: int, threshold: float | None, filter: Filter | None
+    ) -> _Steps[list[ScoredDocument]]:
+        check_search_args(top_k, threshold)  # bad arguments fail before any I/O
+        if filter is not None:
+            compile_filter(filter)
+        as_query(embedding, self._index.dimension, self.metric)
+        yield from self._sync_steps()
+        with self._lock:
+            return self._index.search(embedding, top_k=top_k, threshold=threshold, filter=filter)
+
+    def _get_steps(self, ids: Iterable[str]) -> _Steps[list[VectorDocument]]:
+        wanted = check_ids(ids)
+        if not wanted:
+            return []
+        yield from self._sync_steps()
+        with self._lock:
+            return self._index.get(wanted)
+
+    def _count_steps(self) -> _Steps[int]:
+        yield from self._sync_steps()
+        return len(self._index)
+
+    def _ids_steps(self) -> _Steps[list[str]]:
+        yield from self._sync_steps()
+        with self._lock:
+            return sorted(self._index.ids)
+
+    # Drivers ------------------------------------------------------------------------------------------------
+
+    def _run(self, steps: _Steps[_T]) -> _T:
+        return drive(steps, self._execute, self._url, f"collection {self.collection!r}")
+
+    def _execute(self, op: _Op) -> Any:
+        if isinstance(op, _Script):
+            return self._scripts[op.name](keys=op.keys, args=op.args)
+        return dict(self._client.hscan_iter(op.key, count=1000))
+
+    async def _arun(self, steps: _Steps[_T]) -> _T:
+        if self._async_client is None:  # built from a sync client only: run the sync driver off the event loop
+            return await asyncio.to_thread(self._run, steps)
+        return await adrive(steps, self._aexecute, self._url, f"collection {self.collection!r}")
+
+    async def _aexecute(self, op: _Op) -> Any:
+        assert self._async_client is not None and self._async_scripts is not None
+        if isinstance(op, _Script):
+            return await self._async_scripts[op.name](keys=op.keys, args=op.args)
+        return {field: value async for field, value in self._async_client.hscan_iter(op.key, count=1000)}
+
+    # The contract -------------------------------------------------------------------------------------------
+
+    def store(self, documents: DocumentsIn) -> None:
+        """Insert or replace documents by id: one atomic script call, validated before anything is written."""
+        self._run(self._store_steps(documents))
+
+    def search(
+        self,
+        embedding: Sequence[float],
+        *,
+        top_k: int = 4,
+        threshold: float | None = None,
+        filter: Filter | None = None,
+    ) -> list[ScoredDocument]:
+        """Exact top-k search over the synced local index."""
+        return self._run(self._search_steps(embedding, top_k, threshold, filter))
+
+    def get(self, ids: Iterable[str]) -> list[VectorDocument]:
+        """Documents by id, in the order asked."""
+        return self._run(self._get_steps(ids))
+
+    def delete(self, ids: Iterable[str]) -> None:
+        """Delete documents by id (one atomic script call); unknown ids are ignored."""
+        self._run(self._delete_steps(ids))
+
+    def count(self) -> int:
+        """The number of documents."""
+        return self._run(self._count_steps())
+
+    def clear(self) -> None:
+        """Delete every document; the dimension and metric stay with the collection."""
+        self._run(self._clear_steps())
+
+    def ids(self) -> list[str]:
+        """The ids of every document, sorted (from the synced index)."""
+        return self._run(self._ids_steps())
+
+    async def astore(self, documents: DocumentsIn) -> None:
+        """Async twin of `store`."""
+        await self._arun(self._store_steps(documents))
+
+    async def asearch(
+        self,
+        embedding: Sequence[float],
+        *,
+        top_k: int = 4,
+        threshold: float | None = None,
+        filter: Filter | None = None,
+    ) -> list[ScoredDocument]:
+        """Async twin of `search`."""
+        return await self._arun(self._search_steps(embedding, top_k, threshold, filter))
+
+    async def aget(self, ids: Iterable[str]) -> list[VectorDocument]:
+        """Async twin of `get`."""
+        return await self._arun(self._get_steps(ids))
+
+    async def adelete(self, ids: Iterable[str]) -> None:
+        """Async twin of `delete`."""
+        await self._arun(self._delete_steps(ids))
+
+    async def acount(self) -> int:
+        """Async twin of `count`."""
+        return await self._arun(self._count_steps())
+
+    async def aclear(self) -> None:
+        """Async twin of `clear`."""
+        await self._arun(self._clear_steps())
+
+    async def aids(self) -> list[str]:
+        """Async twin of `ids`."""
+        return await self._arun(self._ids_steps())
+
+    def close(self) -> None:
+        """Close the sync client's connections."""
+        self._client.close()
+
+    async def aclose(self) -> None:
+        """Close the async client's connections (and the sync client's)."""
+        if self._async_client is not None:
+            await self._async_client.aclose()
+        self._client.close()
+
+
+def list_collections(
+    url_or_client: str | redis.Redis | redis.cluster.RedisCluster,
+    *,
+    prefix: str = "memwoven",
+    socket_timeout: float = 10.0,
+) -> list[CollectionInfo]:
+    """The collections stored under `prefix` (found with SCAN, never KEYS), sorted by name.
+
+    A collection is listed once it has been written (its config key holds the dimension and metric).
+    """
+    if not isinstance(prefix, str) or not KEY_PREFIX.match(prefix):
+        raise InvalidInputError(f"prefix must match {KEY_PREFIX.pattern}, got {prefix!r}")
+    where = redact_url(url_or_client) if isinstance(url_or_client, str) else repr(url_or_client)
+    client = clients_from_url(url_or_client, socket_timeout)[0] if isinstance(url_or_client, str) else url_or_client
+    head, tail = f"{prefix}:vec:{{", "}:config"
+    try:
+        found = []
+        for raw in client.scan_iter(match=f"{head}*{tail}", count=1000):
+            key = as_text(raw)
+            name = key[len(head) : -len(tail)]
+            if not _COLLECTION.match(name):
+                continue
+            dimension, metric = client.hmget(key, ["dimension", "metric"])
+            if metric is None:
+                continue
+            kind = as_text(metric)
+            if kind != "cosine" and kind != "dot":
+                raise CorruptMemoryError(f"collection {name!r}: its config holds the unknown metric {kind!r}")
+            known: Metric = "cosine" if kind == "cosine" else "dot"
+            found.append(CollectionInfo(name, known, None if dimension is None else int(dimension)))
+        return sorted(found)
+    except (RedisConnectionError, RedisTimeoutError, OSError) as error:
+        raise BackendUnavailableError(f"Redis at {where} is unavailable: {error}") from error
+    finally:
+        if isinstance(url_or_client, str):
+            client.close()

@@ -1,0 +1,206 @@
+"""The tables of the SQL backends and the few statements whose SQL differs between databases.
+
+All tables of one store share a name prefix (``memwoven_`` by default)::
+
+    {prefix}meta        (name PK, value)                          -- one row: the schema version
+    {prefix}sessions    (session_key PK, session_id, version, message_count, updated_at, expires_at_ms)
+    {prefix}messages    (session_key, seq, digest, body)          -- PK (session_key, seq)
+    {prefix}collections (collection_key PK, name, dimension, metric, version, generation)
+    {prefix}vectors     (collection_key, doc_key, doc_id, content, metadata, embedding, version, deleted)
+
+Ids and names are stored as data, never used in SQL text or compared by the database: rows are keyed by the
+SHA-256 of the id (`key_of`), so ids of any length and characters stay apart whatever the collation
+(case twins, trailing spaces, NFC/NFD twins). Message bodies are stored as the exact
+`Message.model_dump_json()` text and document metadata as JSON text, in the database's native JSON type where it
+keeps the text verbatim (PostgreSQL `json`, MariaDB `JSON`), so what is read back is exactly what was written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import mysql
+from sqlalchemy.dialects.mysql import insert as mysql_insert
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Connection
+from sqlalchemy.schema import SchemaItem
+
+from memwoven.errors import CorruptMemoryError, InvalidInputError
+
+__all__ = ["SCHEMA_VERSION", "Tables", "check_identifier", "create_tables", "insert_ignoring", "key_of", "upsert"]
+
+SCHEMA_VERSION = "1"
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,40}$")
+_MYSQL = ("mysql", "mariadb")
+_MYSQL_TABLE: dict[str, Any] = {
+    f"{d}_{k}": v for d in _MYSQL for k, v in (("engine", "InnoDB"), ("charset", "utf8mb4"))
+}
+
+KEY = sa.String(64).with_variant(mysql.CHAR(64, charset="ascii", collation="ascii_bin"), *_MYSQL)
+ID_TEXT = sa.Text().with_variant(mysql.MEDIUMTEXT(), *_MYSQL)  # ids are up to 64 KiB of UTF-8
+LONG_TEXT = sa.Text().with_variant(mysql.LONGTEXT(), *_MYSQL)
+
+
+class _JSONColumn(sa.types.UserDefinedType[str]):
+    """A native `JSON` column that stores the text exactly as given (PostgreSQL `json`, MariaDB `JSON`).
+
+    PostgreSQL's `json` (unlike `jsonb`) keeps the input text verbatim; it is read back cast to text so the
+    driver does not parse it. MariaDB's `JSON` is a checked LONGTEXT.
+    """
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "JSON"
+
+    def column_expression(self, column: Any) -> Any:
+        return sa.cast(column, sa.Text)
+
+
+class _JSONOnMariaDB(sa.types.TypeDecorator[str]):
+    """Native JSON on MariaDB; LONGTEXT on MySQL, whose binary JSON would normalize the text; TEXT elsewhere."""
+
+    impl = sa.Text
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: sa.Dialect) -> sa.types.TypeEngine[Any]:
+        if dialect.name in _MYSQL:
+            return dialect.type_descriptor(_JSONColumn() if getattr(dialect, "is_mariadb", False) else mysql.LONGTEXT())
+        return dialect.type_descriptor(sa.Text())
+
+
+JSON_TEXT = _JSONOnMariaDB().with_variant(_JSONColumn(), "postgresql")
+"""Exact JSON text in the database's native JSON type where it keeps text as given (SQLite has none)."""
+DIGEST = sa.LargeBinary(16).with_variant(mysql.BINARY(16), *_MYSQL)
+BLOB = sa.LargeBinary().with_variant(mysql.LONGBLOB(), *_MYSQL)
+
+
+def check_identifier(value: object, what: str) -> str:
+    """Validate a table prefix or schema name: letters, digits and '_', not starting with a digit, <= 41 chars."""
+    if not isinstance(value, str) or not _IDENTIFIER.match(value):
+        raise InvalidInputError(f"{what} must match {_IDENTIFIER.pattern} (letters, digits, '_'), got {value!r}")
+    return value
+
+
+def key_of(identifier: str) -> str:
+    """The fixed-size row key of a session or document id: the hex SHA-256 of its UTF-8 bytes."""
+    return hashlib.sha256(identifier.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Tables:
+    """Every table of one prefix and schema."""
+
+    meta: sa.Table
+    sessions: sa.Table
+    messages: sa.Table
+    collections: sa.Table
+    vectors: sa.Table
+
+    @classmethod
+    def build(cls, prefix: str, schema: str | None) -> Tables:
+        """Describe the tables named with `prefix`, in `schema` (None: the connection's default schema)."""
+        metadata = sa.MetaData(schema=schema)
+
+        def table(name: str, *columns: SchemaItem) -> sa.Table:
+            return sa.Table(f"{prefix}{name}", metadata, *columns, **_MYSQL_TABLE)
+
+        vectors = table(
+            "vectors",
+            sa.Column("collection_key", KEY, primary_key=True),
+            sa.Column("doc_key", KEY, primary_key=True),
+            sa.Column("doc_id", ID_TEXT, nullable=False),
+            sa.Column("content", LONG_TEXT, nullable=False),
+            sa.Column("metadata", JSON_TEXT, nullable=False),
+            sa.Column("embedding", BLOB, nullable=False),  # float32, little-endian
+            sa.Column("version", sa.BigInteger, nullable=False),  # the collection version that last wrote it
+            sa.Column("deleted", sa.Boolean, nullable=False),  # a tombstone, so other objects see the delete
+        )
+        sa.Index(f"{prefix}vectors_by_version", vectors.c.collection_key, vectors.c.version)
+        return cls(
+            meta=table(
+                "meta",
+                sa.Column("name", sa.String(64), primary_key=True),
+                sa.Column("value", sa.String(255), nullable=False),
+            ),
+            sessions=table(
+                "sessions",
+                sa.Column("session_key", KEY, primary_key=True),
+                sa.Column("session_id", ID_TEXT, nullable=False),
+                sa.Column("version", sa.BigInteger, nullable=False),
+                sa.Column("message_count", sa.Integer, nullable=False),
+                sa.Column("updated_at", sa.DateTime(timezone=True), nullable=True),
+                sa.Column("expires_at_ms", sa.BigInteger, nullable=True, index=True),  # sliding TTL, epoch ms
+            ),
+            messages=table(
+                "messages",
+                sa.Column("session_key", KEY, primary_key=True),
+                sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
+                sa.Column("digest", DIGEST, nullable=False),
+                sa.Column("body", JSON_TEXT, nullable=False),
+            ),
+            collections=table(
+                "collections",
+                sa.Column("collection_key", KEY, primary_key=True),
+                sa.Column("name", ID_TEXT, nullable=False),
+                sa.Column("dimension", sa.Integer, nullable=True),
+                sa.Column("metric", sa.String(16), nullable=False),
+                sa.Column("version", sa.BigInteger, nullable=False),
+                sa.Column("generation", sa.BigInteger, nullable=False),  # bumped by clear(): reload everything
+            ),
+            vectors=vectors,
+        )
+
+
+def create_tables(connection: Connection, tables: Tables, wanted: Sequence[sa.Table]) -> None:
+    """Create `wanted` and the meta table if missing, then check the stored schema version.
+
+    Idempotent. When several processes race to create the same tables, the losers fail with a duplicate-table
+    error; the caller runs this again (`Work(ddl=True)` is retried) and the re-check then finds them.
+    """
+    schema = tables.meta.schema
+    if schema is not None and connection.dialect.name == "postgresql":
+        connection.execute(sa.schema.CreateSchema(schema, if_not_exists=True))
+    tables.meta.metadata.create_all(connection, tables=[tables.meta, *wanted], checkfirst=True)
+    connection.execute(insert_ignoring(connection, tables.meta, {"name": "schema_version", "value": SCHEMA_VERSION}))
+    stored = connection.execute(
+        sa.select(tables.meta.c.value).where(tables.meta.c.name == "schema_version")
+    ).scalar_one()
+    if stored != SCHEMA_VERSION:
+        raise CorruptMemoryError(
+            f"tables {tables.meta.name.removesuffix('meta')}* have schema version {stored}; "
+            f"this memwoven reads version {SCHEMA_VERSION}"
+        )
+
+
+def insert_ignoring(connection: Connection, table: sa.Table, values: Mapping[str, Any]) -> sa.Executable:
+    """INSERT one row unless its primary key exists (then nothing changes; on MariaDB/MySQL the row is locked)."""
+    dialect = connection.dialect.name
+    if dialect == "postgresql":
+        return postgresql_insert(table).values(values).on_conflict_do_nothing()
+    if dialect == "sqlite":
+        return sqlite_insert(table).values(values).on_conflict_do_nothing()
+    statement = mysql_insert(table).values(values)
+    first_key = table.primary_key.columns[0].name
+    return statement.on_duplicate_key_update({first_key: statement.inserted[first_key]})
+
+
+def upsert(connection: Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
+    """Insert `rows` or replace the rows with the same primary key: one statement, executed for many rows."""
+    dialect = connection.dialect.name
+    keys = [column.name for column in table.primary_key.columns]
+    replaced = [name for name in rows[0] if name not in keys]
+    statement: sa.Executable
+    if dialect in _MYSQL:
+        mysql_statement = mysql_insert(table)
+        statement = mysql_statement.on_duplicate_key_update({n: mysql_statement.inserted[n] for n in replaced})
+    else:
+        insert = postgresql_insert(table) if dialect == "postgresql" else sqlite_insert(table)
+        statement = insert.on_conflict_do_update(index_elements=keys, set_={n: insert.excluded[n] for n in replaced})
+    connection.execute(statement, rows)

@@ -1,0 +1,464 @@
+"""`SQLVectorMemory`: one collection of embedded documents in an SQL table, searched exactly in process.
+
+The table is the durable copy; each object searches a `VectorIndex` it keeps in step with it incrementally.
+Every write bumps the collection's `version` and stamps the rows it writes (upserts, and tombstones for
+deletes) with it, under the collection row's lock, so versions follow commit order. Before each read an object
+reads the collection row (one small query): if the version moved, it fetches only the rows stamped after the
+version it has seen and applies them; if the `generation` moved (someone cleared the collection), it reloads.
+Its own writes are applied to its index directly after they commit.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NamedTuple, TypeVar
+
+import numpy as np
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from memwoven.backends.sql._base import SQLBackend
+from memwoven.backends.sql._engine import Database, Work
+from memwoven.backends.sql._schema import Tables, check_identifier, create_tables, insert_ignoring, key_of, upsert
+from memwoven.contracts import CollectionInfo, DocumentsIn, Filter, Metric, VectorMemory, check_id, check_ids
+from memwoven.errors import CorruptMemoryError, DimensionMismatchError, InvalidInputError
+from memwoven.models import FrozenDict, ScoredDocument, VectorDocument, freeze_json
+from memwoven.vector_index import DocumentBatch, VectorIndex, check_dimension, check_metric, require_utf8
+
+__all__ = ["SQLVectorMemory", "list_collections"]
+
+T = TypeVar("T")
+_CHUNK = 500  # ids per DELETE ... IN (...) statement
+
+
+class _Collection(NamedTuple):
+    """The collection row: `version` moves on every write, `generation` on every clear."""
+
+    version: int
+    generation: int
+    dimension: int | None
+
+
+class _Changes(NamedTuple):
+    live: DocumentBatch
+    removed: list[str]
+
+
+def _dump_metadata(metadata: FrozenDict) -> str:
+    return json.dumps(metadata, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+class SQLVectorMemory(SQLBackend, VectorMemory):
+    """One named collection of documents in an SQL database, with exact top-k search.
+
+    `url_or_engine`, `table_prefix`, `schema` and the pool options are as for `SQLChatMemory`. The dimension
+    and metric are fixed by the first object that uses the collection (or its first store) and persisted;
+    opening it later with another dimension raises `DimensionMismatchError`, with another metric
+    `InvalidInputError` (on first use, since construction does not connect).
+    """
+
+    def __init__(
+        self,
+        url_or_engine: str | URL | Engine | AsyncEngine,
+        *,
+        collection: str = "default",
+        dimension: int | None = None,
+        metric: Metric = "cosine",
+        table_prefix: str = "memwoven_",
+        schema: str | None = None,
+        pool_size: int = 5,
+        pool_timeout: float = 30.0,
+        async_engine: AsyncEngine | None = None,
+    ) -> None:
+        self.collection = check_id(collection, "collection name")  # stored as data, keyed by its hash
+        self.metric = check_metric(metric)
+        self._wanted_dimension = check_dimension(dimension)
+        super().__init__(
+            url_or_engine,
+            table_prefix=table_prefix,
+            schema=schema,
+            pool_size=pool_size,
+            pool_timeout=pool_timeout,
+            async_engine=async_engine,
+        )
+        self._key = key_of(self.collection)
+        self._collections = self._tables.collections
+        self._vectors = self._tables.vectors
+        c, v = self._collections, self._vectors
+        newer = sa.and_(v.c.collection_key == c.c.collection_key, v.c.version > sa.bindparam("seen"))
+        self._changes_query = (  # built once: a refresh runs before every read
+            sa.select(c.c.name, c.c.version, c.c.generation, c.c.dimension)
+            .add_columns(v.c.doc_id, v.c.content, v.c.metadata, v.c.embedding, v.c.deleted)
+            .select_from(c.outerjoin(v, newer))
+            .where(c.c.collection_key == self._key)
+        )
+        self._lock = threading.Lock()  # guards the index and the state below; never held during I/O
+        self._index = VectorIndex(dimension, self.metric)
+        self._generation = -1  # (generation, version) of the stored collection the index reflects
+        self._seen = -1
+
+    def __repr__(self) -> str:
+        return (
+            f"SQLVectorMemory({self._options_repr()}, collection={self.collection!r}, "
+            f"dimension={self.dimension}, metric={self.metric!r})"
+        )
+
+    @property
+    def dimension(self) -> int | None:
+        """The embedding dimension (None until this object learns it from the collection or a store)."""
+        return self._index.dimension
+
+    # The API: each method validates, then runs one `Work` through the sync or the async engine -------------
+
+    def store(self, documents: DocumentsIn) -> None:
+        """Insert or replace documents by id, in one transaction."""
+        self._execute(self._store_work(documents))
+
+    def search(
+        self,
+        embedding: Sequence[float],
+        *,
+        top_k: int = 4,
+        threshold: float | None = None,
+        filter: Filter | None = None,
+    ) -> list[ScoredDocument]:
+        """Exact top-k search over the collection as stored."""
+        return self._execute(self._search_work(embedding, top_k, threshold, filter))
+
+    def get(self, ids: Iterable[str]) -> list[VectorDocument]:
+        """The documents with these ids, in the order asked."""
+        return self._execute(self._get_work(ids))
+
+    def delete(self, ids: Iterable[str]) -> None:
+        """Delete documents by id; unknown ids are ignored."""
+        self._execute(self._delete_work(ids))
+
+    def count(self) -> int:
+        """The number of stored documents."""
+        return self._execute(self._read_work(len))
+
+    def clear(self) -> None:
+        """Delete every document of the collection (its dimension and metric stay)."""
+        self._execute(self._clear_work())
+
+    def ids(self) -> list[str]:
+        """The ids of every stored document, sorted."""
+        return self._execute(self._read_work(_sorted_ids))
+
+    async def astore(self, documents: DocumentsIn) -> None:
+        """Async twin of `store`."""
+        await self._aexecute(self._store_work(documents))
+
+    async def asearch(
+        self,
+        embedding: Sequence[float],
+        *,
+        top_k: int = 4,
+        threshold: float | None = None,
+        filter: Filter | None = None,
+    ) -> list[ScoredDocument]:
+        """Async twin of `search`."""
+        return await self._aexecute(self._search_work(embedding, top_k, threshold, filter))
+
+    async def aget(self, ids: Iterable[str]) -> list[VectorDocument]:
+        """Async twin of `get`."""
+        return await self._aexecute(self._get_work(ids))
+
+    async def adelete(self, ids: Iterable[str]) -> None:
+        """Async twin of `delete`."""
+        await self._aexecute(self._delete_work(ids))
+
+    async def acount(self) -> int:
+        """Async twin of `count`."""
+        return await self._aexecute(self._read_work(len))
+
+    async def aclear(self) -> None:
+        """Async twin of `clear`."""
+        await self._aexecute(self._clear_work())
+
+    async def aids(self) -> list[str]:
+        """Async twin of `ids`."""
+        return await self._aexecute(self._read_work(_sorted_ids))
+
+    # Work ---------------------------------------------------------------------------------------------------
+
+    def _setup_work(self) -> list[Work[Any, Any]]:
+        tables = [self._collections, self._vectors]
+        return [
+            Work(lambda c: create_tables(c, self._tables, tables), _ignore, write=True, ddl=True),
+            Work(self._open_collection, self._opened, write=True),
+        ]
+
+    def _read_work(self, read: Callable[[VectorIndex], T]) -> Work[None, T]:
+        """Bring the index up to date with the table, then `read` it."""
+
+        def done(_: None) -> T:
+            with self._lock:
+                return read(self._index)
+
+        return Work(self._refresh, done)
+
+    def _search_work(
+        self, embedding: Sequence[float], top_k: int, threshold: float | None, filter: Filter | None
+    ) -> Work[None, list[ScoredDocument]]:
+        return self._read_work(lambda index: index.search(embedding, top_k=top_k, threshold=threshold, filter=filter))
+
+    def _get_work(self, ids: Iterable[str]) -> Work[None, list[VectorDocument]]:
+        wanted = check_ids(ids)
+        return self._read_work(lambda index: index.get(wanted))
+
+    def _store_work(self, documents: DocumentsIn) -> Work[Any, None]:
+        batch = self._index.prepare(documents)  # validated before anything is written
+        require_utf8(batch)
+        if self._db.dialect == "postgresql" and any("\x00" in content for content in batch.contents):
+            raise InvalidInputError("PostgreSQL text cannot hold NUL characters (document content)")
+        if not batch.ids:
+            return Work(_ignore, _ignore)
+        dimension = int(batch.vectors.shape[1])
+        vectors = batch.vectors.astype("<f4", copy=False)
+        rows = [
+            {
+                "collection_key": self._key,
+                "doc_key": key_of(doc_id),
+                "doc_id": doc_id,
+                "content": content,
+                "metadata": _dump_metadata(metadata),
+                "embedding": vector.tobytes(),
+                "deleted": False,
+            }
+            for doc_id, content, metadata, vector in zip(batch.ids, batch.contents, batch.metadata, vectors)
+        ]
+
+        def run(connection: Connection) -> _Collection:
+            state = self._bump(connection)
+            if state.dimension is None:
+                connection.execute(self._collection_update().values(dimension=dimension))
+            elif state.dimension != dimension:
+                raise DimensionMismatchError(
+                    f"embedding has dimension {dimension}, collection {self.collection!r} has {state.dimension}"
+                )
+            upsert(connection, self._vectors, [{**row, "version": state.version} for row in rows])
+            return state._replace(dimension=dimension)
+
+        return Work(run, lambda state: self._applied(state, lambda index: index.upsert(batch)), write=True)
+
+    def _delete_work(self, ids: Iterable[str]) -> Work[Any, None]:
+        unique = list(dict.fromkeys(check_ids(ids)))
+        if not unique:
+            return Work(_ignore, _ignore)
+        keys = [key_of(doc_id) for doc_id in unique]
+        vectors = self._vectors
+
+        def run(connection: Connection) -> _Collection:
+            state = self._bump(connection)
+            for start in range(0, len(keys), _CHUNK):
+                connection.execute(
+                    sa.update(vectors)
+                    .where(
+                        vectors.c.collection_key == self._key,
+                        vectors.c.doc_key.in_(keys[start : start + _CHUNK]),
+                        sa.not_(vectors.c.deleted),
+                    )
+                    .values(deleted=True, version=state.version, content="", metadata="{}", embedding=b"")
+                )
+            return state
+
+        return Work(run, lambda state: self._applied(state, lambda index: index.remove(unique)), write=True)
+
+    def _clear_work(self) -> Work[_Collection, None]:
+        def run(connection: Connection) -> _Collection:
+            state = self._bump(connection, clear=True)
+            connection.execute(sa.delete(self._vectors).where(self._vectors.c.collection_key == self._key))
+            return state
+
+        return Work(run, lambda state: self._applied(state, VectorIndex.clear, cleared=True), write=True)
+
+    # Helpers run inside a transaction -----------------------------------------------------------------------
+
+    def _collection_update(self) -> sa.Update:
+        return sa.update(self._collections).where(self._collections.c.collection_key == self._key)
+
+    def _read_collection(self, connection: Connection, *, check_documents: bool = False) -> _Collection:
+        """The collection row; with `check_documents`, also refuse a never-written row over existing documents."""
+        c = self._collections
+        columns: list[Any] = [c.c.name, c.c.version, c.c.generation, c.c.dimension]
+        if check_documents:
+            # In the same statement, hence the same snapshot: another writer's documents and its version bump
+            # commit together, so documents under version 0 can only mean the row was lost.
+            columns.append(sa.exists().where(self._vectors.c.collection_key == self._key).label("has_documents"))
+        row = connection.execute(sa.select(*columns).where(c.c.collection_key == self._key)).first()
+        if row is None:
+            raise CorruptMemoryError(f"collection {self.collection!r}: its row in {c.name} is missing")
+        if row.name != self.collection:
+            raise CorruptMemoryError(f"collection {self.collection!r}: its row holds the name {row.name[:80]!r}")
+        if check_documents and int(row.version) == 0 and row.has_documents:
+            raise CorruptMemoryError(f"collection {self.collection!r}: its row in {c.name} was deleted or reset")
+        return _Collection(int(row.version), int(row.generation), row.dimension)
+
+    def _open_collection(self, connection: Connection) -> _Collection:
+        """Create the collection row if missing; check its metric and dimension against this object's."""
+        c = self._collections
+        connection.execute(
+            insert_ignoring(
+                connection,
+                c,
+                {
+                    "collection_key": self._key,
+                    "name": self.collection,
+                    "dimension": self._wanted_dimension,
+                    "metric": self.metric,
+                    "version": 0,
+                    "generation": 0,
+                },
+            )
+        )
+        metric = connection.execute(sa.select(c.c.metric).where(c.c.collection_key == self._key)).scalar_one()
+        if metric != self.metric:
+            raise InvalidInputError(f"collection {self.collection!r} uses the {metric!r} metric, not {self.metric!r}")
+        state = self._read_collection(connection, check_documents=True)  # every write bumps the version
+        wanted = self._wanted_dimension
+        if wanted is not None and state.dimension is None:
+            connection.execute(self._collection_update().values(dimension=wanted))
+            state = state._replace(dimension=wanted)
+        elif wanted is not None and state.dimension != wanted:
+            raise DimensionMismatchError(
+                f"collection {self.collection!r} has dimension {state.dimension}, not {wanted}"
+            )
+        return state
+
+    def _bump(self, connection: Connection, *, clear: bool = False) -> _Collection:
+        """Take the collection's write lock by bumping its version (a write first, on every database)."""
+        c = self._collections
+        changes: dict[str, Any] = {"version": c.c.version + 1}
+        if clear:
+            changes["generation"] = c.c.generation + 1
+        connection.execute(self._collection_update().values(**changes))
+        return self._read_collection(connection)
+
+    def _refresh(self, connection: Connection) -> None:
+        """Apply to the index what changed in the table since the version it reflects.
+
+        Usually one statement (one round trip, one consistent snapshot): the collection row joined with the rows
+        written after the version this index has seen (an index range scan). When `clear()` moved the generation
+        meanwhile, a second statement reloads every live row.
+        """
+        c, v = self._collections, self._vectors
+        columns = (v.c.doc_id, v.c.content, v.c.metadata, v.c.embedding, v.c.deleted)
+        while True:
+            with self._lock:
+                base = (self._generation, self._seen)
+            rows = connection.execute(self._changes_query, {"seen": base[1]}).all()
+            if not rows:
+                raise CorruptMemoryError(f"collection {self.collection!r}: its row in {c.name} is missing")
+            head = rows[0]
+            if head.name != self.collection:
+                raise CorruptMemoryError(f"collection {self.collection!r}: its row holds the name {head.name[:80]!r}")
+            stored = _Collection(int(head.version), int(head.generation), head.dimension)
+            if base >= (stored.generation, stored.version):
+                return
+            reload = base[0] != stored.generation
+            found: Sequence[Any] = [row for row in rows if row.doc_id is not None]
+            if reload:
+                live = sa.select(*columns).where(v.c.collection_key == self._key, sa.not_(v.c.deleted))
+                found = connection.execute(live).all()
+            changes = self._decode(found, stored.dimension)
+            with self._lock:
+                if (self._generation, self._seen) != base:
+                    continue  # another call moved the index meanwhile; look again
+                index = VectorIndex(stored.dimension, self.metric) if reload else self._index
+                index.remove(changes.removed)
+                index.upsert(changes.live)
+                self._index = index
+                self._generation, self._seen = stored.generation, stored.version
+                return
+
+    def _decode(self, rows: Sequence[Any], dimension: int | None) -> _Changes:
+        ids: list[str] = []
+        contents: list[str] = []
+        metadata: list[FrozenDict] = []
+        blobs: list[bytes] = []
+        removed: list[str] = []
+        for row in rows:
+            if row.deleted:
+                removed.append(row.doc_id)
+                continue
+            blob = bytes(row.embedding)
+            if dimension is None or len(blob) != 4 * dimension:
+                raise CorruptMemoryError(
+                    f"collection {self.collection!r}: document {row.doc_id!r} has a {len(blob)}-byte embedding, "
+                    f"expected {dimension} float32 values"
+                )
+            try:
+                meta = json.loads(row.metadata)
+                if not isinstance(meta, dict):
+                    raise ValueError("not a JSON object")
+                metadata.append(freeze_json(meta))
+            except ValueError as error:
+                raise CorruptMemoryError(
+                    f"collection {self.collection!r}: document {row.doc_id!r} has unreadable metadata ({error})"
+                ) from None
+            ids.append(row.doc_id)
+            contents.append(row.content)
+            blobs.append(blob)
+        # A read-only view of the joined bytes (no copy on little-endian machines): the index copies the rows in.
+        joined = np.frombuffer(b"".join(blobs), dtype="<f4").astype(np.float32, copy=False)
+        vectors = joined.reshape(len(ids), dimension or 0)
+        return _Changes(DocumentBatch(ids, contents, metadata, vectors), removed)
+
+    # After commit -------------------------------------------------------------------------------------------
+
+    def _opened(self, state: _Collection) -> None:
+        with self._lock:
+            self._learn_dimension(state.dimension)
+            if state.version == 0 and self._seen < 0:  # never written: the empty index is up to date
+                self._generation, self._seen = state.generation, state.version
+
+    def _applied(self, state: _Collection, change: Callable[[VectorIndex], object], *, cleared: bool = False) -> None:
+        """Apply this object's committed write to its index, if the index was current just before it."""
+        with self._lock:
+            self._learn_dimension(state.dimension)
+            before = (state.generation - cleared, state.version - 1)
+            if (self._generation, self._seen) == before:
+                change(self._index)
+                self._generation, self._seen = state.generation, state.version
+
+    def _learn_dimension(self, dimension: int | None) -> None:
+        """Give a still dimensionless (hence empty) index the collection's dimension."""
+        if dimension is not None and self._index.dimension is None:
+            self._index = VectorIndex(dimension, self.metric)
+
+
+def list_collections(
+    url_or_engine: str | URL | Engine, *, table_prefix: str = "memwoven_", schema: str | None = None
+) -> list[CollectionInfo]:
+    """The collections stored under `table_prefix` (and `schema`) in the database, sorted by name.
+
+    Read-only: creates no table, and no file for an SQLite database that does not exist yet.
+    """
+    tables = Tables.build(
+        check_identifier(table_prefix, "table_prefix"), None if schema is None else check_identifier(schema, "schema")
+    )
+    database = Database(url_or_engine)
+    c = tables.collections
+    try:
+        sqlite_file = database._sqlite_file
+        if sqlite_file is not None and not sqlite_file.exists():
+            return []
+        with database.translated(), database.engine.connect() as connection:
+            if not sa.inspect(connection).has_table(c.name, schema=c.schema):
+                return []
+            rows = connection.execute(sa.select(c.c.name, c.c.metric, c.c.dimension)).all()
+    finally:
+        database.close()
+    return sorted(CollectionInfo(row.name, check_metric(row.metric), row.dimension) for row in rows)
+
+
+def _ignore(_: object) -> None:
+    return None
+
+
+def _sorted_ids(index: VectorIndex) -> list[str]:
+    return sorted(index.ids)

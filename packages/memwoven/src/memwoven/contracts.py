@@ -1,0 +1,414 @@
+"""The two storage contracts, `ChatMemory` and `VectorMemory`, and the validation every backend shares.
+
+A backend implements the sync methods marked abstract. The async twins default to running the sync method off
+the event loop (`asyncio.to_thread`); backends whose driver is natively async override them. The numbered
+invariants (CM1-CM9, VM1-VM8) are documented in docs/contracts.md and tested by `memwoven.testing`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal, NamedTuple, TypeVar
+
+from memwoven.errors import ConcurrentModificationError, InvalidInputError
+from memwoven.models import Message, ScoredDocument, VectorDocument
+
+__all__ = [
+    "ChatMemory",
+    "ChatSession",
+    "CollectionInfo",
+    "History",
+    "Metric",
+    "VectorMemory",
+    "check_id",
+    "check_ids",
+    "next_version",
+]
+
+Metric = Literal["cosine", "dot"]
+MessagesIn = Iterable[Message | Mapping[str, Any]]
+DocumentsIn = Iterable[VectorDocument | Mapping[str, Any]]
+Filter = Mapping[str, Any]
+
+MAX_ID_BYTES = 65_536
+OPTIMISTIC_TRIES = 2  # conflicts after which a backend with a write lock runs `update` under it
+_T = TypeVar("_T")
+_Self = TypeVar("_Self", bound="_Closable")
+
+
+def check_id(value: object, what: str = "session id") -> str:
+    """Return `value` if it is a usable id: a non-empty string, valid UTF-8, no NUL, at most 64 KiB."""
+    if not isinstance(value, str):
+        raise InvalidInputError(f"{what} must be a str, got {type(value).__name__}")
+    if not value:
+        raise InvalidInputError(f"{what} cannot be empty")
+    if "\x00" in value:
+        raise InvalidInputError(f"{what} cannot contain NUL characters")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidInputError(f"{what} is not valid Unicode (it contains a lone surrogate)") from None
+    if size > MAX_ID_BYTES:
+        raise InvalidInputError(f"{what} is {size} bytes long; the limit is {MAX_ID_BYTES}")
+    return value
+
+
+def check_ids(ids: Iterable[str], what: str = "document id") -> list[str]:
+    """Validate a collection of ids (a lone string is refused: it would iterate as characters)."""
+    if isinstance(ids, (str, bytes)):
+        raise InvalidInputError(f"expected a list of {what}s, got a single {type(ids).__name__}")
+    return [check_id(value, what) for value in ids]
+
+
+def _backoff(attempt: int) -> float:
+    """Seconds to wait after the `attempt`-th conflict of `update`: random, growing, capped at 0.2 s.
+
+    Without it, writers that keep colliding retry in lockstep and some run out of retries.
+    """
+    return random.uniform(0, min(0.2, 0.001 * 2**attempt))
+
+
+def next_version(current: int) -> int:
+    """The version a session gets on its next write: strictly greater than `current`.
+
+    Versions are time-based so that a session cleared and re-created never reuses an old version number (no
+    ABA: a writer holding a version from before the clear cannot overwrite the new history).
+    """
+    return max(current + 1, time.time_ns())
+
+
+class History(NamedTuple):
+    """A session's messages together with the version they were read at (0 for an unknown session)."""
+
+    messages: list[Message]
+    version: int
+
+
+class CollectionInfo(NamedTuple):
+    """A stored vector collection, as listed by `memwoven.urls.vector_collections`: its name, metric and dimension
+    (None until its first store fixes it)."""
+
+    name: str
+    metric: Metric
+    dimension: int | None
+
+
+class _Closable:
+    """Close and context-manager support shared by every backend."""
+
+    def close(self) -> None:
+        """Release connections and files. The default does nothing."""
+
+    async def aclose(self) -> None:
+        """Async twin of `close`."""
+        await asyncio.to_thread(self.close)
+
+    def __enter__(self: _Self) -> _Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self: _Self) -> _Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+class ChatMemory(_Closable, ABC):
+    """Ordered chat histories keyed by session id. `save` replaces a whole history atomically.
+
+    One object serves any number of sessions over one connection pool; `session(id)` gives a bound view.
+    """
+
+    @abstractmethod
+    def load_versioned(self, session_id: str) -> History:
+        """Return a snapshot of the session's messages and the version they were read at."""
+
+    @abstractmethod
+    def save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
+        """Replace the session's whole history atomically and return its new version.
+
+        With `expected_version`, raise `ConcurrentModificationError` unless the stored version still matches.
+        Saving an empty list removes the session.
+        """
+
+    @abstractmethod
+    def append(self, session_id: str, messages: MessagesIn) -> int:
+        """Atomically add `messages` at the end of the session and return its new version."""
+
+    @abstractmethod
+    def sessions(self) -> list[str]:
+        """List the ids of the stored (non-empty) sessions, sorted."""
+
+    def load(self, session_id: str) -> list[Message]:
+        """Return a snapshot of the session's messages, in saved order ([] for an unknown session)."""
+        return self.load_versioned(session_id).messages
+
+    def clear(self, session_id: str) -> None:
+        """Remove the session and all its messages."""
+        self.save(session_id, [])
+
+    def update(self, session_id: str, change: Callable[[list[Message]], MessagesIn], *, retries: int = 16) -> int:
+        """Read-modify-write a session under its optimistic version, retrying on conflict (with random backoff).
+
+        A backend with a per-session write lock (`_update_locked`) switches to it after `OPTIMISTIC_TRIES`
+        conflicts, so a busy session cannot starve the update; `retries` at or below that stays optimistic.
+        """
+        locked = self._has_update_lock() and retries > OPTIMISTIC_TRIES
+        version = self._try_update(session_id, change, OPTIMISTIC_TRIES if locked else retries, _backoff)
+        if version is not None:
+            return version
+        if locked:
+            return self._update_locked(session_id, change)
+        raise ConcurrentModificationError(f"session {session_id!r} kept changing; gave up after {retries} tries")
+
+    def _try_update(
+        self,
+        session_id: str,
+        change: Callable[[list[Message]], MessagesIn],
+        tries: int,
+        pause: Callable[[int], float],
+    ) -> int | None:
+        """Up to `tries` optimistic read-modify-writes, sleeping `pause(attempt)` after each conflict: the new
+        version, or None if every try conflicted."""
+        for attempt in range(tries):
+            messages, version = self.load_versioned(session_id)
+            try:
+                return self.save(session_id, change(messages), expected_version=version)
+            except ConcurrentModificationError:
+                time.sleep(pause(attempt))
+        return None
+
+    def _has_update_lock(self) -> bool:
+        """Whether this backend overrides `_update_locked` (and `_aupdate_locked`)."""
+        return type(self)._update_locked is not ChatMemory._update_locked
+
+    def _update_locked(self, session_id: str, change: Callable[[list[Message]], MessagesIn]) -> int:
+        """Run `change` and write its result while holding the session's write lock (backends that have one)."""
+        raise NotImplementedError
+
+    async def _aupdate_locked(
+        self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
+    ) -> int:
+        """Async twin of `_update_locked`; `change` may be a coroutine function."""
+        raise NotImplementedError
+
+    def session(self, session_id: str) -> ChatSession:
+        """A view of one session with the per-session shape: `load()`, `save(messages)`, ..."""
+        return ChatSession(self, check_id(session_id))
+
+    async def aload_versioned(self, session_id: str) -> History:
+        """Async twin of `load_versioned`."""
+        return await asyncio.to_thread(self.load_versioned, session_id)
+
+    async def asave(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
+        """Async twin of `save`."""
+        return await asyncio.to_thread(self.save, session_id, messages, expected_version=expected_version)
+
+    async def aappend(self, session_id: str, messages: MessagesIn) -> int:
+        """Async twin of `append`."""
+        return await asyncio.to_thread(self.append, session_id, messages)
+
+    async def asessions(self) -> list[str]:
+        """Async twin of `sessions`."""
+        return await asyncio.to_thread(self.sessions)
+
+    async def aload(self, session_id: str) -> list[Message]:
+        """Async twin of `load`."""
+        return (await self.aload_versioned(session_id)).messages
+
+    async def aclear(self, session_id: str) -> None:
+        """Async twin of `clear`."""
+        await self.asave(session_id, [])
+
+    async def aupdate(
+        self,
+        session_id: str,
+        change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]],
+        *,
+        retries: int = 16,
+    ) -> int:
+        """Async twin of `update`; `change` may be a coroutine function."""
+        locked = self._has_update_lock() and retries > OPTIMISTIC_TRIES
+        version = await self._atry_update(session_id, change, OPTIMISTIC_TRIES if locked else retries, _backoff)
+        if version is not None:
+            return version
+        if locked:
+            return await self._aupdate_locked(session_id, change)
+        raise ConcurrentModificationError(f"session {session_id!r} kept changing; gave up after {retries} tries")
+
+    async def _atry_update(
+        self,
+        session_id: str,
+        change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]],
+        tries: int,
+        pause: Callable[[int], float],
+    ) -> int | None:
+        """Async twin of `_try_update`; `change` may be a coroutine function."""
+        for attempt in range(tries):
+            messages, version = await self.aload_versioned(session_id)
+            new = change(messages)
+            if isinstance(new, Awaitable):
+                new = await new
+            try:
+                return await self.asave(session_id, new, expected_version=version)
+            except ConcurrentModificationError:
+                await asyncio.sleep(pause(attempt))
+        return None
+
+
+class ChatSession:
+    """One session of a `ChatMemory`: the same operations without the session id argument."""
+
+    def __init__(self, memory: ChatMemory, session_id: str) -> None:
+        self.memory = memory
+        self.session_id = session_id
+
+    def __repr__(self) -> str:
+        return f"ChatSession({self.memory!r}, {self.session_id!r})"
+
+    def load(self) -> list[Message]:
+        """Return the session's messages."""
+        return self.memory.load(self.session_id)
+
+    def load_versioned(self) -> History:
+        """Return the session's messages and version."""
+        return self.memory.load_versioned(self.session_id)
+
+    def save(self, messages: MessagesIn, *, expected_version: int | None = None) -> int:
+        """Replace the session's history."""
+        return self.memory.save(self.session_id, messages, expected_version=expected_version)
+
+    def append(self, messages: MessagesIn) -> int:
+        """Append to the session's history."""
+        return self.memory.append(self.session_id, messages)
+
+    def clear(self) -> None:
+        """Remove the session."""
+        self.memory.clear(self.session_id)
+
+    def update(self, change: Callable[[list[Message]], MessagesIn], *, retries: int = 16) -> int:
+        """Read-modify-write the session under its optimistic version."""
+        return self.memory.update(self.session_id, change, retries=retries)
+
+    async def aload(self) -> list[Message]:
+        """Async twin of `load`."""
+        return await self.memory.aload(self.session_id)
+
+    async def aload_versioned(self) -> History:
+        """Async twin of `load_versioned`."""
+        return await self.memory.aload_versioned(self.session_id)
+
+    async def asave(self, messages: MessagesIn, *, expected_version: int | None = None) -> int:
+        """Async twin of `save`."""
+        return await self.memory.asave(self.session_id, messages, expected_version=expected_version)
+
+    async def aappend(self, messages: MessagesIn) -> int:
+        """Async twin of `append`."""
+        return await self.memory.aappend(self.session_id, messages)
+
+    async def aclear(self) -> None:
+        """Async twin of `clear`."""
+        await self.memory.aclear(self.session_id)
+
+
+class VectorMemory(_Closable, ABC):
+    """One collection of embedded documents with one fixed dimension and metric.
+
+    `store` upserts by id; `search` returns at most `top_k` hits sorted by score descending (ties by id), keeping
+    only scores strictly above `threshold`. With the cosine metric scores lie in [-1, 1].
+    """
+
+    metric: Metric = "cosine"
+
+    @property
+    @abstractmethod
+    def dimension(self) -> int | None:
+        """The embedding dimension, or None until the first store fixes it."""
+
+    @abstractmethod
+    def store(self, documents: DocumentsIn) -> None:
+        """Insert or replace documents by id."""
+
+    @abstractmethod
+    def search(
+        self,
+        embedding: Sequence[float],
+        *,
+        top_k: int = 4,
+        threshold: float | None = None,
+        filter: Filter | None = None,
+    ) -> list[ScoredDocument]:
+        """Return the `top_k` documents most similar to `embedding` whose metadata matches `filter`."""
+
+    @abstractmethod
+    def get(self, ids: Iterable[str]) -> list[VectorDocument]:
+        """Return the documents with these ids, in the order asked, skipping unknown ids."""
+
+    @abstractmethod
+    def delete(self, ids: Iterable[str]) -> None:
+        """Delete documents by id; unknown ids are ignored."""
+
+    @abstractmethod
+    def count(self) -> int:
+        """The number of stored documents."""
+
+    @abstractmethod
+    def clear(self) -> None:
+        """Delete every document of the collection."""
+
+    def ids(self) -> list[str]:
+        """The ids of every stored document, sorted: with `get`, the way to read a whole collection (VM8).
+
+        This default finds them with one search over the whole collection (`top_k=count()`), which lists every
+        document on a backend whose search is exact; the built-in backends override it with a direct listing.
+        """
+        total, dimension = self.count(), self.dimension
+        if total == 0 or dimension is None:
+            return []
+        probe = [1.0] + [0.0] * (dimension - 1)  # any non-zero query: only the set of hits matters
+        return sorted(hit.document.id for hit in self.search(probe, top_k=total))
+
+    async def astore(self, documents: DocumentsIn) -> None:
+        """Async twin of `store`."""
+        await asyncio.to_thread(self.store, documents)
+
+    async def asearch(
+        self,
+        embedding: Sequence[float],
+        *,
+        top_k: int = 4,
+        threshold: float | None = None,
+        filter: Filter | None = None,
+    ) -> list[ScoredDocument]:
+        """Async twin of `search`."""
+        return await asyncio.to_thread(self.search, embedding, top_k=top_k, threshold=threshold, filter=filter)
+
+    async def aget(self, ids: Iterable[str]) -> list[VectorDocument]:
+        """Async twin of `get`."""
+        return await asyncio.to_thread(self.get, ids)
+
+    async def adelete(self, ids: Iterable[str]) -> None:
+        """Async twin of `delete`."""
+        await asyncio.to_thread(self.delete, ids)
+
+    async def acount(self) -> int:
+        """Async twin of `count`."""
+        return await asyncio.to_thread(self.count)
+
+    async def aclear(self) -> None:
+        """Async twin of `clear`."""
+        await asyncio.to_thread(self.clear)
+
+    async def aids(self) -> list[str]:
+        """Async twin of `ids`."""
+        return await asyncio.to_thread(self.ids)

@@ -1,0 +1,326 @@
+"""`EmbedFn`: text -> vector, deterministically. Plus an offline hashing embedder and a caching wrapper.
+
+Invariants (tested by `memwoven.testing.EmbedFnContract`): E1 the same input gives the same vector; E2 no side
+effects beyond caching; E3 a failure raises (`EmbeddingError`), never an empty or partial vector.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import re
+import sqlite3
+import threading
+import unicodedata
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memwoven.errors import EmbeddingError, InvalidInputError
+
+__all__ = ["CachedEmbedFn", "EmbedFn", "HashingEmbedFn", "embed_fn_from_callable"]
+
+
+def _check_texts(texts: Sequence[str]) -> list[str]:
+    if isinstance(texts, str):
+        raise InvalidInputError("embed_many takes a list of texts, got a single string")
+    result = list(texts)
+    for position, text in enumerate(result):
+        if not isinstance(text, str):
+            raise InvalidInputError(f"text {position} is a {type(text).__name__}, not a str")
+    return result
+
+
+def _check_vectors(vectors: Any, count: int, dimension: int | None, source: str) -> list[list[float]]:
+    """Validate what an embedder returned: `count` finite, non-empty vectors of one dimension (E3)."""
+    try:
+        rows = [[float(x) for x in vector] for vector in vectors]
+    except (TypeError, ValueError) as error:
+        raise EmbeddingError(f"{source} returned something that is not a list of vectors ({error})") from None
+    if len(rows) != count:
+        raise EmbeddingError(f"{source} returned {len(rows)} vectors for {count} texts")
+    for row in rows:
+        if not row:
+            raise EmbeddingError(f"{source} returned an empty vector")
+        if dimension is not None and len(row) != dimension:
+            raise EmbeddingError(f"{source} returned a vector of dimension {len(row)}, expected {dimension}")
+        if not all(map(math.isfinite, row)):
+            raise EmbeddingError(f"{source} returned a vector with NaN or infinity")
+    return rows
+
+
+class EmbedFn(ABC):
+    """Turns text into a vector of a known `dimension`. Call it like a function, or batch with `embed_many`."""
+
+    @property
+    @abstractmethod
+    def dimension(self) -> int:
+        """The length of every vector this function returns."""
+
+    @property
+    def model_id(self) -> str:
+        """What identifies this function's vectors (for caches): vectors from equal ids are interchangeable."""
+        return f"{type(self).__name__}:{self.dimension}"
+
+    @abstractmethod
+    def embed_many(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embed a batch of texts, one vector per text, in order."""
+
+    def embed(self, text: str) -> list[float]:
+        """Embed one text."""
+        return self.embed_many([text])[0]
+
+    def __call__(self, text: str) -> list[float]:
+        """Embed one text (an `EmbedFn` is a plain `text -> vector` callable too)."""
+        return self.embed(text)
+
+    async def aembed_many(self, texts: Sequence[str]) -> list[list[float]]:
+        """Async twin of `embed_many` (runs off the event loop by default)."""
+        return await asyncio.to_thread(self.embed_many, _check_texts(texts))
+
+    async def aembed(self, text: str) -> list[float]:
+        """Async twin of `embed`."""
+        return (await self.aembed_many([text]))[0]
+
+
+_TOKEN = re.compile(r"\w+", re.UNICODE)
+
+
+class HashingEmbedFn(EmbedFn):
+    """A deterministic, offline, lexical embedder: feature hashing of words and character n-grams.
+
+    Each lower-cased word and each character n-gram of `<word>` is hashed (BLAKE2b, so vectors are the same in
+    every process) to a signed position; the sum is L2-normalized. Texts sharing words or word pieces get high
+    cosine similarity. No model, no network: it lets the whole library and its tests run anywhere.
+    """
+
+    def __init__(self, dimension: int = 384, *, ngram: int = 3, ngram_weight: float = 0.5) -> None:
+        if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 2:
+            raise InvalidInputError(f"dimension must be an int >= 2, got {dimension!r}")
+        if ngram < 1:
+            raise InvalidInputError("ngram must be at least 1")
+        self._dimension = dimension
+        self._ngram = ngram
+        self._ngram_weight = ngram_weight
+        self._slots: dict[str, tuple[int, float]] = {}
+
+    def __repr__(self) -> str:
+        return f"HashingEmbedFn(dimension={self._dimension}, ngram={self._ngram})"
+
+    @property
+    def dimension(self) -> int:
+        """The vector length."""
+        return self._dimension
+
+    @property
+    def model_id(self) -> str:
+        """Identity of the vectors: the algorithm and its parameters."""
+        return f"hashing-v1:{self._dimension}:{self._ngram}:{self._ngram_weight}"
+
+    def embed_many(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embed texts by feature hashing."""
+        return [self._embed(text).tolist() for text in _check_texts(texts)]
+
+    def _slot(self, feature: str) -> tuple[int, float]:
+        slot = self._slots.get(feature)
+        if slot is None:
+            digest = int.from_bytes(
+                hashlib.blake2b(feature.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "big"
+            )
+            slot = (digest % self._dimension, 1.0 if digest >> 63 else -1.0)
+            if len(self._slots) < 1_000_000:
+                self._slots[feature] = slot
+        return slot
+
+    def _features(self, text: str) -> list[tuple[str, float]]:
+        words = _TOKEN.findall(unicodedata.normalize("NFKC", text).casefold())
+        features = [("w:" + word, 1.0) for word in words]
+        n = self._ngram
+        for word in words:
+            padded = f"<{word}>"
+            features += [("c:" + padded[i : i + n], self._ngram_weight) for i in range(max(1, len(padded) - n + 1))]
+        return features or [("<empty>", 1.0)]
+
+    def _embed(self, text: str) -> np.ndarray[Any, np.dtype[np.float64]]:
+        features = self._features(text)
+        slots = [self._slot(feature) for feature, _ in features]
+        positions = np.fromiter((p for p, _ in slots), dtype=np.intp, count=len(slots))
+        weights = np.fromiter((s * w for (_, s), (_, w) in zip(slots, features)), dtype=np.float64, count=len(slots))
+        vector = np.zeros(self._dimension, dtype=np.float64)
+        np.add.at(vector, positions, weights)
+        norm = float(np.linalg.norm(vector))
+        if norm == 0.0:  # features cancelled out exactly; fall back to the first feature's slot
+            vector[positions[0]] = 1.0
+            return vector
+        vector /= norm
+        return vector
+
+
+class _CallableEmbedFn(EmbedFn):
+    def __init__(
+        self,
+        fn: Callable[[str], Sequence[float]],
+        dimension: int | None,
+        model_id: str | None,
+        batch_fn: Callable[[list[str]], Sequence[Sequence[float]]] | None,
+    ) -> None:
+        self._fn = fn
+        self._batch_fn = batch_fn
+        self._dimension = dimension
+        self._model_id = model_id or f"callable:{getattr(fn, '__qualname__', type(fn).__name__)}"
+
+    def __repr__(self) -> str:
+        return f"embed_fn_from_callable({self._fn!r}, dimension={self._dimension})"
+
+    @property
+    def dimension(self) -> int:
+        """The vector length (found by embedding a probe text if it was not given)."""
+        if self._dimension is None:
+            self.embed("dimension probe")
+        assert self._dimension is not None
+        return self._dimension
+
+    @property
+    def model_id(self) -> str:
+        """The identity given, or the callable's qualified name."""
+        return self._model_id
+
+    def embed_many(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embed through the batch callable if given, else one call per text."""
+        batch = _check_texts(texts)
+        try:
+            raw = self._batch_fn(batch) if self._batch_fn is not None else [self._fn(text) for text in batch]
+        except EmbeddingError:
+            raise
+        except Exception as error:
+            raise EmbeddingError(f"{self._model_id} failed: {error}") from error
+        vectors = _check_vectors(raw, len(batch), self._dimension, self._model_id)
+        if vectors and self._dimension is None:
+            self._dimension = len(vectors[0])
+            _check_vectors(vectors, len(batch), self._dimension, self._model_id)
+        return vectors
+
+
+def embed_fn_from_callable(
+    fn: Callable[[str], Sequence[float]],
+    *,
+    dimension: int | None = None,
+    model_id: str | None = None,
+    batch_fn: Callable[[list[str]], Sequence[Sequence[float]]] | None = None,
+) -> EmbedFn:
+    """Turn a plain `text -> vector` callable (and optionally a batch callable) into an `EmbedFn`.
+
+    Every result is checked (E3): an exception, an empty vector, NaN or a wrong dimension raise `EmbeddingError`.
+    """
+    if not callable(fn):
+        raise InvalidInputError("fn must be callable")
+    return _CallableEmbedFn(fn, dimension, model_id, batch_fn)
+
+
+class CachedEmbedFn(EmbedFn):
+    """Wraps an `EmbedFn` with an in-memory LRU cache and, optionally, a persistent SQLite cache at `path`.
+
+    Entries are keyed by the inner function's `model_id` and the SHA-256 of the text, so a cache file can be
+    shared by several models without mixing their vectors.
+    """
+
+    def __init__(self, inner: EmbedFn, *, max_entries: int = 10_000, path: str | Path | None = None) -> None:
+        self.inner = inner
+        self._max_entries = max_entries
+        self._memory: OrderedDict[bytes, list[float]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._path = Path(path) if path is not None else None
+        if self._path is not None:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            with self._connect() as db:
+                db.execute(
+                    "CREATE TABLE IF NOT EXISTS embeddings ("
+                    "model_id TEXT NOT NULL, text_sha256 BLOB NOT NULL, vector BLOB NOT NULL, "
+                    "PRIMARY KEY (model_id, text_sha256))"
+                )
+
+    def __repr__(self) -> str:
+        return f"CachedEmbedFn({self.inner!r}, max_entries={self._max_entries}, path={self._path})"
+
+    @property
+    def dimension(self) -> int:
+        """The inner function's dimension."""
+        return self.inner.dimension
+
+    @property
+    def model_id(self) -> str:
+        """The inner function's identity (cached vectors are the same vectors)."""
+        return self.inner.model_id
+
+    def embed_many(self, texts: Sequence[str]) -> list[list[float]]:
+        """Embed texts, computing only those in neither cache."""
+        batch = _check_texts(texts)
+        keys = [hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest() for text in batch]
+        found = self._lookup(keys)
+        first_position: dict[bytes, int] = {}
+        for position, key in enumerate(keys):
+            if key not in found:
+                first_position.setdefault(key, position)
+        missing = list(first_position.values())
+        if missing:
+            computed = _check_vectors(
+                self.inner.embed_many([batch[i] for i in missing]), len(missing), None, self.model_id
+            )
+            fresh = dict(zip((keys[i] for i in missing), computed))
+            self._remember(fresh)
+            found.update(fresh)
+        return [list(found[key]) for key in keys]
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        assert self._path is not None
+        db = sqlite3.connect(self._path, timeout=30)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            with db:  # commits, or rolls back on error
+                yield db
+        finally:
+            db.close()
+
+    def _lookup(self, keys: list[bytes]) -> dict[bytes, list[float]]:
+        found: dict[bytes, list[float]] = {}
+        with self._lock:
+            for key in keys:
+                vector = self._memory.get(key)
+                if vector is not None:
+                    self._memory.move_to_end(key)
+                    found[key] = vector
+        unknown = [key for key in dict.fromkeys(keys) if key not in found]
+        if unknown and self._path is not None:
+            with self._connect() as db:
+                for start in range(0, len(unknown), 500):
+                    chunk = unknown[start : start + 500]
+                    rows = db.execute(
+                        f"SELECT text_sha256, vector FROM embeddings WHERE model_id = ? "
+                        f"AND text_sha256 IN ({','.join('?' * len(chunk))})",
+                        [self.model_id, *chunk],
+                    ).fetchall()
+                    for key, blob in rows:
+                        found[bytes(key)] = np.frombuffer(blob, dtype="<f8").tolist()
+            self._remember({key: found[key] for key in unknown if key in found}, persist=False)
+        return found
+
+    def _remember(self, vectors: dict[bytes, list[float]], *, persist: bool = True) -> None:
+        with self._lock:
+            for key, vector in vectors.items():
+                self._memory[key] = vector
+                self._memory.move_to_end(key)
+            while len(self._memory) > self._max_entries:
+                self._memory.popitem(last=False)
+        if persist and vectors and self._path is not None:
+            with self._connect() as db:
+                db.executemany(
+                    "INSERT OR REPLACE INTO embeddings (model_id, text_sha256, vector) VALUES (?, ?, ?)",
+                    [(self.model_id, key, np.asarray(v, dtype="<f8").tobytes()) for key, v in vectors.items()],
+                )

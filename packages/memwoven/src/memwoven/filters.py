@@ -1,0 +1,131 @@
+"""Metadata filters: one small query language, evaluated identically by every backend.
+
+A filter is a JSON object. Each key names a metadata field and holds either a plain value (equality) or an
+object of operators, all of which must hold::
+
+    {"topic": "billing", "year": {"$gte": 2020, "$lt": 2025}, "$or": [{"lang": "en"}, {"lang": {"$exists": False}}]}
+
+Operators: `$eq`, `$ne`, `$in`, `$nin`, `$gt`, `$gte`, `$lt`, `$lte`, `$exists`, `$contains` (the field is a
+list holding the value); combinators `$and`, `$or` (lists of filters) and `$not` (a filter). Comparisons follow
+JSON types: `true` never equals `1`, and ordering applies only between two numbers or two strings. `$ne`/`$nin`
+match a missing field. An unknown operator raises `InvalidInputError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from memwoven.errors import InvalidInputError
+
+__all__ = ["Predicate", "compile_filter"]
+
+Predicate = Callable[[Mapping[str, Any]], bool]
+_MISSING = object()
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality: like ==, but booleans only equal booleans."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return bool(a == b)
+
+
+def _ordered(a: Any, b: Any) -> bool:
+    numbers = (int, float)
+    if isinstance(a, bool) or isinstance(b, bool):
+        return False
+    return (isinstance(a, numbers) and isinstance(b, numbers)) or (isinstance(a, str) and isinstance(b, str))
+
+
+def _list_operand(op: str, operand: Any) -> list[Any]:
+    if not isinstance(operand, list):
+        raise InvalidInputError(f"filter operator {op} needs a list, got {type(operand).__name__}")
+    return operand
+
+
+def _field_test(op: str, operand: Any) -> Callable[[Any], bool]:
+    """A test of one field's value (or _MISSING) for one operator."""
+    if op == "$eq":
+        return lambda v: v is not _MISSING and _same(v, operand)
+    if op == "$ne":
+        return lambda v: v is _MISSING or not _same(v, operand)
+    if op == "$in":
+        options = _list_operand(op, operand)
+        return lambda v: v is not _MISSING and any(_same(v, o) for o in options)
+    if op == "$nin":
+        options = _list_operand(op, operand)
+        return lambda v: v is _MISSING or not any(_same(v, o) for o in options)
+    if op == "$exists":
+        if not isinstance(operand, bool):
+            raise InvalidInputError("filter operator $exists needs true or false")
+        return lambda v: (v is not _MISSING) == operand
+    if op == "$contains":
+        return lambda v: isinstance(v, list) and any(_same(item, operand) for item in v)
+    comparisons: dict[str, Callable[[Any, Any], bool]] = {
+        "$gt": lambda a, b: a > b,
+        "$gte": lambda a, b: a >= b,
+        "$lt": lambda a, b: a < b,
+        "$lte": lambda a, b: a <= b,
+    }
+    if op in comparisons:
+        if not _ordered(operand, operand):
+            raise InvalidInputError(f"filter operator {op} needs a number or a string")
+        compare = comparisons[op]
+        return lambda v: v is not _MISSING and _ordered(v, operand) and compare(v, operand)
+    raise InvalidInputError(f"unknown filter operator {op!r}")
+
+
+def _field_predicate(field: str, condition: Any) -> Predicate:
+    if isinstance(condition, Mapping) and condition and all(str(k).startswith("$") for k in condition):
+        tests = [_field_test(op, operand) for op, operand in condition.items()]
+    elif isinstance(condition, Mapping) and any(str(k).startswith("$") for k in condition):
+        raise InvalidInputError(f"filter on {field!r} mixes operators and plain keys")
+    else:
+        tests = [_field_test("$eq", condition)]
+
+    def predicate(metadata: Mapping[str, Any]) -> bool:
+        value = metadata.get(field, _MISSING)
+        return all(test(value) for test in tests)
+
+    return predicate
+
+
+def _filter_list(op: str, operand: Any) -> list[Predicate]:
+    clauses = _list_operand(op, operand)
+    if not clauses:
+        raise InvalidInputError(f"filter operator {op} needs a non-empty list")
+    return [compile_filter(clause) for clause in clauses]
+
+
+def _every(predicates: list[Predicate]) -> Predicate:
+    return lambda metadata: all(p(metadata) for p in predicates)
+
+
+def _some(predicates: list[Predicate]) -> Predicate:
+    return lambda metadata: any(p(metadata) for p in predicates)
+
+
+def _negation(predicate: Predicate) -> Predicate:
+    return lambda metadata: not predicate(metadata)
+
+
+def compile_filter(spec: Mapping[str, Any]) -> Predicate:
+    """Validate `spec` and turn it into a predicate over a metadata object."""
+    if not isinstance(spec, Mapping):
+        raise InvalidInputError(f"a filter must be a JSON object, got {type(spec).__name__}")
+    predicates: list[Predicate] = []
+    for key, condition in spec.items():
+        if not isinstance(key, str):
+            raise InvalidInputError("filter keys must be strings")
+        if key == "$and":
+            predicates.append(_every(_filter_list(key, condition)))
+        elif key == "$or":
+            predicates.append(_some(_filter_list(key, condition)))
+        elif key == "$not":
+            predicates.append(_negation(compile_filter(condition)))
+        elif key.startswith("$"):
+            raise InvalidInputError(f"unknown filter operator {key!r}")
+        else:
+            predicates.append(_field_predicate(key, condition))
+    return predicates[0] if len(predicates) == 1 else _every(predicates)

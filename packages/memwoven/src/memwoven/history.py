@@ -1,0 +1,143 @@
+"""Sans-I/O pieces of chat storage shared by the persistent backends: encoding, digests, snapshots, diffing.
+
+A replace-all `save` costs O(change) because a backend only rewrites the messages after the longest prefix that
+is already stored. Messages are deeply immutable, so each backend object remembers the last snapshot it read or
+wrote of recent sessions. When the stored version still equals the remembered one, the unchanged prefix is
+found by comparing with the snapshot (`models.same_prefix`: exact equality, at C speed for the very objects the
+snapshot holds, without encoding anything); otherwise (another object wrote meanwhile) by comparing stored
+per-message digests with the new messages' (`stored_prefix`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
+
+from memwoven.contracts import MessagesIn
+from memwoven.errors import CorruptMemoryError, InvalidInputError
+from memwoven.models import Message, coerce_messages, same_prefix
+
+__all__ = [
+    "EMPTY",
+    "Edit",
+    "Snapshot",
+    "SnapshotCache",
+    "decode_message",
+    "digest",
+    "encode_message",
+    "prepare_edit",
+    "stored_prefix",
+]
+
+
+class Snapshot(NamedTuple):
+    """A session's messages at one version. Shared by every reader of the cache: never mutate `messages`
+    (a list rather than a tuple because comparing a caller's list with it then needs no conversion)."""
+
+    version: int
+    messages: list[Message]
+
+
+EMPTY = Snapshot(0, [])
+
+
+def encode_message(message: Message) -> str:
+    """The canonical JSON text of a message, exactly as stored (`InvalidInputError` if it has no UTF-8 form)."""
+    try:
+        return message.model_dump_json()
+    except PydanticSerializationError as error:  # a lone surrogate: valid in a Python str, not in UTF-8
+        raise InvalidInputError(f"a message cannot be encoded as UTF-8 JSON ({error})") from None
+
+
+def digest(body: str) -> bytes:
+    """A 16-byte BLAKE2b digest of an encoded message."""
+    return hashlib.blake2b(body.encode("utf-8"), digest_size=16).digest()
+
+
+def decode_message(session_id: str, position: int, raw: str | bytes) -> Message:
+    """Decode one stored message, raising `CorruptMemoryError` naming the session if it cannot be read."""
+    try:
+        return Message.model_validate_json(raw)
+    except (ValidationError, ValueError, TypeError) as error:
+        raise CorruptMemoryError(
+            f"session {session_id!r}: stored message {position} cannot be decoded ({error})"
+        ) from None
+
+
+def stored_prefix(stored_digests: Sequence[bytes], bodies: Sequence[str]) -> int:
+    """How many leading encoded `bodies` match the stored digests."""
+    kept = 0
+    for stored, body in zip(stored_digests, bodies):
+        if stored != digest(body):
+            break
+        kept += 1
+    return kept
+
+
+class Edit(NamedTuple):
+    """Validated messages to save, and how many of them lead unchanged from a cached snapshot."""
+
+    messages: list[Message]
+    base: Snapshot | None
+    same: int
+
+
+def prepare_edit(messages: MessagesIn, cached: Snapshot | None) -> Edit:
+    """`coerce_messages(messages)`, skipping the leading messages equal to the cached snapshot's (`same_prefix`).
+
+    Those were validated when they were read or written, and are immutable: re-checking them would make saving
+    a long history cost O(length) instead of O(change). The snapshot's own objects stand in for them.
+    """
+    if cached is not None and isinstance(messages, (list, tuple)):
+        known = cached.messages
+        same = same_prefix(messages, known)
+        try:
+            rest = coerce_messages(messages[same:])
+        except InvalidInputError:
+            coerce_messages(messages)  # raises again, naming the message by its position in the whole list
+            raise
+        return Edit((known if same == len(known) else known[:same]) + rest, cached, same)
+    return Edit(coerce_messages(messages), None, 0)
+
+
+class SnapshotCache:
+    """A bounded, thread-safe LRU of session id -> the last snapshot this object read or wrote."""
+
+    def __init__(self, size: int) -> None:
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise InvalidInputError(f"cache_size must be a non-negative int, got {size!r}")
+        self._size = size
+        self._entries: OrderedDict[str, Snapshot] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, session_id: str) -> Snapshot | None:
+        """The remembered snapshot of the session, if any."""
+        with self._lock:
+            snapshot = self._entries.get(session_id)
+            if snapshot is not None:
+                self._entries.move_to_end(session_id)
+            return snapshot
+
+    def put(self, session_id: str, snapshot: Snapshot) -> None:
+        """Remember a snapshot (a version of 0, an absent session, is forgotten instead)."""
+        if snapshot.version == 0:
+            self.drop(session_id)
+            return
+        if self._size == 0:
+            return
+        with self._lock:
+            self._entries[session_id] = snapshot
+            self._entries.move_to_end(session_id)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+    def drop(self, session_id: str) -> None:
+        """Forget the session."""
+        with self._lock:
+            self._entries.pop(session_id, None)

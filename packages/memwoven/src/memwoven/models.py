@@ -1,0 +1,294 @@
+"""The core data model: chat messages and vector documents.
+
+Every model is an immutable, JSON-serializable pydantic value. Immutability goes all the way down (metadata
+dicts and lists are frozen too), which is what lets backends hand out cached snapshots without copying. Message
+equality is exact (the same fields and the same JSON), so a backend computing an O(change) save can find the
+unchanged messages with one C-level sequence comparison (`same_prefix`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Annotated, Any, Literal, NoReturn, TypeVar, Union
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticSerializationError
+
+from memwoven.errors import InvalidInputError
+
+__all__ = [
+    "ContentPart",
+    "FrozenDict",
+    "FrozenList",
+    "ImagePart",
+    "JsonObject",
+    "Message",
+    "OpaquePart",
+    "Role",
+    "ScoredDocument",
+    "TextPart",
+    "ToolCall",
+    "VectorDocument",
+    "coerce_documents",
+    "coerce_messages",
+    "coerce_messages_after",
+    "freeze_json",
+    "same_prefix",
+]
+
+
+def _readonly(self: object, *args: object, **kwargs: object) -> NoReturn:
+    raise TypeError(f"{type(self).__name__} is immutable; build a new value instead (e.g. model_copy(update=...))")
+
+
+class FrozenDict(dict[str, Any]):
+    """A `dict` that refuses mutation; equal to, and serialized as, a plain dict."""
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _readonly
+
+    def __reduce__(self) -> tuple[type[FrozenDict], tuple[dict[str, Any]]]:
+        return (type(self), (dict(self),))
+
+
+class FrozenList(list[Any]):
+    """A `list` that refuses mutation; equal to, and serialized as, a plain list."""
+
+    __setitem__ = __delitem__ = append = extend = insert = pop = remove = clear = _readonly
+    sort = reverse = __iadd__ = __imul__ = _readonly
+
+    def __reduce__(self) -> tuple[type[FrozenList], tuple[list[Any]]]:
+        return (type(self), (list(self),))
+
+
+def freeze_json(value: Any) -> Any:
+    """Deep-freeze a JSON value, rejecting floats JSON cannot represent (NaN, ±inf)."""
+    if isinstance(value, dict):
+        return FrozenDict({key: freeze_json(item) for key, item in value.items()})
+    if isinstance(value, list):
+        return FrozenList(freeze_json(item) for item in value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("NaN and infinity are not JSON values")
+    return value
+
+
+JsonObject = Annotated[dict[str, JsonValue], AfterValidator(freeze_json)]
+"""A JSON object (string keys, JSON values), deep-frozen after validation."""
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TextPart(_Model):
+    """A piece of text inside a multimodal message."""
+
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImagePart(_Model):
+    """An image given either by URL or inline as base64 `data` with its `mime_type`."""
+
+    type: Literal["image"] = "image"
+    url: str | None = None
+    data: str | None = None
+    mime_type: str | None = None
+    detail: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ImagePart:
+        if (self.url is None) == (self.data is None):
+            raise ValueError("an image needs exactly one of `url` or `data`")
+        if self.data is not None and not self.mime_type:
+            raise ValueError("inline image `data` needs a `mime_type`")
+        return self
+
+
+class OpaquePart(_Model):
+    """Any other content block (audio, documents, reasoning, ...), kept as a JSON object under a `kind` name."""
+
+    type: Literal["opaque"] = "opaque"
+    kind: str
+    data: JsonObject = Field(default_factory=FrozenDict)
+
+
+ContentPart = Annotated[Union[TextPart, ImagePart, OpaquePart], Field(discriminator="type")]
+
+
+class ToolCall(_Model):
+    """A tool invocation requested by an assistant message."""
+
+    id: str
+    name: str
+    arguments: JsonObject = Field(default_factory=FrozenDict)
+
+
+class Message(_Model):
+    """One chat message. Immutable; equal to another message when every backend would store the two alike.
+
+    `extras` is namespaced (``{"langchain": {...}}``): an adapter keeps its framework's native serialization
+    there so its own round trip is exact, while the standard fields stay readable by every other framework.
+    """
+
+    role: Role
+    content: str | Annotated[list[ContentPart], AfterValidator(FrozenList)] = ""
+    tool_calls: Annotated[list[ToolCall], AfterValidator(FrozenList)] = Field(default_factory=FrozenList)
+    tool_call_id: str | None = None
+    name: str | None = None
+    id: str | None = None
+    created_at: datetime | None = None
+    metadata: JsonObject = Field(default_factory=FrozenDict)
+    extras: Annotated[dict[str, JsonObject], AfterValidator(FrozenDict)] = Field(default_factory=FrozenDict)
+
+    @property
+    def text(self) -> str:
+        """The message's text: `content` itself, or its text parts joined."""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content if isinstance(part, TextPart))
+
+    def __eq__(self, other: object) -> bool:
+        """Equal fields and the same JSON: ``1``, ``1.0`` and ``True`` are equal in Python but not once stored."""
+        if self is other:
+            return True
+        equal = super().__eq__(other)
+        if equal is not True or not isinstance(other, Message):
+            return equal
+        try:
+            return self.model_dump_json() == other.model_dump_json()
+        except PydanticSerializationError:  # a lone surrogate: no JSON form (unstorable), so nothing tells them apart
+            return True
+
+
+def _embedding_list(value: Any) -> Any:
+    tolist = getattr(value, "tolist", None)  # numpy arrays and similar
+    return tolist() if callable(tolist) else value
+
+
+class VectorDocument(_Model):
+    """A stored document: a non-empty `id`, its text, its embedding and a JSON metadata object."""
+
+    id: str = Field(min_length=1)
+    content: str = ""
+    embedding: Annotated[list[float], BeforeValidator(_embedding_list), AfterValidator(FrozenList)]
+    metadata: JsonObject = Field(default_factory=FrozenDict)
+
+    @field_validator("embedding")
+    @classmethod
+    def _finite(cls, value: list[float]) -> list[float]:
+        if not value:
+            raise ValueError("an embedding cannot be empty")
+        # a finite sum proves every value finite (NaN and ±inf propagate) in a quarter of the time; if the sum
+        # overflowed, look at each value
+        if not math.isfinite(sum(value)) and not all(map(math.isfinite, value)):
+            raise ValueError("an embedding cannot contain NaN or infinity")
+        return value
+
+
+class ScoredDocument(_Model):
+    """A search hit: the document and its similarity score (higher is closer)."""
+
+    document: VectorDocument
+    score: float
+
+
+def _invalid(error: ValidationError, what: str) -> InvalidInputError:
+    details = "; ".join(f"{'.'.join(map(str, e['loc'])) or what}: {e['msg']}" for e in error.errors())
+    return InvalidInputError(f"invalid {what}: {details}")
+
+
+_M = TypeVar("_M", Message, VectorDocument)
+_T = TypeVar("_T")
+
+
+def _coerce(items: Iterable[_M | Mapping[str, Any]], model: type[_M], what: str, start: int = 0) -> list[_M]:
+    if isinstance(items, (str, bytes, Mapping, BaseModel)):
+        raise InvalidInputError(f"expected a list of {what}s, got a single value")
+    result: list[_M] = []
+    for position, item in enumerate(items, start):
+        if isinstance(item, model):
+            result.append(item)
+        elif isinstance(item, Mapping):
+            try:
+                result.append(model.model_validate(item))
+            except ValidationError as error:
+                raise _invalid(error, f"{what} {position}") from None
+        else:
+            raise InvalidInputError(f"{what} {position} is a {type(item).__name__}, not a {model.__name__}")
+    return result
+
+
+def coerce_messages(messages: Iterable[Message | Mapping[str, Any]]) -> list[Message]:
+    """Validate `messages` (models or plain dicts) into a list of `Message`, raising `InvalidInputError`."""
+    return _coerce(messages, Message, "message")
+
+
+def coerce_messages_after(
+    messages: Iterable[Message | Mapping[str, Any]], known: Sequence[Message]
+) -> tuple[list[Message], int]:
+    """`coerce_messages` (always a new list), plus how many leading items equal the messages `known` holds at the
+    same positions (`same_prefix`): those are not checked again (immutable, checked when stored)."""
+    if isinstance(messages, (str, bytes, Mapping, BaseModel)):
+        raise InvalidInputError("expected a list of messages, got a single value")
+    items = messages if isinstance(messages, (list, tuple)) else list(messages)
+    same = same_prefix(items, known)
+    checked = list(items)
+    if same < len(checked):
+        checked[same:] = _coerce(items[same:], Message, "message", same)
+    return checked, same
+
+
+_RUN = 1024  # messages per comparison while locating the first difference
+
+
+def same_prefix(items: Sequence[object], known: Sequence[Message]) -> int:
+    """How many leading `items` equal the `known` messages at the same positions.
+
+    Equality is exact (`Message.__eq__`), so such items are stored exactly like the known ones: they need neither
+    checking nor writing again. List equality passes over the very same objects without calling `__eq__`, so the
+    common case (a list of the known messages, then new ones) costs about one pointer copy per message; a
+    difference is then located run by run.
+    """
+    size = min(len(items), len(known))
+    head, known_head = _first(items, size), _first(known, size)
+    if _equal(known_head, head):
+        return size
+    start = 0
+    while start < size and _equal(known_head[start : start + _RUN], head[start : start + _RUN]):
+        start += _RUN
+    return next((i for i in range(start, size) if not _equal(known_head[i : i + 1], head[i : i + 1])), size)
+
+
+def _first(items: Sequence[_T], size: int) -> list[_T]:
+    """The first `size` items as a list: `items` itself, not a copy, when it is a list of that length."""
+    if isinstance(items, list):
+        return items if len(items) == size else items[:size]
+    return list(items[:size])
+
+
+def _equal(known: list[Message], items: list[object]) -> bool:
+    """List equality, each known message's `__eq__` asked first; an item whose comparison raises is unequal."""
+    try:
+        return known == items
+    except Exception:  # a foreign object's comparison may raise (a numpy array's truth value): it is no message
+        return False
+
+
+def coerce_documents(documents: Iterable[VectorDocument | Mapping[str, Any]], start: int = 0) -> list[VectorDocument]:
+    """Validate `documents` (models or plain dicts) into `VectorDocument`s, raising `InvalidInputError`; errors
+    name a document by its position counted from `start` (for a slice of a longer input)."""
+    return _coerce(documents, VectorDocument, "document", start)

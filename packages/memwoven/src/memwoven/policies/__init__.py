@@ -1,0 +1,80 @@
+"""Memory policies: what goes into the prompt, what is stored, what expires, and agent scratch memory.
+
+Each policy works over any `ChatMemory` (every backend, or another policy), with sync methods and async twins:
+
+* `window` / `ContextWindow`: the messages for a prompt under a message and/or token budget.
+* `SummarizingChatMemory`: compacts long sessions into pinned + summary + recent, archiving the originals.
+* `TrimmingChatMemory` / `trim`: keeps sessions at `max_messages`, archiving or deleting the oldest;
+  `cleanup_expired` for TTLs.
+* `WorkingMemory`: a scoped key-value scratchpad. `UserMemory`: facts about a user across sessions.
+* `MemoryManager`: conversation + working memory (+ user facts), with `fork` and step sessions.
+* `token_counter`, `EstimatingTokenizer` (offline, the default), `TiktokenTokenizer`: token counting.
+
+See docs/policies.md.
+"""
+
+from memwoven.policies._base import ARCHIVE_SUFFIX, SUMMARIZER_SUFFIX, WrappingChatMemory, archive_id, is_summary
+from memwoven.policies.limits import TrimmingChatMemory, acleanup_expired, atrim, cleanup_expired, plan_trim, trim
+from memwoven.policies.manager import MemoryManager, step_id
+from memwoven.policies.summarize import (
+    SUMMARY_KEY,
+    SUMMARY_PROMPT,
+    SummarizationError,
+    Summarizer,
+    SummarizerLike,
+    SummarizingChatMemory,
+    Trigger,
+    render_transcript,
+)
+from memwoven.policies.tokens import (
+    EstimatingTokenizer,
+    MessageTokenCounter,
+    TiktokenTokenizer,
+    Tokenizer,
+    TokenizerLike,
+    TokenizerUnavailableError,
+    token_counter,
+)
+from memwoven.policies.user import FACT_KEY, UserMemory, normalize_fact
+from memwoven.policies.window import ContextWindow, OversizedTurnWarning, Window, window
+from memwoven.policies.working import WORKING_KEY, WorkingMemory
+
+__all__ = [
+    "ARCHIVE_SUFFIX",
+    "FACT_KEY",
+    "SUMMARIZER_SUFFIX",
+    "SUMMARY_KEY",
+    "SUMMARY_PROMPT",
+    "WORKING_KEY",
+    "ContextWindow",
+    "EstimatingTokenizer",
+    "MemoryManager",
+    "MessageTokenCounter",
+    "OversizedTurnWarning",
+    "SummarizationError",
+    "Summarizer",
+    "SummarizerLike",
+    "SummarizingChatMemory",
+    "TiktokenTokenizer",
+    "Tokenizer",
+    "TokenizerLike",
+    "TokenizerUnavailableError",
+    "Trigger",
+    "TrimmingChatMemory",
+    "UserMemory",
+    "Window",
+    "WorkingMemory",
+    "WrappingChatMemory",
+    "acleanup_expired",
+    "archive_id",
+    "atrim",
+    "cleanup_expired",
+    "is_summary",
+    "normalize_fact",
+    "plan_trim",
+    "render_transcript",
+    "step_id",
+    "token_counter",
+    "trim",
+    "window",
+]

@@ -1,0 +1,386 @@
+"""What the policies share: conversation structure, the sans-I/O step driver, and the wrapping `ChatMemory`.
+
+Each policy operation that does I/O is written once, as a generator of `Call`s (a method name on an object and
+its arguments) that receives each call's result (or has its exception thrown in). `run` drives it with the sync
+methods, `arun` with their async twins (``name`` -> ``aname``), so the sync and async APIs share one body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from memwoven.contracts import ChatMemory, History, MessagesIn, check_id
+from memwoven.errors import ConcurrentModificationError, InvalidInputError
+from memwoven.models import Message
+
+__all__ = [
+    "ARCHIVE_SUFFIX",
+    "INSTRUCTION_ROLES",
+    "SUMMARIZER_SUFFIX",
+    "SUMMARY_KEY",
+    "Call",
+    "Steps",
+    "WrappingChatMemory",
+    "arun",
+    "archive_id",
+    "call_async",
+    "call_sync",
+    "head_end",
+    "is_summary",
+    "group_end",
+    "group_start",
+    "not_yet_archived",
+    "pending_call_start",
+    "rewrite_steps",
+    "run",
+    "unit_before",
+    "unwrap",
+    "without_orphans",
+]
+
+_T = TypeVar("_T")
+INSTRUCTION_ROLES = frozenset({"system", "developer"})
+SUMMARY_KEY = "memwoven_summary"
+"""The `Message.metadata` key that marks a summary message written by `SummarizingChatMemory`."""
+ARCHIVE_SUFFIX = ":archive"
+SUMMARIZER_SUFFIX = ":summarizer"
+
+
+def archive_id(session_id: str) -> str:
+    """The archive session of a session: ``<id>:archive``."""
+    return check_id(session_id + ARCHIVE_SUFFIX)
+
+
+def is_summary(message: Message) -> bool:
+    """True for a summary message written by `SummarizingChatMemory` (role system, marked in metadata)."""
+    return message.role == "system" and SUMMARY_KEY in message.metadata
+
+
+# Conversation structure ------------------------------------------------------------------------------------------
+
+
+def _calls_tools(message: Message) -> bool:
+    return message.role == "assistant" and bool(message.tool_calls)
+
+
+def head_end(messages: Sequence[Message], keep_first: int = 0) -> int:
+    """Where the pinned head of a conversation ends.
+
+    The head is the leading run of system/developer messages, or the first `keep_first` messages if that is
+    longer, extended over any tool results that follow it (a tool call is never split from its results) and
+    over a summary message that directly follows it.
+    """
+    n = len(messages)
+    end = 0
+    while end < n and messages[end].role in INSTRUCTION_ROLES:
+        end += 1
+    end = max(end, min(keep_first, n))
+    while 0 < end < n and (messages[end].role == "tool" or is_summary(messages[end])):
+        end += 1
+    return end
+
+
+def _answers(message: Message, call_ids: frozenset[str]) -> bool:
+    return message.tool_call_id is None or message.tool_call_id in call_ids
+
+
+def _call_ids(message: Message) -> frozenset[str]:
+    return frozenset(call.id for call in message.tool_calls) if _calls_tools(message) else frozenset()
+
+
+def without_orphans(messages: Sequence[Message]) -> list[Message]:
+    """`messages` without orphaned tool results (see `unit_before`)."""
+    kept: list[Message] = []
+    call_ids: frozenset[str] = frozenset()
+    for message in messages:
+        if message.role != "tool":
+            call_ids = _call_ids(message)
+            kept.append(message)
+        elif call_ids and _answers(message, call_ids):
+            kept.append(message)
+    return kept
+
+
+def unit_before(messages: Sequence[Message], end: int, floor: int = 0) -> tuple[int, list[Message]]:
+    """The unit that ends just before `end`: where it starts, and its messages without orphans.
+
+    A unit is a single message, or an assistant message with tool calls together with the run of tool results
+    right after it. A tool result belongs to the call it names (`tool_call_id`; a result without one belongs to
+    the call before it); any other tool result is an orphan, since no provider accepts a result without its call.
+    The messages are empty when the unit is orphans only. Nothing before `floor` is looked at.
+    """
+    last = end - 1
+    if messages[last].role != "tool":
+        return last, [messages[last]]
+    start = last
+    while start > floor and messages[start - 1].role == "tool":
+        start -= 1
+    if start > floor and _calls_tools(messages[start - 1]):
+        call_ids = _call_ids(messages[start - 1])
+        return start - 1, [messages[start - 1], *(m for m in messages[start:end] if _answers(m, call_ids))]
+    return start, []
+
+
+def group_start(messages: Sequence[Message], index: int, floor: int = 0) -> int:
+    """Move a cut point back so that it does not fall between a tool call and its results (or inside them)."""
+    while index > floor and index < len(messages) and messages[index].role == "tool":
+        index -= 1
+    return index
+
+
+def group_end(messages: Sequence[Message], index: int) -> int:
+    """Move a cut point forward past any tool results at it."""
+    while index < len(messages) and messages[index].role == "tool":
+        index += 1
+    return index
+
+
+def pending_call_start(messages: Sequence[Message], floor: int = 0) -> int:
+    """Where the history's last tool-call unit starts if some of its calls have no result yet, else its end.
+
+    A compaction or trim that removed such a call would orphan the results that arrive after it.
+    """
+    n = start = len(messages)
+    while start > floor and messages[start - 1].role == "tool":
+        start -= 1
+    if start > floor and _calls_tools(messages[start - 1]):
+        results = messages[start:n]
+        answered = {m.tool_call_id for m in results}
+        calls = messages[start - 1].tool_calls
+        if len(results) < len(calls) and not all(call.id in answered for call in calls):
+            return start - 1
+    return n
+
+
+def not_yet_archived(removed: Sequence[Message], archived: Sequence[Message]) -> list[Message]:
+    """The messages of `removed` left after the prefix this operation already archived in an earlier attempt."""
+    kept = 0
+    for new, old in zip(removed, archived):
+        if new is not old and new != old:
+            break
+        kept += 1
+    return list(removed[kept:]) if kept in (len(archived), len(removed)) else list(removed)
+
+
+# The sans-I/O driver ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Call:
+    """One I/O step: call `target.<method>(*args, **kwargs)`, or its async twin `a<method>`."""
+
+    target: Any
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+Steps = Generator[Call, Any, _T]
+
+
+def run(steps: Steps[_T]) -> _T:
+    """Drive `steps` with sync calls and return its result."""
+    try:
+        call = next(steps)
+        while True:
+            try:
+                result = getattr(call.target, call.method)(*call.args, **call.kwargs)
+            except Exception as error:
+                call = steps.throw(error)
+            else:
+                call = steps.send(result)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def arun(steps: Steps[_T]) -> _T:
+    """Drive `steps` with the async twins and return its result."""
+    try:
+        call = next(steps)
+        while True:
+            try:
+                result = await getattr(call.target, "a" + call.method)(*call.args, **call.kwargs)
+            except Exception as error:
+                call = steps.throw(error)
+            else:
+                call = steps.send(result)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+# Calling user callables that may be sync or async ------------------------------------------------------------
+
+
+def is_async_callable(function: object) -> bool:
+    """True for a coroutine function, or an object whose `__call__` is one."""
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(
+        getattr(function, "__call__", None)  # noqa: B004
+    )
+
+
+async def _awaited(value: Awaitable[_T]) -> _T:
+    return await value
+
+
+def call_sync(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a sync or async callable from sync code (an async one runs on its own loop if none is running)."""
+    result = function(*args, **kwargs)
+    if inspect.isawaitable(result):
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(_awaited(result))
+        if inspect.iscoroutine(result):
+            result.close()
+        raise InvalidInputError(f"{function!r} is async: inside an event loop, use the async API (the a- methods)")
+    return result
+
+
+async def call_async(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call a sync or async callable from async code (a sync one runs in a thread, off the event loop)."""
+    if is_async_callable(function):
+        result = function(*args, **kwargs)
+    else:
+        result = await asyncio.to_thread(function, *args, **kwargs)
+    return await result if inspect.isawaitable(result) else result
+
+
+# A ChatMemory that wraps another -------------------------------------------------------------------------------
+
+
+class WrappingChatMemory(ChatMemory):
+    """A `ChatMemory` over another one: every call goes to `inner`; writes then run the policy's `_after_write`.
+
+    A write returns the version of the write itself. If the policy then rewrote the session (a compaction, a
+    trim), the session has moved on: a `save` with that version as `expected_version` raises
+    `ConcurrentModificationError`, and the caller reloads, seeing the rewritten history.
+    """
+
+    def __init__(self, inner: ChatMemory) -> None:
+        if not isinstance(inner, ChatMemory):
+            raise TypeError(f"inner must be a ChatMemory, got {type(inner).__name__}")
+        self.inner = inner
+
+    def _after_write(self, session_id: str) -> Steps[None]:
+        """The policy's steps after a write to `session_id`. The default does nothing."""
+        yield from ()
+
+    def _skips(self, session_id: str) -> bool:
+        """Policies leave the archive and summarizer sessions they write alone."""
+        return session_id.endswith((ARCHIVE_SUFFIX, SUMMARIZER_SUFFIX))
+
+    def _write(self, method: str, session_id: str, *args: Any, **kwargs: Any) -> Steps[int]:
+        version: int = yield Call(self.inner, method, (session_id, *args), kwargs)
+        if version and not self._skips(session_id):
+            yield from self._after_write(session_id)
+        return version
+
+    def load_versioned(self, session_id: str) -> History:
+        """Delegated to the inner memory."""
+        return self.inner.load_versioned(session_id)
+
+    def save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
+        """Save through the inner memory, then apply the policy."""
+        return run(self._write("save", session_id, list(messages), expected_version=expected_version))
+
+    def append(self, session_id: str, messages: MessagesIn) -> int:
+        """Append through the inner memory, then apply the policy."""
+        return run(self._write("append", session_id, list(messages)))
+
+    def sessions(self) -> list[str]:
+        """Delegated to the inner memory."""
+        return self.inner.sessions()
+
+    def clear(self, session_id: str) -> None:
+        """Delegated to the inner memory (the archive is kept)."""
+        self.inner.clear(session_id)
+
+    def cleanup_expired(self) -> int:
+        """Delete the inner memory's expired sessions (see `memwoven.policies.cleanup_expired`)."""
+        from memwoven.policies.limits import cleanup_expired
+
+        return cleanup_expired(self.inner)
+
+    def close(self) -> None:
+        """Close the inner memory."""
+        self.inner.close()
+
+    async def aload_versioned(self, session_id: str) -> History:
+        """Async twin of `load_versioned`."""
+        return await self.inner.aload_versioned(session_id)
+
+    async def asave(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
+        """Async twin of `save`."""
+        return await arun(self._write("save", session_id, list(messages), expected_version=expected_version))
+
+    async def aappend(self, session_id: str, messages: MessagesIn) -> int:
+        """Async twin of `append`."""
+        return await arun(self._write("append", session_id, list(messages)))
+
+    async def asessions(self) -> list[str]:
+        """Async twin of `sessions`."""
+        return await self.inner.asessions()
+
+    async def aclear(self, session_id: str) -> None:
+        """Async twin of `clear`."""
+        await self.inner.aclear(session_id)
+
+    async def acleanup_expired(self) -> int:
+        """Async twin of `cleanup_expired`."""
+        from memwoven.policies.limits import acleanup_expired
+
+        return await acleanup_expired(self.inner)
+
+    async def aclose(self) -> None:
+        """Async twin of `close`."""
+        await self.inner.aclose()
+
+
+def unwrap(memory: ChatMemory) -> ChatMemory:
+    """The backend under any stack of policy wrappers (`WrappingChatMemory.inner`, followed to the end).
+
+    Working memory and user facts are stored here: a conversation policy (summarizing, trimming) must never
+    rewrite a scratchpad or a fact list as if it were a conversation.
+    """
+    while isinstance(memory, WrappingChatMemory):
+        memory = memory.inner
+    return memory
+
+
+def rewrite_steps(
+    memory: ChatMemory,
+    session_id: str,
+    plan: Callable[[list[Message]], tuple[list[Message], list[Message]] | None],
+    *,
+    archive: bool,
+    retries: int = 16,
+) -> Steps[int | None]:
+    """Rewrite a session under its optimistic version: `plan(messages)` gives (new history, removed messages).
+
+    The removed messages are appended to the archive session first (if `archive`), then the new history is saved
+    with the version it was planned from; on a conflict the plan is made again from a fresh read, and messages
+    this call archived already are not archived twice. Returns the new version, or None if `plan` saw nothing
+    to do. Nothing is lost: a crash between the two writes leaves the messages in both places.
+    """
+    archived: list[Message] = []
+    for _ in range(retries):
+        messages, version = yield Call(memory, "load_versioned", (session_id,))
+        planned = plan(messages)
+        if planned is None:
+            return None
+        new, removed = planned
+        if archive and removed:
+            todo = not_yet_archived(removed, archived)
+            if todo:
+                yield Call(memory, "append", (archive_id(session_id), todo))
+                archived = list(removed)
+        try:
+            saved: int = yield Call(memory, "save", (session_id, new), {"expected_version": version})
+        except ConcurrentModificationError:
+            continue
+        return saved
+    raise ConcurrentModificationError(f"session {session_id!r} kept changing; gave up after {retries} tries")

@@ -1,0 +1,202 @@
+"""`MemoryManager`: one agent's memory in one object, the conversation, working memory and user facts composed.
+
+```python
+memory = SummarizingChatMemory(SQLChatMemory("sqlite:///agent.db"), summarizer=..., trigger=60)
+manager = MemoryManager(memory, "chat-42", user_id="alice", max_tokens=4000)
+manager.add([Message(role="user", content="Book me a table for two.")])
+manager.working.set("task", "book a restaurant", importance=0.9)
+prompt = manager.prompt()  # context (working memory + user facts) + the windowed conversation
+helper = manager.fork("planner")  # same conversation, its own working memory
+step = manager.step(1)  # its own conversation "chat-42:step-1", the same working memory
+```
+
+A fork shares the conversation and has its own working-memory scope (``<scope>`` given); a step has its own
+conversation, ``<session_id>:step-<n>``, and shares the working memory: the usual shapes for sub-agents working
+in parallel and for the steps of a plan. Everything is stored in the memories passed in, so any backend, wrapped
+in any policy, works.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from memwoven.contracts import ChatMemory, ChatSession, MessagesIn, check_id
+from memwoven.errors import InvalidInputError
+from memwoven.models import Message
+from memwoven.policies._base import WrappingChatMemory
+from memwoven.policies.summarize import SummarizingChatMemory
+from memwoven.policies.tokens import MessageTokenCounter, TokenizerLike, token_counter
+from memwoven.policies.user import UserMemory
+from memwoven.policies.window import Window, window
+from memwoven.policies.working import WorkingMemory
+
+__all__ = ["MemoryManager", "step_id"]
+
+STEP_SEPARATOR = ":step-"
+
+
+def step_id(session_id: str, step: int) -> str:
+    """The session id of step `step` of a session: ``<session_id>:step-<step>``."""
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise InvalidInputError(f"a step number is a non-negative int, got {step!r}")
+    return check_id(f"{session_id}{STEP_SEPARATOR}{step}")
+
+
+def _pinned_by(memory: ChatMemory) -> int:
+    """The `keep_first` of the first `SummarizingChatMemory` in a stack of policy wrappers (0 if none)."""
+    while isinstance(memory, WrappingChatMemory):
+        if isinstance(memory, SummarizingChatMemory):
+            return memory.keep_first
+        memory = memory.inner
+    return 0
+
+
+def _steps_of(session_id: str, sessions: Sequence[str]) -> list[int]:
+    prefix = session_id + STEP_SEPARATOR
+    found = {int(s[len(prefix) :]) for s in sessions if s.startswith(prefix) and s[len(prefix) :].isdigit()}
+    return sorted(found)
+
+
+class MemoryManager:
+    """A conversation (a session of `memory`), a `WorkingMemory` scope and optionally a user's `UserMemory`.
+
+    `working_store` and `user_store` default to `memory` (working memory and facts are kept in the backend under
+    any policy wrapper). The window budget (`max_messages`, `max_tokens`, `tokenizer`, `keep_first`) applies to
+    `window()` and `prompt()`; `keep_first` defaults to that of a `SummarizingChatMemory` in `memory`, so the
+    pinned messages and the summary stay in every window. Every method has an async twin.
+    """
+
+    def __init__(
+        self,
+        memory: ChatMemory,
+        session_id: str,
+        *,
+        scope_id: str | None = None,
+        user_id: str | None = None,
+        working_store: ChatMemory | None = None,
+        user_store: ChatMemory | None = None,
+        max_messages: int | None = None,
+        max_tokens: int | None = None,
+        tokenizer: TokenizerLike | MessageTokenCounter = None,
+        keep_first: int | None = None,
+    ) -> None:
+        self.memory = memory
+        self.session_id = check_id(session_id)
+        self.scope_id = check_id(scope_id if scope_id is not None else session_id, "scope id")
+        self.working = WorkingMemory(working_store or memory, self.scope_id)
+        self.user = UserMemory(user_store or memory, user_id) if user_id is not None else None
+        self.max_messages, self.max_tokens = max_messages, max_tokens
+        self.keep_first = _pinned_by(memory) if keep_first is None else keep_first
+        self.counter = token_counter(tokenizer)
+
+    def __repr__(self) -> str:
+        return f"MemoryManager({self.memory!r}, {self.session_id!r}, scope_id={self.scope_id!r})"
+
+    @property
+    def conversation(self) -> ChatSession:
+        """The conversation's session view."""
+        return self.memory.session(self.session_id)
+
+    def _child(self, session_id: str, scope_id: str) -> MemoryManager:
+        child = MemoryManager(
+            self.memory,
+            session_id,
+            scope_id=scope_id,
+            working_store=self.working.store,
+            max_messages=self.max_messages,
+            max_tokens=self.max_tokens,
+            tokenizer=self.counter,
+            keep_first=self.keep_first,
+        )
+        child.user = self.user
+        return child
+
+    def fork(self, scope_id: str) -> MemoryManager:
+        """A child that shares this conversation (and user) and has its own working memory, `scope_id`."""
+        check_id(scope_id, "scope id")
+        if scope_id == self.scope_id:
+            raise InvalidInputError(f"a fork needs a scope of its own, not this manager's {scope_id!r}")
+        return self._child(self.session_id, scope_id)
+
+    def step(self, step: int) -> MemoryManager:
+        """A child whose conversation is ``<session_id>:step-<step>``, sharing this working memory and user."""
+        return self._child(step_id(self.session_id, step), self.scope_id)
+
+    def step_id(self, step: int) -> str:
+        """The session id of a step of this conversation."""
+        return step_id(self.session_id, step)
+
+    def _window(self, messages: Sequence[Message]) -> Window:
+        return window(
+            messages,
+            max_messages=self.max_messages,
+            max_tokens=self.max_tokens,
+            tokenizer=self.counter,
+            keep_first=self.keep_first,
+        )
+
+    @staticmethod
+    def _prompt(selected: Window, working: str, user: str) -> list[Message]:
+        context = "\n\n".join(part for part in (working, user) if part)
+        if not context:
+            return list(selected.messages)
+        return [Message(role="system", content=context, metadata={"memwoven_context": True}), *selected.messages]
+
+    # Sync API --------------------------------------------------------------------------------------------------
+
+    def add(self, messages: MessagesIn) -> int:
+        """Append messages to the conversation; return its new version."""
+        return self.memory.append(self.session_id, messages)
+
+    def history(self) -> list[Message]:
+        """The whole stored conversation."""
+        return self.memory.load(self.session_id)
+
+    def window(self) -> Window:
+        """The conversation's window under this manager's budget."""
+        return self._window(self.memory.load(self.session_id))
+
+    def prompt(self) -> list[Message]:
+        """Messages for a model: a system message with the working memory and user facts (if any), then the window.
+
+        The context message is not stored; it is built on each call.
+        """
+        user = self.user.to_context_string() if self.user is not None else ""
+        return self._prompt(self.window(), self.working.to_context_string(), user)
+
+    def steps(self) -> list[int]:
+        """The numbers of this conversation's steps that hold messages, sorted."""
+        return _steps_of(self.session_id, self.memory.sessions())
+
+    def clear(self) -> None:
+        """Clear the conversation and this scope's working memory (user facts and steps are kept)."""
+        self.memory.clear(self.session_id)
+        self.working.clear()
+
+    # Async API -------------------------------------------------------------------------------------------------
+
+    async def aadd(self, messages: MessagesIn) -> int:
+        """Async twin of `add`."""
+        return await self.memory.aappend(self.session_id, messages)
+
+    async def ahistory(self) -> list[Message]:
+        """Async twin of `history`."""
+        return await self.memory.aload(self.session_id)
+
+    async def awindow(self) -> Window:
+        """Async twin of `window`."""
+        return self._window(await self.memory.aload(self.session_id))
+
+    async def aprompt(self) -> list[Message]:
+        """Async twin of `prompt`."""
+        user = await self.user.ato_context_string() if self.user is not None else ""
+        return self._prompt(await self.awindow(), await self.working.ato_context_string(), user)
+
+    async def asteps(self) -> list[int]:
+        """Async twin of `steps`."""
+        return _steps_of(self.session_id, await self.memory.asessions())
+
+    async def aclear(self) -> None:
+        """Async twin of `clear`."""
+        await self.memory.aclear(self.session_id)
+        await self.working.aclear()

@@ -1,0 +1,211 @@
+"""`UserMemory`: facts about a user that outlive any one conversation, persisted on any `ChatMemory`.
+
+A user's facts are one session, ``memwoven:user:<user_id>`` by default, one message per fact, oldest first::
+
+    Message(role="system", content="<the fact>", created_at=<when added>, metadata={"memwoven_fact": True})
+
+Adding is case- and whitespace-insensitive: a fact already known (compared casefolded, spaces collapsed) is not
+added again. Past `max_facts`, the oldest facts are dropped, and appended to ``<session>:archive`` first unless
+``archive=False``; `delete` and `clear` remove facts outright, as asked. An optional `extractor` (any callable,
+sync or async, from messages to an iterable of fact strings) lets `learn(messages)` add what it finds. Given a
+policy wrapper (`SummarizingChatMemory`, `TrimmingChatMemory`), facts are stored in the backend under it: a
+conversation policy never summarizes or trims them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timezone
+from typing import Any
+
+from memwoven.contracts import ChatMemory, check_id
+from memwoven.errors import InvalidInputError
+from memwoven.models import Message
+from memwoven.policies._base import Steps, archive_id, arun, call_async, call_sync, rewrite_steps, run, unwrap
+
+__all__ = ["FACT_KEY", "UserMemory", "normalize_fact"]
+
+FACT_KEY = "memwoven_fact"
+"""The `Message.metadata` key that marks a fact."""
+
+Extractor = Callable[[list[Message]], Any]
+
+
+def normalize_fact(fact: str) -> str:
+    """The form facts are compared in: casefolded, whitespace collapsed."""
+    return " ".join(fact.split()).casefold()
+
+
+def _clean(facts: Iterable[str]) -> list[str]:
+    if isinstance(facts, str):
+        raise InvalidInputError("expected an iterable of facts, got a single str (use add())")
+    cleaned = []
+    for fact in facts:
+        if not isinstance(fact, str):
+            raise InvalidInputError(f"a fact must be a str, got {type(fact).__name__}")
+        text = " ".join(fact.split())
+        if text:
+            cleaned.append(text)
+    return cleaned
+
+
+class UserMemory:
+    """Facts about one user across sessions: add (deduplicated), list, delete, and render for a prompt.
+
+    Every method has an async twin (``aadd``, ``afacts``, ...).
+    """
+
+    def __init__(
+        self,
+        store: ChatMemory,
+        user_id: str,
+        *,
+        max_facts: int = 100,
+        extractor: Extractor | None = None,
+        archive: bool = True,
+        namespace: str = "memwoven:user:",
+    ) -> None:
+        if isinstance(max_facts, bool) or not isinstance(max_facts, int) or max_facts < 1:
+            raise InvalidInputError(f"max_facts must be a positive int, got {max_facts!r}")
+        if extractor is not None and not callable(extractor):
+            raise InvalidInputError("extractor must be callable")
+        self.store = unwrap(store)
+        self.user_id = check_id(user_id, "user id")
+        self.session_id = check_id(namespace + user_id, "user memory session id")
+        self.max_facts = max_facts
+        self.extractor = extractor
+        self.archive = archive
+
+    def __repr__(self) -> str:
+        return f"UserMemory({self.store!r}, {self.user_id!r}, max_facts={self.max_facts})"
+
+    # Pure helpers ----------------------------------------------------------------------------------------------
+
+    def _add_steps(self, facts: Iterable[str]) -> Steps[list[str]]:
+        candidates = _clean(facts)
+        added: list[str] = []
+
+        def plan(messages: list[Message]) -> tuple[list[Message], list[Message]] | None:
+            known = {normalize_fact(m.text) for m in messages}
+            added.clear()
+            now = datetime.now(timezone.utc)
+            new = list(messages)
+            for fact in candidates:
+                key = normalize_fact(fact)
+                if key not in known:
+                    known.add(key)
+                    added.append(fact)
+                    new.append(Message(role="system", content=fact, created_at=now, metadata={FACT_KEY: True}))
+            if not added:
+                return None
+            excess = max(0, len(new) - self.max_facts)
+            return new[excess:], new[:excess]
+
+        if candidates:
+            yield from rewrite_steps(self.store, self.session_id, plan, archive=self.archive)
+        return list(added)
+
+    def _delete_change(self, fact: str) -> Callable[[list[Message]], list[Message]]:
+        key = normalize_fact(fact)
+        return lambda messages: [m for m in messages if normalize_fact(m.text) != key]
+
+    @staticmethod
+    def _has(messages: Sequence[Message], fact: str) -> bool:
+        key = normalize_fact(fact)
+        return any(normalize_fact(m.text) == key for m in messages)
+
+    @staticmethod
+    def _context(messages: Sequence[Message], title: str, max_facts: int | None) -> str:
+        facts = [m.text for m in messages]
+        if max_facts is not None:
+            facts = facts[-max_facts:]
+        return "\n".join([title, *(f"- {fact}" for fact in facts)]) if facts else ""
+
+    def _extractor(self) -> Extractor:
+        if self.extractor is None:
+            raise InvalidInputError("this UserMemory has no extractor; pass extractor= to learn from messages")
+        return self.extractor
+
+    # Sync API --------------------------------------------------------------------------------------------------
+
+    def add(self, fact: str) -> bool:
+        """Add a fact unless an equal one (ignoring case and spacing) is known; return whether it was added."""
+        return bool(self.add_many([fact]))
+
+    def add_many(self, facts: Iterable[str]) -> list[str]:
+        """Add several facts at once (one write); return those that were new."""
+        return run(self._add_steps(facts))
+
+    def facts(self) -> list[str]:
+        """The known facts, oldest first."""
+        return [m.text for m in self.store.load(self.session_id)]
+
+    def has(self, fact: str) -> bool:
+        """True if the fact (ignoring case and spacing) is known."""
+        return self._has(self.store.load(self.session_id), fact)
+
+    def delete(self, fact: str) -> bool:
+        """Delete a fact (matched ignoring case and spacing); return whether it was known."""
+        if not self.has(fact):
+            return False
+        self.store.update(self.session_id, self._delete_change(fact))
+        return True
+
+    def clear(self) -> None:
+        """Delete every fact of this user (the archive is kept)."""
+        self.store.clear(self.session_id)
+
+    def archived(self) -> list[str]:
+        """The facts dropped by the `max_facts` cap, oldest first."""
+        return [m.text for m in self.store.load(archive_id(self.session_id))]
+
+    def learn(self, messages: Sequence[Message]) -> list[str]:
+        """Run the extractor over `messages` and add the facts it returns; return those that were new."""
+        return self.add_many(call_sync(self._extractor(), list(messages)))
+
+    def to_context_string(self, *, title: str = "Known facts about the user:", max_facts: int | None = None) -> str:
+        """The facts as lines for a prompt (the newest `max_facts` if given; "" when there are none)."""
+        return self._context(self.store.load(self.session_id), title, max_facts)
+
+    # Async API -------------------------------------------------------------------------------------------------
+
+    async def aadd(self, fact: str) -> bool:
+        """Async twin of `add`."""
+        return bool(await self.aadd_many([fact]))
+
+    async def aadd_many(self, facts: Iterable[str]) -> list[str]:
+        """Async twin of `add_many`."""
+        return await arun(self._add_steps(facts))
+
+    async def afacts(self) -> list[str]:
+        """Async twin of `facts`."""
+        return [m.text for m in await self.store.aload(self.session_id)]
+
+    async def ahas(self, fact: str) -> bool:
+        """Async twin of `has`."""
+        return self._has(await self.store.aload(self.session_id), fact)
+
+    async def adelete(self, fact: str) -> bool:
+        """Async twin of `delete`."""
+        if not await self.ahas(fact):
+            return False
+        await self.store.aupdate(self.session_id, self._delete_change(fact))
+        return True
+
+    async def aclear(self) -> None:
+        """Async twin of `clear`."""
+        await self.store.aclear(self.session_id)
+
+    async def aarchived(self) -> list[str]:
+        """Async twin of `archived`."""
+        return [m.text for m in await self.store.aload(archive_id(self.session_id))]
+
+    async def alearn(self, messages: Sequence[Message]) -> list[str]:
+        """Async twin of `learn` (a sync extractor runs in a thread)."""
+        return await self.aadd_many(await call_async(self._extractor(), list(messages)))
+
+    async def ato_context_string(
+        self, *, title: str = "Known facts about the user:", max_facts: int | None = None
+    ) -> str:
+        """Async twin of `to_context_string`."""
+        return self._context(await self.store.aload(self.session_id), title, max_facts)

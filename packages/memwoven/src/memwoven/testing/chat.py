@@ -1,0 +1,349 @@
+"""`ChatMemoryContract`: the conformance tests of invariants CM1-CM9, for any `ChatMemory`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from memwoven.contracts import ChatMemory
+from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
+from memwoven.models import Message
+from memwoven.testing._driver import MODES, Driver, driving
+from memwoven.testing.samples import HOSTILE_IDS, sample_conversation, turn
+
+__all__ = ["ChatMemoryContract"]
+
+
+def _texts(messages: list[Message]) -> list[str]:
+    return [m.text for m in messages]
+
+
+class ChatMemoryContract:
+    """Subclass this in a test module and provide the `chat_memory` fixture (a fresh, empty memory).
+
+    Optional hooks widen the suite: `reopen(memory)` returns a second object over the same storage (tests that
+    writes through one are seen by the other), and `corrupt_session(memory, session_id)` damages a session's
+    stored data (tests CM7). Every test runs twice: through the sync API and through the async twins.
+    """
+
+    writers: int = 4
+    writes_per_writer: int = 25
+
+    @pytest.fixture
+    def chat_memory(self) -> ChatMemory:
+        """A fresh, empty memory. Override in the subclass."""
+        raise NotImplementedError("provide a `chat_memory` fixture returning a fresh, empty ChatMemory")
+
+    def reopen(self, memory: ChatMemory) -> ChatMemory | None:
+        """Return a second object over the same storage, or None if storage is private to the object."""
+        return None
+
+    def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
+        """Damage the stored data of `session_id` so that it cannot be decoded."""
+        pytest.skip(f"{type(self).__name__} provides no corrupt_session hook (storage cannot be damaged)")
+
+    @pytest.fixture(params=MODES)
+    def memory(self, request: pytest.FixtureRequest, chat_memory: ChatMemory) -> Iterator[Driver]:
+        """The memory under test, driven through the sync API or the async twins."""
+        with driving(chat_memory, request.param) as driver:
+            yield driver
+
+    @pytest.fixture
+    def other(self, memory: Driver) -> Iterator[Driver]:
+        """A second object over the same storage (skips if the backend has none)."""
+        second = self.reopen(memory.target)
+        if second is None:
+            pytest.skip(f"{type(memory.target).__name__} keeps its data private to one object")
+        with driving(second, "async" if memory.is_async else "sync", memory.loop) as driver:
+            yield driver
+
+    # CM1 -----------------------------------------------------------------------------------------------------
+
+    def test_cm1_load_returns_a_full_snapshot(self, memory: Driver) -> None:
+        conversation = sample_conversation()
+        memory.save("s", conversation)
+        loaded = memory.load("s")
+        assert loaded == conversation
+        loaded.append(Message(role="user", content="not saved"))
+        assert memory.load("s") == conversation
+        with pytest.raises(TypeError):
+            loaded[3].metadata["model"] = "changed"  # messages are immutable values
+
+    # CM2 -----------------------------------------------------------------------------------------------------
+
+    def test_cm2_save_replaces_the_whole_history(self, memory: Driver) -> None:
+        memory.save("s", [turn(i) for i in range(5)])
+        replacement = [Message(role="user", content="only"), Message(role="assistant", content="this")]
+        memory.save("s", replacement)
+        assert memory.load("s") == replacement
+
+    @pytest.mark.parametrize(
+        "edit",
+        ["append_two", "change_middle", "truncate", "change_last", "replace_all", "prepend", "insert_middle"],
+    )
+    def test_cm2_every_kind_of_edit_is_stored_exactly(self, memory: Driver, edit: str) -> None:
+        original = [turn(i) for i in range(12)]
+        memory.save("s", original)
+        new = list(memory.load("s"))
+        if edit == "append_two":
+            new += [turn(100), turn(101)]
+        elif edit == "change_middle":
+            new[5] = Message(role="assistant", content="changed")
+        elif edit == "truncate":
+            new = new[:4]
+        elif edit == "change_last":
+            new[-1] = Message(role="assistant", content="changed")
+        elif edit == "replace_all":
+            new = [turn(i, "other") for i in range(3)]
+        elif edit == "prepend":
+            new = [Message(role="system", content="first"), *new]
+        else:
+            new.insert(6, Message(role="tool", tool_call_id="t", content="inserted"))
+        memory.save("s", new)
+        assert memory.load("s") == new
+        memory.save("s", original)  # and back again
+        assert memory.load("s") == original
+
+    def test_cm2_equal_copies_count_as_unchanged(self, memory: Driver) -> None:
+        memory.save("s", [turn(i) for i in range(6)])
+        copies = [m.model_copy(deep=True) for m in memory.load("s")]
+        memory.save("s", [*copies, turn(6)])
+        assert _texts(memory.load("s")) == [f"w-{i}" for i in range(7)]
+
+    def test_cm2_values_equal_in_python_but_not_in_json_are_rewritten(self, memory: Driver) -> None:
+        for value in [1, True, 1.0, "1", [1], {"v": 1}, None]:
+            memory.save("s", [turn(0), Message(role="user", content="x", metadata={"v": value})])
+            stored = memory.load("s")[1].metadata["v"]
+            assert json.dumps(stored) == json.dumps(value), value
+
+    # CM3 -----------------------------------------------------------------------------------------------------
+
+    def test_cm3_order_and_content_are_kept_without_dedupe(self, memory: Driver) -> None:
+        conversation = sample_conversation()
+        memory.save("s", conversation)
+        loaded = memory.load("s")
+        assert loaded == conversation
+        assert [m.model_dump(mode="json") for m in loaded] == [m.model_dump(mode="json") for m in conversation]
+        assert _texts(loaded).count("Thanks!") == 2
+
+    def test_cm3_plain_dicts_are_accepted(self, memory: Driver) -> None:
+        memory.save("s", [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])
+        assert memory.load("s") == [Message(role="user", content="hi"), Message(role="assistant", content="hello")]
+
+    # CM4 -----------------------------------------------------------------------------------------------------
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            [{"role": "user", "content": "ok"}, {"role": "wizard", "content": "unknown role"}],
+            [{"role": "user", "content": "ok"}, {"role": "user", "metadata": {"x": float("nan")}}],
+            [{"role": "user", "content": "ok"}, {"role": "user", "metadata": {"x": {1, 2}}}],
+            [{"role": "user", "content": "ok"}, "not a message"],
+            [{"role": "user", "content": "ok"}, {"role": "user", "content": [{"type": "image"}]}],
+            "a string is not a list of messages",
+        ],
+    )
+    def test_cm4_a_rejected_save_writes_nothing(self, memory: Driver, bad: Any) -> None:
+        before = [turn(i) for i in range(3)]
+        version = memory.save("s", before)
+        with pytest.raises(InvalidInputError):
+            memory.save("s", bad)
+        with pytest.raises(InvalidInputError):
+            memory.append("s", bad)
+        assert memory.load_versioned("s") == (before, version)
+
+    def test_cm4_readers_see_the_old_or_the_new_history_never_a_mix(self, memory: Driver) -> None:
+        old = [turn(i, "old") for i in range(20)]
+        new = [turn(i, "new") for i in range(7)]
+        memory.save("s", old)
+        allowed = (_texts(old), _texts(new))
+        seen: list[list[str]] = []
+        rounds = 30
+        if memory.is_async:
+
+            async def write() -> None:
+                for i in range(rounds):
+                    await memory.target.asave("s", new if i % 2 == 0 else old)
+
+            async def read() -> None:
+                for _ in range(rounds):
+                    seen.append(_texts(await memory.target.aload("s")))
+                    await asyncio.sleep(0)
+
+            async def both() -> None:
+                await asyncio.gather(write(), read(), read())
+
+            memory.run(both())
+        else:
+            writer = threading.Thread(
+                target=lambda: [memory.save("s", new if i % 2 == 0 else old) for i in range(rounds)]
+            )
+            writer.start()
+            while writer.is_alive() or len(seen) < rounds:
+                seen.append(_texts(memory.load("s")))
+            writer.join()
+        assert all(texts in allowed for texts in seen)
+
+    # CM5 -----------------------------------------------------------------------------------------------------
+
+    def test_cm5_an_unknown_session_loads_as_empty(self, memory: Driver) -> None:
+        assert memory.load("never-saved") == []
+        assert memory.load_versioned("never-saved") == ([], 0)
+        assert memory.sessions() == []
+
+    # CM6 -----------------------------------------------------------------------------------------------------
+
+    def test_cm6_clear_removes_one_session(self, memory: Driver) -> None:
+        memory.save("a", [turn(1)])
+        memory.save("b", [turn(2)])
+        memory.clear("a")
+        memory.clear("never-saved")  # no error
+        assert memory.load("a") == []
+        assert memory.load("b") == [turn(2)]
+        assert memory.sessions() == ["b"]
+
+    def test_cm6_saving_nothing_removes_the_session(self, memory: Driver) -> None:
+        memory.save("a", [turn(1)])
+        assert memory.save("a", []) == 0
+        assert memory.sessions() == []
+        assert memory.load_versioned("a") == ([], 0)
+
+    # CM7 -----------------------------------------------------------------------------------------------------
+
+    def test_cm7_corrupt_storage_raises_and_spares_other_sessions(self, memory: Driver) -> None:
+        memory.save("damaged", [turn(1), turn(2)])
+        memory.save("intact", [turn(3)])
+        self.corrupt_session(memory.target, "damaged")
+        second = self.reopen(memory.target)  # a fresh object has no in-process copy of the good data
+        if second is None:
+            self._expect_corruption(memory)
+            return
+        with driving(second, "async" if memory.is_async else "sync", memory.loop) as reader:
+            self._expect_corruption(reader)
+        with contextlib.suppress(CorruptMemoryError):  # the object that saw the good data may serve it from cache
+            assert memory.load("damaged") == [turn(1), turn(2)]
+
+    @staticmethod
+    def _expect_corruption(reader: Driver) -> None:
+        with pytest.raises(CorruptMemoryError) as raised:
+            reader.load("damaged")
+        assert "damaged" in str(raised.value)
+        assert reader.load("intact") == [turn(3)]
+
+    # CM8 -----------------------------------------------------------------------------------------------------
+
+    def test_cm8_sessions_are_isolated_whatever_their_ids(self, memory: Driver) -> None:
+        for position, session_id in enumerate(HOSTILE_IDS):
+            memory.save(session_id, [turn(position, session_id[:20])])
+        assert memory.sessions() == sorted(HOSTILE_IDS)
+        for position, session_id in enumerate(HOSTILE_IDS):
+            assert memory.load(session_id) == [turn(position, session_id[:20])], session_id
+        memory.clear("a%")
+        memory.append("a_", [turn(99)])
+        assert memory.load("a%b") == [turn(HOSTILE_IDS.index("a%b"), "a%b")]
+        assert memory.load("a_b") == [turn(HOSTILE_IDS.index("a_b"), "a_b")]
+        assert len(memory.load("a_")) == 2
+        assert sorted(set(HOSTILE_IDS) - {"a%"}) == memory.sessions()
+
+    @pytest.mark.parametrize("bad_id", ["", "nul\x00byte", "lone \ud800 surrogate", 42, None, b"bytes"])
+    def test_cm8_unusable_ids_are_rejected(self, memory: Driver, bad_id: Any) -> None:
+        with pytest.raises(InvalidInputError):
+            memory.save(bad_id, [turn(1)])
+        with pytest.raises(InvalidInputError):
+            memory.load(bad_id)
+        with pytest.raises(InvalidInputError):
+            memory.append(bad_id, [turn(1)])
+        assert memory.sessions() == []
+
+    def test_cm8_a_session_view_is_bound_to_its_id(self, memory: Driver) -> None:
+        view = memory.target.session("viewed")
+        bound = Driver(view, memory.loop)
+        bound.save([turn(1)])
+        bound.append([turn(2)])
+        assert bound.load() == [turn(1), turn(2)]
+        assert memory.load("viewed") == [turn(1), turn(2)]
+        assert memory.load("other") == []
+        bound.clear()
+        assert memory.sessions() == []
+
+    # CM9 -----------------------------------------------------------------------------------------------------
+
+    def test_cm9_concurrent_appends_lose_nothing(self, memory: Driver) -> None:
+        writers = [f"writer{w}" for w in range(self.writers)]
+        if memory.is_async:
+
+            async def write(name: str) -> None:
+                for i in range(self.writes_per_writer):
+                    await memory.target.aappend("s", [turn(i, name)])
+
+            async def all_writers() -> None:
+                await asyncio.gather(*(write(name) for name in writers))
+
+            memory.run(all_writers())
+        else:
+            threads = [
+                threading.Thread(
+                    target=lambda n=name: [memory.append("s", [turn(i, n)]) for i in range(self.writes_per_writer)]
+                )
+                for name in writers
+            ]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        loaded = memory.load("s")
+        assert len(loaded) == len(writers) * self.writes_per_writer
+        for name in writers:
+            assert [m.metadata["index"] for m in loaded if m.metadata["writer"] == name] == list(
+                range(self.writes_per_writer)
+            )
+
+    def test_cm9_stale_versions_are_refused(self, memory: Driver) -> None:
+        assert memory.load_versioned("s").version == 0
+        first = memory.save("s", [turn(1)], expected_version=0)
+        assert first > 0
+        with pytest.raises(ConcurrentModificationError):
+            memory.save("s", [turn(2)], expected_version=0)
+        second = memory.append("s", [turn(2)])
+        assert second > first
+        with pytest.raises(ConcurrentModificationError):
+            memory.save("s", [turn(3)], expected_version=first)
+        assert memory.load_versioned("s") == ([turn(1), turn(2)], second)
+        third = memory.save("s", [turn(3)], expected_version=second)
+        assert third > second
+        memory.clear("s")
+        with pytest.raises(ConcurrentModificationError):  # a version from before the clear is never reused
+            memory.save("s", [turn(4)], expected_version=third)
+
+    def test_cm9_update_retries_read_modify_write(self, memory: Driver) -> None:
+        memory.save("s", [turn(0)])
+        version = memory.update("s", lambda messages: [*messages, turn(len(messages))])
+        assert memory.load_versioned("s") == ([turn(0), turn(1)], version)
+
+    def test_cm9_append_returns_growing_versions(self, memory: Driver) -> None:
+        versions = [memory.append("s", [turn(i)]) for i in range(3)]
+        assert versions == sorted(set(versions))
+        assert memory.append("s", []) == versions[-1]
+        assert memory.load("s") == [turn(0), turn(1), turn(2)]
+
+    # A second object over the same storage ------------------------------------------------------------------
+
+    def test_writes_are_seen_through_another_object(self, memory: Driver, other: Driver) -> None:
+        memory.save("s", [turn(i) for i in range(5)])
+        assert other.load("s") == [turn(i) for i in range(5)]
+        other.save("s", [turn(0), Message(role="assistant", content="edited by other")])
+        assert memory.load("s") == [turn(0), Message(role="assistant", content="edited by other")]
+        memory.save("s", [*memory.load("s"), turn(9)])
+        other.append("s", [turn(10)])
+        assert _texts(memory.load("s")) == ["w-0", "edited by other", "w-9", "w-10"]
+        version = memory.load_versioned("s").version
+        assert other.load_versioned("s").version == version
+        other.clear("s")
+        assert memory.load("s") == []
+        assert memory.sessions() == []

@@ -1,0 +1,259 @@
+"""Open a backend from a URL (or from `MEMWOVEN_CHAT_URL` / `MEMWOVEN_VECTOR_URL`).
+
+| URL | chat memory | vector memory |
+| --- | --- | --- |
+| `memory://` | `InMemoryChatMemory` | `InMemoryVectorMemory` |
+| `file:///abs/dir`, `file:rel/dir` | `FileChatMemory(dir)` | `FileVectorMemory(dir/<collection>.npz)` |
+| `sqlite:///file.db`, `postgresql://...`, `mysql://...`, `mariadb://...` | `SQLChatMemory` | `SQLVectorMemory` |
+| `redis://...`, `rediss://...`, `redis+cluster://...` | `RedisChatMemory` | `RedisVectorMemory` |
+| `qdrant://host:6333`, `qdrants://...`, `qdrant+local:///dir`, `qdrant+memory://` | - | `QdrantVectorMemory` |
+
+A few backend options can ride in the URL's query string, so that a URL alone (an environment variable, a CLI
+argument) can name any store: `table_prefix` and `schema` on SQL URLs
+(``postgresql://host/db?table_prefix=app_``), `prefix` on Redis URLs (``redis://host:6379/0?prefix=app``). They
+are taken out of the URL before it reaches the driver; every other query parameter goes to the driver as before.
+`vector_collections(url)` lists the collections stored at a URL.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from memwoven.contracts import ChatMemory, CollectionInfo, Metric, VectorMemory
+from memwoven.errors import InvalidInputError
+
+__all__ = [
+    "CHAT_URL_VARIABLE",
+    "URL_OPTIONS",
+    "VECTOR_URL_VARIABLE",
+    "open_chat_memory",
+    "open_vector_memory",
+    "redact_text",
+    "redact_url",
+    "vector_collections",
+]
+
+CHAT_URL_VARIABLE = "MEMWOVEN_CHAT_URL"
+VECTOR_URL_VARIABLE = "MEMWOVEN_VECTOR_URL"
+SQL_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "mariadb")
+REDIS_SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster")
+QDRANT_SCHEMES = ("qdrant", "qdrants", "qdrant+local", "qdrant+memory")
+URL_OPTIONS = {"sql": ("table_prefix", "schema"), "redis": ("prefix",)}
+"""The backend options a URL's query string may carry, per kind of URL."""
+_COLLECTION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+_EXAMPLES = (
+    "memory://, file:///path/to/dir, sqlite:///memwoven.db, postgresql://user@host/db, mysql://user@host/db, "
+    "redis://host:6379/0, qdrant+local:///path/to/dir (vectors only)"
+)
+
+
+_SECRET_QUERY = re.compile(
+    r"([?&;](?:password|passwd|pwd|pass|sslpassword|secret|token|auth|api[_-]?key|access[_-]?key)=)([^&;#]*)",
+    re.IGNORECASE,
+)
+
+
+def _secret_spans(text: str) -> list[tuple[int, int]]:
+    """Where a URL holds secrets: the password of its user info, and the values of password-like parameters.
+
+    The password runs from the first ':' of the user info to an '@'. Parsers disagree on which '@' when the
+    password holds an unencoded '@', '/' or '?' (SQLAlchemy takes the first '@', urllib the last one before the
+    path), so the span runs to the last '@' not preceded by a query's '=': redacting a little too much is
+    harmless, printing a password is not.
+    """
+    spans = [match.span(2) for match in _SECRET_QUERY.finditer(text)]
+    scheme_end = text.find("://")
+    if scheme_end < 0:
+        return spans
+    start = scheme_end + 3
+    colon = text.find(":", start)
+    first_at = text.find("@", colon)
+    if colon < 0 or first_at < 0 or any(c in text[start:colon] for c in "/?#@"):
+        return spans
+    equals = text.find("=", start)
+    last_at = text.rfind("@", start, equals if equals >= 0 else len(text))
+    return [(colon + 1, max(first_at, last_at)), *spans]
+
+
+def redact_url(url: str | URL) -> str:
+    """The URL with any password (in its user info or in a query parameter like ?password=) replaced by ***."""
+    text = url.render_as_string(hide_password=False) if isinstance(url, URL) else str(url)
+    for begin, end in sorted(_secret_spans(text), reverse=True):
+        if end > begin:
+            text = text[:begin] + "***" + text[end:]
+    return text
+
+
+def redact_text(message: str, url: str | URL) -> str:
+    """`message` (e.g. a driver's error about `url`) with the URL's secrets, and any piece of them, replaced by ***."""
+    text = url.render_as_string(hide_password=False) if isinstance(url, URL) else str(url)
+    secrets = {text[begin:end] for begin, end in _secret_spans(text)}
+    pieces = {piece for secret in secrets for piece in re.split(r"[/?#@:&;=]", secret) if len(piece) >= 3}
+    for secret in sorted(secrets | pieces | {unquote(s) for s in secrets | pieces}, key=len, reverse=True):
+        if secret:
+            message = message.replace(secret, "***")
+    return message
+
+
+def _resolve(url: str | URL | None, variable: str) -> tuple[str, str | URL]:
+    """Return (scheme, url), taking the URL from `variable` when none is given."""
+    if url is None:
+        url = os.environ.get(variable, "").strip()
+        if not url:
+            raise InvalidInputError(f"no memory URL given and {variable} is not set; set it to one of: {_EXAMPLES}")
+        where = f"{variable}={redact_url(url)!r}"
+    else:
+        where = f"URL {redact_url(url)!r}"
+    if isinstance(url, URL):
+        return url.get_backend_name(), url
+    if not isinstance(url, str):
+        raise InvalidInputError(f"a memory URL must be a string, got {type(url).__name__}")
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError as error:  # e.g. an unclosed IPv6 bracket
+        raise InvalidInputError(f"malformed {where}: {error}") from None
+    if scheme in REDIS_SCHEMES:
+        return "redis", url
+    if scheme in QDRANT_SCHEMES:
+        return "qdrant", url
+    base = scheme.split("+", 1)[0]
+    if base in SQL_SCHEMES:
+        try:
+            make_url(url)
+        except (ArgumentError, ValueError) as error:
+            raise InvalidInputError(f"malformed {where}: {error}") from None
+    elif base not in ("memory", "file"):
+        raise InvalidInputError(f"unsupported scheme in {where}; use one of: {_EXAMPLES}")
+    return base, url
+
+
+def _with_url_options(scheme: str, url: str | URL, options: dict[str, Any]) -> tuple[str | URL, dict[str, Any]]:
+    """Move the backend options found in the URL's query string (`URL_OPTIONS`) into `options`."""
+    kind = "sql" if scheme in SQL_SCHEMES else scheme
+    names = URL_OPTIONS.get(kind, ())
+    found: dict[str, Any] = {}
+    if kind == "sql":
+        parsed = make_url(url)
+        for name in names:
+            value = parsed.query.get(name)
+            if value is not None:
+                found[name] = value
+        url = parsed.difference_update_query(names) if found else url
+    elif names:
+        parts = urlsplit(str(url))
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        kept = [(key, value) for key, value in query if key not in names]
+        for key, value in query:
+            if key in names:
+                found[key] = (found[key], value) if key in found else value
+        url = urlunsplit(parts._replace(query=urlencode(kept))) if found else url
+    for name, value in found.items():
+        if not isinstance(value, str):
+            raise InvalidInputError(f"{name} appears more than once in the URL {redact_url(url)!r}")
+        if name in options:
+            raise InvalidInputError(f"{name} is given both in the URL and as an argument")
+    return url, {**options, **found}
+
+
+def _file_path(url: str) -> Path:
+    parts = urlsplit(url)
+    if parts.netloc not in ("", "localhost"):
+        host = parts.netloc.rpartition("@")[2]  # never the user info: it may hold a password
+        raise InvalidInputError(f"file URLs name a local path (file:///abs/path), got host {host!r}")
+    path = unquote(parts.path)
+    if not path:
+        raise InvalidInputError("a file URL needs a path, e.g. file:///var/lib/memwoven")
+    return Path(path)
+
+
+def open_chat_memory(url: str | URL | None = None, **options: Any) -> ChatMemory:
+    """Open the chat memory a URL names (default: `$MEMWOVEN_CHAT_URL`); `options` go to the backend."""
+    scheme, resolved = _resolve(url, CHAT_URL_VARIABLE)
+    resolved, options = _with_url_options(scheme, resolved, options)
+    if scheme == "memory":
+        from memwoven.backends.memory import InMemoryChatMemory
+
+        return InMemoryChatMemory(**options)
+    if scheme == "file":
+        from memwoven.backends.file import FileChatMemory
+
+        return FileChatMemory(_file_path(str(resolved)), **options)
+    if scheme == "redis":
+        from memwoven.backends.redis import RedisChatMemory
+
+        return RedisChatMemory(str(resolved), **options)
+    if scheme == "qdrant":
+        raise InvalidInputError("Qdrant stores vectors only; keep chat history in SQL, files or Redis")
+    from memwoven.backends.sql import SQLChatMemory
+
+    return SQLChatMemory(resolved, **options)
+
+
+def open_vector_memory(
+    url: str | URL | None = None,
+    *,
+    collection: str = "default",
+    dimension: int | None = None,
+    metric: Metric = "cosine",
+    **options: Any,
+) -> VectorMemory:
+    """Open one vector collection at the URL (default: `$MEMWOVEN_VECTOR_URL`); `options` go to the backend."""
+    scheme, resolved = _resolve(url, VECTOR_URL_VARIABLE)
+    resolved, options = _with_url_options(scheme, resolved, options)
+    if not isinstance(collection, str) or not _COLLECTION.match(collection):
+        raise InvalidInputError(f"collection names use letters, digits, '_', '.', '-' (max 100), got {collection!r}")
+    if scheme == "memory":
+        from memwoven.backends.memory import InMemoryVectorMemory
+
+        return InMemoryVectorMemory(dimension, metric=metric, **options)
+    if scheme == "file":
+        from memwoven.backends.file import FileVectorMemory
+
+        path = _file_path(str(resolved)) / f"{collection}.npz"
+        return FileVectorMemory(path, dimension=dimension, metric=metric, **options)
+    if scheme == "redis":
+        from memwoven.backends.redis_vector import RedisVectorMemory
+
+        return RedisVectorMemory(str(resolved), collection=collection, dimension=dimension, metric=metric, **options)
+    if scheme == "qdrant":
+        from memwoven.backends.qdrant import QdrantVectorMemory
+
+        return QdrantVectorMemory(str(resolved), collection=collection, dimension=dimension, metric=metric, **options)
+    from memwoven.backends.sql import SQLVectorMemory
+
+    return SQLVectorMemory(resolved, collection=collection, dimension=dimension, metric=metric, **options)
+
+
+def vector_collections(url: str | URL | None = None, **options: Any) -> list[CollectionInfo]:
+    """The vector collections stored at the URL (default: `$MEMWOVEN_VECTOR_URL`), sorted by name.
+
+    Each comes with its metric and dimension, which is what `open_vector_memory` needs to open it. Read-only:
+    nothing is created. `options` select the store as for `open_vector_memory` (`table_prefix`, `prefix`, ...).
+    `memory://` persists nothing, so it never has any.
+    """
+    scheme, resolved = _resolve(url, VECTOR_URL_VARIABLE)
+    resolved, options = _with_url_options(scheme, resolved, options)
+    if scheme == "memory":
+        return []
+    if scheme == "file":
+        from memwoven.backends.file import list_collections as file_collections
+
+        return file_collections(_file_path(str(resolved)))
+    if scheme == "redis":
+        from memwoven.backends.redis_vector import list_collections as redis_collections
+
+        return redis_collections(str(resolved), **options)
+    if scheme == "qdrant":
+        from memwoven.backends.qdrant import list_collections as qdrant_collections
+
+        return qdrant_collections(str(resolved), **options)
+    from memwoven.backends.sql.vector import list_collections as sql_collections
+
+    return sql_collections(resolved, **options)

@@ -1,0 +1,391 @@
+"""The exact in-process vector index every embedded and SQL vector backend searches with (sans I/O).
+
+Vectors live in one contiguous float32 matrix (grown by doubling) with an id -> row map; deletes move the last
+row into the hole so the live rows stay contiguous. A search is one matrix-vector product over the live rows
+and an `argpartition` top-k, with no per-query rebuilding.
+
+With ``scan="bfloat16"`` the index also keeps each row's direction in bfloat16 (half the bytes) and a search
+first scans that copy with SimSIMD's kernel. The scan's error has a proven bound (`_BF16_ERROR`), so every row
+whose exact score could reach the top k (or pass the threshold) is kept as a candidate, and only those are scored
+again in float32: the results are exactly those of the float32 scan, for half the bytes read.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from memwoven.contracts import DocumentsIn, Filter, Metric, check_id, check_ids
+from memwoven.errors import DimensionMismatchError, InvalidInputError
+from memwoven.filters import compile_filter
+from memwoven.models import FrozenDict, FrozenList, ScoredDocument, VectorDocument, coerce_documents
+
+__all__ = [
+    "DocumentBatch",
+    "VectorIndex",
+    "as_matrix",
+    "as_query",
+    "check_dimension",
+    "check_metric",
+    "check_scan",
+    "check_search_args",
+    "require_utf8",
+]
+
+Matrix = npt.NDArray[np.float32]
+Halves = npt.NDArray[np.uint16]  # bfloat16 values as raw bits (numpy has no bfloat16 type)
+Rows = npt.NDArray[np.intp]
+Scan = Literal["float32", "bfloat16"]
+_ALIGNMENT = 64  # bytes: a cache line, and what AVX-512 loads want
+# Bound on |bfloat16 dot - exact dot| of two unit vectors, as a multiple of 1: each element rounded to 8
+# significant bits (relative error <= 2**-8 per factor, so <= 2 * 2**-8 + 2**-16 per product), plus a float32
+# accumulation of `dimension` products (<= dimension * 2**-24, doubled for safety).
+_BF16_ROUNDING = 2 * 2**-8 + 2**-16
+_BF16_ACCUMULATION = 2 * 2**-24
+
+
+@dataclass(frozen=True)
+class DocumentBatch:
+    """Validated documents ready to write: unique ids (last occurrence wins) and their float32 rows."""
+
+    ids: list[str]
+    contents: list[str]
+    metadata: list[FrozenDict]
+    vectors: Matrix
+
+    def documents(self) -> list[VectorDocument]:
+        """The batch as `VectorDocument`s."""
+        return [
+            VectorDocument.model_construct(id=i, content=c, embedding=FrozenList(v.tolist()), metadata=m)
+            for i, c, m, v in zip(self.ids, self.contents, self.metadata, self.vectors)
+        ]
+
+
+def check_metric(metric: str) -> Metric:
+    """Validate a metric name."""
+    if metric not in ("cosine", "dot"):
+        raise InvalidInputError(f"unknown metric {metric!r}; use 'cosine' or 'dot'")
+    return metric  # type: ignore[return-value]
+
+
+def check_scan(scan: str) -> Scan:
+    """Validate a scan precision; "bfloat16" needs SimSIMD (the `memwoven[simd]` extra)."""
+    if scan not in ("float32", "bfloat16"):
+        raise InvalidInputError(f"unknown scan {scan!r}; use 'float32' or 'bfloat16'")
+    if scan == "bfloat16":
+        try:
+            import simsimd  # noqa: F401
+        except ImportError:
+            raise ModuleNotFoundError("scan='bfloat16' needs SimSIMD: pip install 'memwoven[simd]'") from None
+    return scan  # type: ignore[return-value]
+
+
+def check_dimension(dimension: int | None) -> int | None:
+    """Validate a dimension given at construction (None: fixed by the first store)."""
+    if dimension is not None and (isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1):
+        raise InvalidInputError(f"dimension must be a positive int, got {dimension!r}")
+    return dimension
+
+
+def check_search_args(top_k: int, threshold: float | None) -> None:
+    """Validate the scalar arguments of `search`."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise InvalidInputError(f"top_k must be a non-negative int, got {top_k!r}")
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
+        raise InvalidInputError(f"threshold must be a number, got {threshold!r}")
+
+
+def as_matrix(vectors: Any, dimension: int | None, metric: Metric) -> Matrix:
+    """Turn embeddings into a (n, dimension) float32 matrix, checking dimension, finiteness and zero norms."""
+    try:
+        with np.errstate(over="ignore"):  # values beyond float32 become inf and are rejected below
+            matrix = np.asarray(vectors, dtype=np.float32)
+    except (TypeError, ValueError) as error:
+        raise InvalidInputError(f"embeddings must be equal-length lists of numbers ({error})") from None
+    if matrix.ndim == 1:
+        matrix = matrix.reshape(1, -1)
+    if matrix.ndim != 2 or matrix.shape[1] == 0:
+        raise InvalidInputError("embeddings must be non-empty lists of numbers")
+    if dimension is not None and matrix.shape[1] != dimension:
+        raise DimensionMismatchError(f"embedding has dimension {matrix.shape[1]}, the collection has {dimension}")
+    if not np.isfinite(matrix).all():
+        raise InvalidInputError("embeddings cannot contain NaN or infinity (or values beyond float32 range)")
+    if metric == "cosine":
+        with np.errstate(over="ignore"):
+            squares = np.einsum("ij,ij->i", matrix, matrix)
+        if not np.all(squares > 0):
+            raise InvalidInputError("a zero vector has no direction; cosine similarity is undefined for it")
+        if not np.isfinite(squares).all():  # its norm is beyond float32: cosine scores would be NaN
+            raise InvalidInputError("an embedding's norm is beyond float32 range; scale it down")
+    return matrix
+
+
+def require_utf8(batch: DocumentBatch) -> None:
+    """Refuse documents whose content or metadata has no UTF-8 form (a lone surrogate), for stores that need it."""
+    for doc_id, content, metadata in zip(batch.ids, batch.contents, batch.metadata):
+        try:
+            content.encode("utf-8")
+            if metadata:
+                json.dumps(metadata, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidInputError(
+                f"document {doc_id[:80]!r}: its content or metadata holds a lone surrogate, which UTF-8 cannot encode"
+            ) from None
+
+
+def _stack(embeddings: list[list[float]]) -> Matrix:
+    """Validated embeddings (lists of floats) as one float32 matrix; `np.fromiter` is several times faster here."""
+    width = len(embeddings[0])
+    if any(len(embedding) != width for embedding in embeddings):
+        raise DimensionMismatchError("the embeddings of one batch have different dimensions")
+    with np.errstate(over="ignore"):  # values beyond float32 become inf and are rejected by as_matrix
+        flat = np.fromiter(itertools.chain.from_iterable(embeddings), dtype=np.float32, count=len(embeddings) * width)
+    return flat.reshape(len(embeddings), width)
+
+
+def as_query(embedding: Sequence[float], dimension: int | None, metric: Metric) -> Matrix:
+    """Validate a query embedding into a float32 vector."""
+    if isinstance(embedding, (str, bytes)) or np.ndim(embedding) != 1:
+        raise InvalidInputError("a query embedding must be a flat list of numbers")
+    return as_matrix(embedding, dimension, metric).reshape(-1)
+
+
+class VectorIndex:
+    """An exact, in-process index of documents: contiguous float32 rows, id -> row map, metadata per row
+    (with ``scan="bfloat16"``, also a bfloat16 copy of each row's direction, scanned first)."""
+
+    def __init__(self, dimension: int | None = None, metric: Metric = "cosine", *, scan: Scan = "float32") -> None:
+        self.dimension = check_dimension(dimension)
+        self.metric = check_metric(metric)
+        self.scan = check_scan(scan)
+        self.ids: list[str] = []
+        self.rows: dict[str, int] = {}
+        self.contents: list[str] = []
+        self.metadata: list[FrozenDict] = []
+        self._matrix: Matrix = _aligned_rows(0, dimension or 0)
+        self._inverse_norms: Matrix = np.empty(0, dtype=np.float32)
+        self._directions: Halves | None = _aligned_rows(0, dimension or 0, np.uint16) if scan == "bfloat16" else None
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def matrix(self) -> Matrix:
+        """The live rows (a view, not a copy)."""
+        return self._matrix[: len(self.ids)]
+
+    def prepare(self, documents: DocumentsIn) -> DocumentBatch:
+        """Validate documents against this index (ids, dimension, finiteness) without changing anything."""
+        docs = coerce_documents(documents)
+        latest: dict[str, int] = {}
+        for position, doc in enumerate(docs):
+            latest[check_id(doc.id, "document id")] = position
+        unique = [docs[position] for position in latest.values()]
+        vectors = as_matrix(_stack([doc.embedding for doc in unique]), self.dimension, self.metric) if unique else None
+        return DocumentBatch(
+            ids=[doc.id for doc in unique],
+            contents=[doc.content for doc in unique],
+            metadata=[doc.metadata for doc in unique],  # type: ignore[misc]
+            vectors=vectors if vectors is not None else np.empty((0, self.dimension or 0), dtype=np.float32),
+        )
+
+    def upsert(self, batch: DocumentBatch) -> None:
+        """Insert or replace the batch's documents (already validated by `prepare`)."""
+        if not batch.ids:
+            return
+        if self.dimension is None:
+            self.dimension = batch.vectors.shape[1]
+            self._matrix = _aligned_rows(0, self.dimension)
+            if self._directions is not None:
+                self._directions = _aligned_rows(0, self.dimension, np.uint16)
+        rows = np.empty(len(batch.ids), dtype=np.intp)
+        for position, (doc_id, content, metadata) in enumerate(zip(batch.ids, batch.contents, batch.metadata)):
+            row = self.rows.get(doc_id)
+            if row is None:
+                row = self.rows[doc_id] = len(self.ids)
+                self.ids.append(doc_id)
+                self.contents.append(content)
+                self.metadata.append(metadata)
+            else:
+                self.contents[row] = content
+                self.metadata[row] = metadata
+            rows[position] = row
+        self._reserve(len(self.ids))
+        first = int(rows[0])
+        if np.array_equal(rows, np.arange(first, first + len(rows))):
+            target: slice | npt.NDArray[np.intp] = slice(first, first + len(rows))  # a plain copy, not a scatter
+        else:
+            target = rows
+        inverse_norms = _inverse_norms(batch.vectors)
+        self._matrix[target] = batch.vectors
+        self._inverse_norms[target] = inverse_norms
+        if self._directions is not None:
+            self._directions[target] = _bfloat16(batch.vectors * inverse_norms[:, None])
+
+    def remove(self, ids: Iterable[str]) -> int:
+        """Delete documents by id (unknown ids ignored); returns how many were removed."""
+        removed = 0
+        for doc_id in check_ids(ids):
+            row = self.rows.pop(doc_id, None)
+            if row is None:
+                continue
+            last = len(self.ids) - 1
+            if row != last:  # move the last row into the hole to keep rows contiguous
+                moved = self.ids[last]
+                self.ids[row], self.contents[row], self.metadata[row] = moved, self.contents[last], self.metadata[last]
+                self._matrix[row] = self._matrix[last]
+                self._inverse_norms[row] = self._inverse_norms[last]
+                if self._directions is not None:
+                    self._directions[row] = self._directions[last]
+                self.rows[moved] = row
+            self.ids.pop()
+            self.contents.pop()
+            self.metadata.pop()
+            removed += 1
+        return removed
+
+    def clear(self) -> None:
+        """Remove every document (the dimension stays fixed)."""
+        self.ids, self.rows, self.contents, self.metadata = [], {}, [], []
+
+    def get(self, ids: Iterable[str]) -> list[VectorDocument]:
+        """The stored documents with these ids, in the order asked."""
+        return [self.document(row) for row in (self.rows.get(i) for i in check_ids(ids)) if row is not None]
+
+    def document(self, row: int) -> VectorDocument:
+        """The document at one row."""
+        return VectorDocument.model_construct(
+            id=self.ids[row],
+            content=self.contents[row],
+            embedding=FrozenList(self._matrix[row].tolist()),
+            metadata=self.metadata[row],
+        )
+
+    def search(
+        self,
+        embedding: Sequence[float],
+        *,
+        top_k: int = 4,
+        threshold: float | None = None,
+        filter: Filter | None = None,
+    ) -> list[ScoredDocument]:
+        """Exact top-k search: scores descending, ties by id, only scores > threshold, metadata matching filter."""
+        check_search_args(top_k, threshold)
+        predicate = compile_filter(filter) if filter is not None else None
+        query = as_query(embedding, self.dimension, self.metric)
+        if top_k == 0 or not self.ids:
+            return []
+        rows: Rows | None = None  # the rows still in the running, ascending (None: every live row)
+        if predicate is not None:
+            rows = np.flatnonzero(np.fromiter((predicate(m) for m in self.metadata), bool, len(self.metadata)))
+        if self._directions is not None:
+            rows = self._prescan(self._directions, query, rows, top_k, threshold)
+        scores = self._scores(query, rows)
+        if threshold is not None:
+            above = np.flatnonzero(scores > threshold)
+            rows, scores = (above if rows is None else rows[above]), scores[above]
+        top = _top_rows(scores, top_k)
+        picked = top if rows is None else rows[top]
+        ranked = sorted(zip(picked.tolist(), scores[top].tolist()), key=lambda hit: (-hit[1], self.ids[hit[0]]))
+        return [ScoredDocument.model_construct(document=self.document(r), score=s) for r, s in ranked[:top_k]]
+
+    def _scores(self, query: Matrix, rows: Rows | None) -> Matrix:
+        """Exact float32 scores of `rows` (every live row if None), in that order."""
+        live = len(self.ids)
+        if rows is None or 4 * len(rows) > live:  # gathering most of the rows costs more than scanning them all
+            scores, inverse_norms = self.matrix @ query, self._inverse_norms[:live]
+            if rows is not None:
+                scores, inverse_norms = scores[rows], inverse_norms[rows]
+        else:
+            scores, inverse_norms = self._matrix[rows] @ query, self._inverse_norms[rows]
+        if self.metric == "cosine":
+            scores *= inverse_norms / np.float32(np.linalg.norm(query))
+            np.clip(scores, -1.0, 1.0, out=scores)
+        return scores
+
+    def _prescan(
+        self, directions: Halves, query: Matrix, rows: Rows | None, top_k: int, threshold: float | None
+    ) -> Rows:
+        """The rows (of `rows`) whose exact score may pass the threshold and reach the top k, by a bfloat16 scan."""
+        import simsimd
+
+        live = len(self.ids)
+        eligible = np.arange(live) if rows is None else rows
+        length = float(np.linalg.norm(query))
+        if length == 0.0:  # a zero query (dot metric) scores every row 0
+            return eligible
+        unit = _bfloat16(query / np.float32(length))[None]
+        scan = simsimd.cdist(unit, directions[:live], metric="dot", dtype="bf16", out_dtype="float32")
+        approx = np.asarray(scan, dtype=np.float32)[0]
+        error = _BF16_ROUNDING + (self.dimension or 0) * _BF16_ACCUMULATION + 2**-20  # for unit vectors
+        margin = np.full(live, np.float32(error))
+        if self.metric == "dot":  # the scores, and so their error, scale with both vectors' lengths
+            inverse_norms = self._inverse_norms[:live]
+            lengths = np.divide(
+                np.float32(length), inverse_norms, out=np.zeros(live, np.float32), where=inverse_norms > 0
+            )
+            approx *= lengths
+            margin *= lengths
+        if rows is not None:
+            approx, margin = approx[rows], margin[rows]
+        upper = approx + margin
+        if threshold is not None:
+            passing = upper > threshold
+            eligible, approx, margin, upper = eligible[passing], approx[passing], margin[passing], upper[passing]
+        if len(eligible) <= top_k:
+            return eligible
+        lower = approx - margin
+        kth_lower = np.partition(lower, len(lower) - top_k)[len(lower) - top_k]
+        contenders: Rows = eligible[upper >= kth_lower]  # every row whose exact score can reach the k-th best one
+        return contenders
+
+    def _reserve(self, size: int) -> None:
+        capacity = self._matrix.shape[0]
+        if size <= capacity:
+            return
+        # Headroom even on the first allocation, so the write after a bulk load does not copy the whole matrix
+        # (the pages past the live rows are never touched, so they cost address space, not memory).
+        new_capacity = max(size + size // 4, 2 * capacity, 16)
+        matrix = _aligned_rows(new_capacity, self.dimension or 0)
+        matrix[:capacity] = self._matrix
+        norms = np.empty(new_capacity, dtype=np.float32)
+        norms[:capacity] = self._inverse_norms
+        self._matrix, self._inverse_norms = matrix, norms
+        if self._directions is not None:
+            directions = _aligned_rows(new_capacity, self.dimension or 0, np.uint16)
+            directions[:capacity] = self._directions
+            self._directions = directions
+
+
+def _aligned_rows(rows: int, dimension: int, dtype: type[np.generic] = np.float32) -> Any:
+    """An uninitialised C-contiguous (rows, dimension) matrix starting on a 64-byte (cache line) boundary."""
+    size = rows * dimension * np.dtype(dtype).itemsize
+    buffer = np.empty(size + _ALIGNMENT, dtype=np.uint8)
+    start = -buffer.ctypes.data % _ALIGNMENT
+    return buffer[start : start + size].view(dtype).reshape(rows, dimension)
+
+
+def _bfloat16(values: Matrix) -> Halves:
+    """float32 values rounded to bfloat16 (to nearest, ties to even), as raw 16-bit patterns (finite input)."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def _inverse_norms(vectors: Matrix) -> Matrix:
+    norms = np.sqrt(np.einsum("ij,ij->i", vectors, vectors, dtype=np.float32))
+    with np.errstate(divide="ignore"):
+        return np.where(norms > 0, 1.0 / norms, 0.0).astype(np.float32)
+
+
+def _top_rows(scores: Matrix, top_k: int) -> npt.NDArray[np.intp]:
+    """Positions of the top_k scores, plus any positions tied with the k-th score (for the id tie-break)."""
+    if top_k >= len(scores):
+        return np.arange(len(scores))
+    part = np.argpartition(-scores, top_k - 1)[:top_k]
+    return np.flatnonzero(scores >= scores[part].min())

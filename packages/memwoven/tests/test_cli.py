@@ -1,0 +1,361 @@
+"""The `memwoven` command line, driven through its real entry point in subprocesses, on SQLite and PostgreSQL.
+
+Independent commands of one test run concurrently: a process spends most of its life importing.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from cli_support import CONVERSATION, EMBED, ENV, NOTES, contents, memwoven, memwoven_all, place, seed
+from sqlalchemy.engine import make_url
+
+import memwoven as memwoven_package
+from memwoven import Message, ToolCall, VectorDocument
+from memwoven.cli._demo import ADAPTERS, SESSION, TURNS, core_message
+from memwoven.urls import open_chat_memory, open_vector_memory
+from memwoven_test_support import postgres_url
+
+KINDS = ("sqlite", "postgresql")
+
+
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def store(kind: str, tmp_path: Path) -> Iterator[str]:
+    """A seeded store: two sessions, two collections."""
+    with place(kind, tmp_path) as url:
+        seed(url)
+        yield url
+
+
+CAT_EMBED = """
+from cli_support import EMBED, NOTES
+from memwoven.embed import embed_fn_from_callable
+
+def always_the_cat():
+    return embed_fn_from_callable(lambda text: EMBED(NOTES["cat"]), dimension=EMBED.dimension)
+"""
+
+
+def test_reading_commands(store: str, tmp_path: Path) -> None:
+    (tmp_path / "cat_embed.py").write_text(CAT_EMBED)
+    configured = {"MEMWOVEN_EMBED_FN": "cat_embed:always_the_cat", "PYTHONPATH": f"{tmp_path}:{Path(__file__).parent}"}
+    listed, shown, stats, found, search_dot, missing, unknown = memwoven_all(
+        ("sessions", "list", store, "--json"),
+        ("sessions", "show", store, "trip/1", "--json"),
+        ("vectors", "stats", store, "--json"),
+        ("vectors", "search", store, "green tea in the morning", "--collection", "notes", "--json", "-k", "2"),
+        ("vectors", "search", store, "x", "-c", "notes", "--filter", '{"topic": "cat"}', "--json"),
+        ("sessions", "show", store, "no such session"),
+        ("vectors", "search", store, "tea", "--collection", "nope"),
+    )
+    with_embed_fn = memwoven("vectors", "search", store, "green tea", "-c", "notes", "-k", "1", env=configured)
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["id"]: row for row in listed.json()}
+    assert sorted(rows) == ["notes:é", "trip/1"]
+    assert rows["trip/1"]["messages"] == 5 and rows["notes:é"]["messages"] == 1
+    assert rows["trip/1"]["size"] == sum(len(m.model_dump_json().encode()) for m in CONVERSATION)
+    assert rows["trip/1"]["last_activity"].startswith("20")
+
+    assert shown.returncode == 0, shown.stderr
+    assert [Message.model_validate(m) for m in shown.json()["messages"]] == CONVERSATION
+
+    assert {row["collection"]: (row["documents"], row["dimension"], row["metric"]) for row in stats.json()} == {
+        "dots": (2, 3, "dot"),
+        "notes": (3, EMBED.dimension, "cosine"),
+    }
+    hits = found.json()
+    assert hits[0]["id"] == "tea" and len(hits) == 2
+    assert hits[0]["content"] == NOTES["tea"] and hits[0]["metadata"] == {"topic": "tea"}
+    assert [hit["id"] for hit in search_dot.json()] == ["cat"]
+    assert with_embed_fn.returncode == 0, with_embed_fn.stderr  # the configured EmbedFn, not HashingEmbedFn
+    assert "Miso" in with_embed_fn.stdout and "tea" not in with_embed_fn.stdout.split("1 hit")[0]
+
+    assert missing.failed_with("no session 'no such session'")
+    assert unknown.failed_with("no vector collection 'nope'") and "dots, notes" in unknown.stderr
+
+
+def test_sessions_delete(store: str) -> None:
+    deleted = memwoven("sessions", "delete", store, "trip/1")
+    assert deleted.returncode == 0, deleted.stderr
+    assert "deleted session 'trip/1' (5 messages)" in deleted.stdout
+    with open_chat_memory(store) as chat:
+        assert chat.sessions() == ["notes:é"]  # (deleting an unknown session: the failure tests)
+
+
+def test_export_then_import_is_lossless(store: str, kind: str, tmp_path: Path) -> None:
+    exported = memwoven("export", store)
+    assert exported.returncode == 0, exported.stderr
+    lines = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert [line["type"] for line in lines] == ["header", "session", "session", "collection"] + ["document"] * 2 + [
+        "collection"
+    ] + ["document"] * 3 + ["end"]
+    assert lines[0]["format"] == "memwoven-export" and lines[0]["version"] == 1
+    assert lines[-1] == {"type": "end", "sessions": 2, "messages": 6, "collections": 2, "documents": 5}
+    assert "exported 2 sessions (6 messages) and 2 collections (5 documents)" in exported.stderr
+    with place(kind, tmp_path, "copy") as copy:
+        imported = memwoven("import", copy, stdin=exported.stdout.encode())
+        assert imported.returncode == 0, imported.stderr
+        assert contents(copy) == contents(store)
+        again = memwoven("import", copy, stdin=exported.stdout.encode())  # idempotent
+        assert again.returncode == 0 and contents(copy) == contents(store)
+
+
+def test_export_selected_sessions_and_collections_to_a_file(store: str, tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    only, unknown = memwoven_all(
+        ("export", store, "--session", "trip/1", "--collection", "dots", "-o", str(out)),
+        ("export", store, "--session", "nope", "-o", str(tmp_path / "never.jsonl")),
+    )
+    assert only.returncode == 0 and only.stdout == "", only.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["type"], r.get("id") or r.get("name")) for r in records[1:-1]] == [
+        ("session", "trip/1"),
+        ("collection", "dots"),
+        ("document", "x"),
+        ("document", "y"),
+    ]
+    assert unknown.failed_with("no session 'nope'")
+    assert not (tmp_path / "never.jsonl").exists() and not (tmp_path / "never.jsonl.partial").exists()
+
+
+def test_tables_for_people(tmp_path: Path) -> None:
+    with place("sqlite", tmp_path) as url:
+        seed(url)
+        listed, shown, stats, found = memwoven_all(
+            ("sessions", "list", url),
+            ("sessions", "show", url, "trip/1"),
+            ("vectors", "stats", url),
+            ("vectors", "search", url, "a cat called Miso", "-c", "notes", "--top-k", "1"),
+        )
+    assert "trip/1" in listed.stdout and "notes:é" in listed.stdout and "2 sessions, 6 messages" in listed.stdout
+    for expected in ["system", "[image: image/png", "-> locate(", "[c1]", "<- result of c1", "tool (locate)"]:
+        assert expected in shown.stdout, expected
+    assert "notes" in stats.stdout and "cosine" in stats.stdout and "2 collections" in stats.stdout
+    assert "Miso" in found.stdout and "1 hit in 'notes'" in found.stdout
+
+
+def test_failures_are_one_line_with_exit_code_1(tmp_path: Path) -> None:
+    with place("sqlite", tmp_path) as url:
+        seed(url)
+        truncated = "\n".join(memwoven("export", url).stdout.splitlines()[:-1]).encode()
+        results = memwoven_all(
+            ("sessions", "list", "nosuch://host/db"),
+            ("sessions", "list", f"sqlite:///{tmp_path}/missing.db"),
+            ("sessions", "list", "postgresql://alice:s3cr%40t@127.0.0.1:1/db"),
+            ("migrate", url, "postgresql://alice@127.0.0.1:1/db?password=hunter22"),
+            ("vectors", "search", url, "tea", "-c", "notes", "--embed-fn", "no_such_module:embed"),
+            ("sessions", "list", "qdrant+memory://"),
+            ("migrate", url, "qdrant+memory://", "--dry-run"),
+            ("sessions", "delete", url, "nope"),
+        )
+        imported_junk = memwoven("import", url, stdin=b'{"hello": "world"}\n')
+        imported_truncated = memwoven("import", f"sqlite:///{tmp_path}/new.db", stdin=truncated)
+        from_the_future = memwoven(
+            "import", url, stdin=b'{"type":"header","format":"memwoven-export","version":99}\n{"type":"end"}\n'
+        )
+    scheme, missing, unreachable, unreachable_target, embed_fn, qdrant_chat, qdrant_target, deleted = results
+    assert scheme.failed_with("unsupported scheme")
+    assert missing.failed_with("no SQLite database")
+    assert unreachable.failed_with("unavailable") and "s3cr" not in unreachable.stderr and "***" in unreachable.stderr
+    assert unreachable_target.failed_with("unavailable") and "hunter" not in unreachable_target.stderr
+    assert embed_fn.failed_with("no_such_module")
+    assert qdrant_chat.failed_with("vectors only")
+    assert qdrant_target.failed_with("vectors only")
+    assert deleted.failed_with("no session 'nope'")
+    assert imported_junk.failed_with("not a memwoven export")
+    assert imported_truncated.failed_with("truncated")
+    assert from_the_future.failed_with("version 99")
+
+
+def test_failures_on_postgresql(tmp_path: Path) -> None:
+    missing_database = (
+        make_url(postgres_url()).set(password="pa55-w0rd", database="memwoven_no_such_db").render_as_string(False)
+    )
+    with (
+        place("postgresql", tmp_path) as url,
+        place("postgresql", tmp_path) as empty,
+        place("sqlite", tmp_path) as local,
+    ):
+        seed(url)
+        seed(local)
+        reads = memwoven_all(
+            ("sessions", "list", empty, "--json"),
+            ("sessions", "show", empty, "x"),
+            ("export", empty),
+            ("vectors", "stats", empty, "--json"),
+            ("migrate", empty, f"sqlite:///{tmp_path}/copy.db"),
+        )
+        prefix = make_url(empty).query["table_prefix"]
+        with sa.create_engine(make_url(postgres_url())).connect() as connection:
+            assert [t for t in sa.inspect(connection).get_table_names() if t.startswith(prefix)] == []
+        results = memwoven_all(
+            ("sessions", "list", missing_database),
+            ("migrate", local, missing_database),
+            ("export", url, "--collection", "nope"),
+            ("sessions", "delete", url, "nope"),
+            ("vectors", "search", url, "tea"),
+            ("vectors", "search", url, "tea", "-c", "notes", "--dimension", "32"),
+            ("migrate", url, url),
+            ("migrate", url, f"sqlite:///{tmp_path}/never.db", "--dry-run"),
+        )
+        junk = memwoven("import", url, stdin=b'{"type":"header","format":"memwoven-export","version":1}\n[1, 2]\n')
+        assert contents(url)[0].keys() == {"trip/1", "notes:é"}  # nothing was deleted or imported
+    # reading an empty store (say, a mistyped ?table_prefix=) finds nothing and creates no table
+    nothing, unknown, exported, no_stats, no_migration = reads
+    assert nothing.returncode == 0 and nothing.json() == []
+    assert unknown.failed_with("no session 'x'")
+    assert exported.returncode == 0 and '"sessions":0' in exported.stdout.splitlines()[-1]
+    assert no_stats.returncode == 0 and no_stats.json() == []
+    assert no_migration.returncode == 0 and "0 sessions" in no_migration.stdout
+    listed, migrated, collection, deleted, ambiguous, dimension, same, dry = results
+    for result in (listed, migrated):
+        assert result.failed_with("memwoven_no_such_db") and "unavailable" in result.stderr, result.stderr
+        assert "pa55" not in result.stderr and "w0rd" not in result.stderr and "***" in result.stderr
+    assert collection.failed_with("no vector collection 'nope'")
+    assert deleted.failed_with("no session 'nope'")
+    assert ambiguous.returncode == 2 and "several collections (dots, notes)" in ambiguous.stderr
+    assert dimension.failed_with("dimension")
+    assert same.failed_with("the same store")
+    assert dry.returncode == 0 and "2 sessions" in dry.stdout and "3 documents (cosine, dimension 64)" in dry.stdout
+    assert not (tmp_path / "never.db").exists()  # a dry run does not touch the target
+    assert junk.failed_with("line 2: a record is a JSON object")
+
+
+def test_bad_usage_exits_with_2(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/x.db"
+    results = memwoven_all(
+        ("sessions", "show", url),
+        ("vectors", "search", url, "tea", "--top-k", "0"),
+        ("vectors", "search", url, "tea", "--filter", "{not json"),
+        ("no-such-command",),
+        ("migrate", url),
+    )
+    for result in results:
+        assert result.returncode == 2, (result.args, result.stderr)
+        assert "Traceback" not in result.stderr
+    top = memwoven()
+    assert top.returncode in (0, 2) and "sessions" in top.stdout + top.stderr
+
+
+def _script() -> list[tuple[str, str, list[ToolCall], str | None]]:
+    return [_essentials(core_message(role, body)) for turn in TURNS for role, body in turn]
+
+
+def _essentials(message: Message) -> tuple[str, str, list[ToolCall], str | None]:
+    return message.role, message.text, list(message.tool_calls), message.tool_call_id
+
+
+def test_demo(kind: str, tmp_path: Path) -> None:
+    if kind == "sqlite":  # as a new user runs it: no arguments, a temporary file
+        result = memwoven("demo", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert list(tmp_path.iterdir()) == []  # nothing left behind
+    else:
+        with place(kind, tmp_path) as url:
+            result = memwoven("demo", "--url", url)
+            assert result.returncode == 0, result.stderr
+            sessions, collections = contents(url)
+            assert [_essentials(m) for m in sessions[SESSION]] == _script()  # what LangChain wrote
+            assert list(sessions) == [SESSION] and len(collections["notes"]) == 5
+    out = result.stdout
+    for expected in [
+        "LangChain writes",
+        "AIMessage  -> search_restaurants(",
+        "LlamaIndex reads",
+        "<- result of call_1",
+        "Alice is vegetarian and allergic to peanuts.",
+        f"session    │ {SESSION}",
+        "9 messages",
+        "5 documents",
+    ]:
+        assert expected in out, expected
+    assert "not installed" not in out and "pip install" not in out
+
+
+def test_demo_without_the_adapters(tmp_path: Path) -> None:
+    """Without langchain-memwoven and llama-index-memwoven the core API does their part, and says how to get them."""
+    hide = "; ".join(f"sys.modules[{module!r}] = None" for module in ADAPTERS.values())  # as if not installed
+    url = f"sqlite:///{tmp_path}/demo.db"
+    code = f"import sys; {hide}; from memwoven.cli import main; main(['demo', '--url', {url!r}])"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=300, env=ENV)
+    out = done.stdout.decode()
+    assert done.returncode == 0, done.stderr.decode()
+    assert "The core API writes" in out and "The core API reads" in out and "LangChain writes" not in out
+    assert "LangChain adapter not installed" in out and "LlamaIndex adapter not installed" in out
+    assert "pip install langchain-memwoven llama-index-memwoven" in out
+    assert "Alice is vegetarian and allergic to peanuts." in out and "-> forecast(" in out
+    sessions, collections = contents(url)
+    assert sessions == {SESSION: [core_message(role, body) for turn in TURNS for role, body in turn]}
+    assert len(collections["notes"]) == 5
+
+
+def test_the_core_never_imports_an_adapter_or_a_framework() -> None:
+    """Data flows one way: the adapters import memwoven, never the reverse (the demo looks them up at run time)."""
+    frameworks = ("langchain", "langchain_core", "langchain_memwoven", "llama_index", "langgraph")
+    source = Path(memwoven_package.__file__).parent
+    offenders = []
+    for path in sorted(source.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            offenders += [f"{path.relative_to(source)}: {n}" for n in names if n.split(".")[0] in frameworks]
+    assert offenders == []
+    assert set(ADAPTERS.values()) == {"langchain_memwoven", "llama_index.storage.chat_store.memwoven"}
+
+
+def test_import_keeps_other_data_and_checks_dimensions(tmp_path: Path) -> None:
+    with place("sqlite", tmp_path, "a") as source, place("sqlite", tmp_path, "b") as target:
+        seed(source)
+        with open_chat_memory(target) as chat:
+            chat.save("other", [Message(role="user", content="keep me")])
+        with open_vector_memory(target, collection="notes", dimension=8) as notes:
+            notes.store([VectorDocument(id="z", embedding=[1.0] * 8)])
+        export = memwoven("export", source, "--session", "trip/1").stdout.encode()
+        clash = memwoven("export", source, "--collection", "notes").stdout.encode()
+        (tmp_path / "clash.jsonl").write_bytes(clash)
+        ok, refused = (
+            memwoven("import", target, stdin=export),
+            memwoven("import", target, "--input", str(tmp_path / "clash.jsonl")),
+        )
+        assert ok.returncode == 0, ok.stderr
+        sessions, _ = contents(target)
+        assert sorted(sessions) == ["other", "trip/1"]
+        assert refused.failed_with("dimension")
+
+
+def test_an_error_raised_while_ctrl_c_unwinds_is_the_interrupt() -> None:
+    """A driver whose cleanup fails after Ctrl-C cancelled its query still exits 130 (not 1, "unavailable")."""
+    import typer
+
+    from memwoven import BackendUnavailableError
+    from memwoven.cli._app import _resumable
+
+    with pytest.raises(typer.Exit) as exited, _resumable("migrate"):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            try:
+                raise sa.exc.OperationalError("ROLLBACK", {}, Exception("connection lost")) from None
+            except sa.exc.OperationalError as error:
+                raise BackendUnavailableError("database is unavailable") from error
+    assert exited.value.exit_code == 130
+    with pytest.raises(typer.Exit) as exited, _resumable("migrate"):
+        raise KeyboardInterrupt
+    assert exited.value.exit_code == 130
+    with pytest.raises(BackendUnavailableError), _resumable("migrate"):
+        raise BackendUnavailableError("a failure of its own stays a failure")

@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import pytest
+
+from memwoven import InMemoryVectorMemory, VectorDocument
+from memwoven.embed import CachedEmbedFn, EmbedFn, HashingEmbedFn, embed_fn_from_callable
+from memwoven.errors import EmbeddingError, InvalidInputError
+from memwoven.testing import EmbedFnContract
+
+
+class TestHashingEmbedFn(EmbedFnContract):
+    @pytest.fixture
+    def embed_fn(self) -> EmbedFn:
+        return HashingEmbedFn(dimension=64)
+
+
+class TestCachedEmbedFn(EmbedFnContract):
+    @pytest.fixture
+    def embed_fn(self, tmp_path: Path) -> EmbedFn:
+        return CachedEmbedFn(HashingEmbedFn(dimension=32), max_entries=3, path=tmp_path / "cache.db")
+
+
+class TestCallableEmbedFn(EmbedFnContract):
+    @pytest.fixture
+    def embed_fn(self) -> EmbedFn:
+        inner = HashingEmbedFn(dimension=16)
+        return embed_fn_from_callable(inner.embed, model_id="wrapped-hashing")
+
+
+def test_hashing_vectors_are_unit_length_and_stable_across_instances() -> None:
+    a, b = HashingEmbedFn(dimension=128), HashingEmbedFn(dimension=128)
+    vector = a.embed("Deterministic across processes")
+    assert vector == b.embed("Deterministic across processes")
+    assert math.isclose(math.fsum(x * x for x in vector), 1.0, rel_tol=1e-9)
+
+
+def test_hashing_similarity_follows_shared_words() -> None:
+    embed = HashingEmbedFn(dimension=256)
+    memory = InMemoryVectorMemory(embed.dimension)
+    texts = {
+        "cats": "Cats like to sleep on warm sofas",
+        "stocks": "The stock market fell sharply on Monday",
+        "python": "Python lists and dictionaries are built in",
+    }
+    memory.store([VectorDocument(id=k, content=v, embedding=embed(v)) for k, v in texts.items()])
+    assert memory.search(embed("where do cats sleep?"), top_k=1)[0].document.id == "cats"
+    assert memory.search(embed("stock prices on monday"), top_k=1)[0].document.id == "stocks"
+
+
+def test_hashing_rejects_a_bad_dimension() -> None:
+    with pytest.raises(InvalidInputError):
+        HashingEmbedFn(dimension=0)
+
+
+def test_the_cache_computes_each_text_once_and_persists(tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    def embed(text: str) -> list[float]:
+        calls.append(text)
+        return [float(len(text)), 1.0]
+
+    inner = embed_fn_from_callable(embed, model_id="len")
+    cached = CachedEmbedFn(inner, path=tmp_path / "cache.db")
+    assert cached.embed_many(["a", "bb", "a"]) == [[1.0, 1.0], [2.0, 1.0], [1.0, 1.0]]
+    assert cached.embed("bb") == [2.0, 1.0]
+    assert calls == ["a", "bb"]
+    reopened = CachedEmbedFn(inner, path=tmp_path / "cache.db")
+    assert reopened.embed_many(["bb", "a"]) == [[2.0, 1.0], [1.0, 1.0]]
+    assert calls == ["a", "bb"]
+    other_model = CachedEmbedFn(embed_fn_from_callable(embed, model_id="other"), path=tmp_path / "cache.db")
+    other_model.embed("a")
+    assert calls == ["a", "bb", "a"]  # the cache never mixes models
+
+
+def test_the_lru_keeps_at_most_max_entries() -> None:
+    calls: list[str] = []
+    cached = CachedEmbedFn(embed_fn_from_callable(lambda t: calls.append(t) or [1.0, 2.0]), max_entries=2)
+    for text in ["a", "b", "c", "a"]:
+        cached.embed(text)
+    assert calls == ["a", "b", "c", "a"]
+
+
+@pytest.mark.parametrize(
+    "result",
+    [[], [math.nan, 1.0], [math.inf], "not a vector", None],
+    ids=["empty", "nan", "inf", "string", "none"],
+)
+def test_e3_bad_results_raise_instead_of_returning(result: object) -> None:
+    embed = embed_fn_from_callable(lambda text: result)  # type: ignore[arg-type, return-value]
+    with pytest.raises(EmbeddingError):
+        embed("x")
+
+
+def test_e3_a_failing_callable_raises_embedding_error() -> None:
+    def broken(text: str) -> list[float]:
+        raise RuntimeError("model server down")
+
+    embed = embed_fn_from_callable(broken, dimension=3)
+    with pytest.raises(EmbeddingError, match="model server down"):
+        embed("x")
+    with pytest.raises(EmbeddingError):
+        asyncio.run(embed.aembed("x"))
+
+
+def test_e3_a_changing_dimension_raises() -> None:
+    sizes = iter([2, 3])
+    embed = embed_fn_from_callable(lambda text: [1.0] * next(sizes))
+    assert embed.dimension == 2
+    with pytest.raises(EmbeddingError):
+        embed("second call returns 3 numbers")
+
+
+def test_a_batch_callable_is_used_for_batches() -> None:
+    batches: list[list[str]] = []
+
+    def batch(texts: list[str]) -> list[list[float]]:
+        batches.append(texts)
+        return [[1.0, float(len(t))] for t in texts]
+
+    embed = embed_fn_from_callable(lambda t: [0.0, 0.0], batch_fn=batch, dimension=2)
+    assert embed.embed_many(["a", "bbb"]) == [[1.0, 1.0], [1.0, 3.0]]
+    assert batches == [["a", "bbb"]]

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from memwoven.errors import InvalidInputError
+from memwoven.filters import compile_filter
+
+
+@pytest.mark.parametrize(
+    ("spec", "metadata", "expected"),
+    [
+        ({"a": 1}, {"a": 1.0}, True),
+        ({"a": 1}, {"a": True}, False),
+        ({"a": True}, {"a": 1}, False),
+        ({"a": {"$ne": 1}}, {}, True),
+        ({"a": {"$nin": [1]}}, {}, True),
+        ({"a": {"$in": [1]}}, {}, False),
+        ({"a": {"$gt": 1}}, {"a": "2"}, False),  # no ordering across types
+        ({"a": {"$gt": "a"}}, {"a": "b"}, True),
+        ({"a": {"$gt": 1, "$lt": 3}}, {"a": 2}, True),
+        ({"a": {"$gt": 1, "$lt": 3}}, {"a": 3}, False),
+        ({"a": [1, 2]}, {"a": [1, 2]}, True),
+        ({"a": {"b": 1}}, {"a": {"b": 1}}, True),
+        ({"a": {"$contains": 2}}, {"a": [1, 2]}, True),
+        ({"a": {"$contains": 2}}, {"a": "2"}, False),
+        ({"$or": [{"a": 1}, {"b": 1}]}, {"b": 1}, True),
+        ({"$not": {"$or": [{"a": 1}, {"b": 1}]}}, {"b": 1}, False),
+    ],
+)
+def test_filter_semantics(spec: dict[str, Any], metadata: dict[str, Any], expected: bool) -> None:
+    assert compile_filter(spec)(metadata) is expected
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"a": {"$regex": "x"}},
+        {"$where": "1"},
+        {"a": {"$in": "x"}},
+        {"a": {"$exists": "yes"}},
+        {"a": {"$gt": None}},
+        {"a": {"$gt": 1, "plain": 2}},
+        {"$or": []},
+        {"$and": {"a": 1}},
+        {"a": {"$eq": 1}, "b": {"$bogus": 2}},
+        {"a'; DROP TABLE x; --": {"$where": 1}},
+        ["not", "a", "dict"],
+    ],
+)
+def test_bad_filters_raise_before_any_search(spec: Any) -> None:
+    with pytest.raises(InvalidInputError):
+        compile_filter(spec)

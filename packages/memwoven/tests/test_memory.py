@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+
+from memwoven import InMemoryChatMemory, InMemoryVectorMemory, Message, VectorDocument
+from memwoven.contracts import ChatMemory, Metric, VectorMemory
+from memwoven.errors import InvalidInputError
+from memwoven.testing import ChatMemoryContract, VectorMemoryContract
+
+
+class TestInMemoryChatMemory(ChatMemoryContract):
+    @pytest.fixture
+    def chat_memory(self) -> ChatMemory:
+        return InMemoryChatMemory()
+
+
+class TestInMemoryVectorMemory(VectorMemoryContract):
+    @pytest.fixture
+    def vector_memory_factory(self) -> Callable[..., VectorMemory]:
+        return lambda dimension, metric: InMemoryVectorMemory(dimension, metric=metric)
+
+
+class TestInMemoryVectorMemoryBfloat16Scan(VectorMemoryContract):
+    @pytest.fixture
+    def vector_memory_factory(self) -> Callable[..., VectorMemory]:
+        return lambda dimension, metric: InMemoryVectorMemory(dimension, metric=metric, scan="bfloat16")
+
+
+@pytest.mark.parametrize("metric", ["cosine", "dot"])
+def test_a_bfloat16_scan_returns_exactly_what_the_float32_scan_returns(metric: Metric) -> None:
+    rng = np.random.default_rng(3)
+    centers = rng.standard_normal((20, 64)).astype(np.float32)
+    vectors = centers[rng.integers(0, 20, 3000)] + 0.02 * rng.standard_normal((3000, 64)).astype(np.float32)
+    vectors[:40] = vectors[40] * (1 + 1e-4 * np.arange(40, dtype=np.float32))[:, None]  # ties below bfloat16's grain
+    vectors[100] = 0.0  # a zero vector (allowed with the dot metric)
+    exact, halved = InMemoryVectorMemory(metric=metric), InMemoryVectorMemory(metric=metric, scan="bfloat16")
+    documents = [
+        VectorDocument(id=f"d{i}", embedding=v, metadata={"part": i % 3})
+        for i, v in enumerate(vectors)
+        if metric == "dot" or i != 100
+    ]
+    for memory in (exact, halved):
+        memory.store(documents)
+        memory.delete(["d7", "d2999"])  # rows move: the bfloat16 copy must follow
+        memory.store([VectorDocument(id="d8", embedding=vectors[40] * 3)])
+    queries = [vectors[40], vectors[5] + 0.01, -vectors[9], np.zeros(64, np.float32), *rng.standard_normal((20, 64))]
+    for query in queries[:3] if metric == "cosine" else queries:
+        for options in ({"top_k": 10}, {"top_k": 50, "filter": {"part": 1}}, {"top_k": 5, "threshold": 0.2}):
+            expected = [(hit.document.id, hit.score) for hit in exact.search(query, **options)]  # type: ignore[arg-type]
+            got = [(hit.document.id, hit.score) for hit in halved.search(query, **options)]  # type: ignore[arg-type]
+            assert [i for i, _ in got] == [i for i, _ in expected]
+            assert np.allclose([s for _, s in got], [s for _, s in expected], rtol=1e-5, atol=1e-6)
+
+
+def test_an_unknown_scan_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="unknown scan"):
+        InMemoryVectorMemory(scan="float8")  # type: ignore[arg-type]
+
+
+def test_a_save_reusing_stored_messages_still_checks_the_new_ones_and_snapshots_the_list() -> None:
+    memory = InMemoryChatMemory()
+    memory.save("s", [Message(role="user", content=f"m{i}") for i in range(5)])
+    history = memory.load("s")
+    original = list(history)
+    with pytest.raises(InvalidInputError, match="message 6"):
+        memory.save("s", [*history, {"role": "user", "content": "ok"}, {"role": "nobody"}])
+    with pytest.raises(InvalidInputError, match="message 2 is a int"):
+        memory.save("s", [history[0], history[1], 7, *history[3:]])  # type: ignore[list-item]  # a foreign object inside the known prefix
+    grown: list[Message | dict[str, str]] = [*history, {"role": "assistant", "content": "new"}]
+    memory.save("s", grown)
+    grown.append(Message(role="user", content="after the save"))
+    history[0] = Message(role="user", content="changed by the caller")
+    loaded = memory.load("s")
+    assert [m.content for m in loaded] == ["m0", "m1", "m2", "m3", "m4", "new"]
+    assert all(a is b for a, b in zip(loaded[:5], original, strict=True))  # shared, not copied
+
+
+def test_appends_grow_one_buffer_without_touching_earlier_snapshots_or_other_sessions() -> None:
+    memory = InMemoryChatMemory()
+    memory.append("a", [Message(role="user", content="a0")])
+    memory.append("b", [Message(role="user", content="b0")])  # both started from the absent session
+    before = memory.load_versioned("a")
+    memory.append("a", [Message(role="user", content="a1")])
+    memory.append("a", [Message(role="user", content="a2")])
+    assert [m.content for m in before.messages] == ["a0"]
+    assert [m.content for m in memory.load("a")] == ["a0", "a1", "a2"]
+    assert [m.content for m in memory.load("b")] == ["b0"]
+    memory.save("a", memory.load("a")[:1])  # a shorter history, then an append after it
+    memory.append("a", [Message(role="user", content="a3")])
+    assert [m.content for m in memory.load("a")] == ["a0", "a3"]
+    assert memory.load("never") == []
+
+
+def test_an_append_after_expiry_starts_a_new_history() -> None:
+    memory = InMemoryChatMemory(ttl=0.05)
+    memory.append("s", [Message(role="user", content="old")])
+    time.sleep(0.1)
+    memory.append("s", [Message(role="user", content="new")])
+    assert [m.content for m in memory.load("s")] == ["new"]

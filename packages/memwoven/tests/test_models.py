@@ -1,0 +1,185 @@
+from __future__ import annotations
+
+import copy
+import json
+import pickle
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from pydantic import ValidationError
+
+import memwoven
+from memwoven import ImagePart, InvalidInputError, Message, OpaquePart, TextPart, ToolCall, VectorDocument
+from memwoven.models import FrozenDict, FrozenList, coerce_documents, coerce_messages, same_prefix
+from memwoven.testing import sample_conversation
+
+
+def test_public_api_is_exactly_this() -> None:
+    assert sorted(memwoven.__all__) == sorted(
+        [
+            "BackendUnavailableError",
+            "ChatMemory",
+            "ChatSession",
+            "ConcurrentModificationError",
+            "ContentPart",
+            "CorruptMemoryError",
+            "DimensionMismatchError",
+            "EmbedFn",
+            "EmbeddingError",
+            "FileChatMemory",
+            "FileVectorMemory",
+            "HashingEmbedFn",
+            "History",
+            "ImagePart",
+            "InMemoryChatMemory",
+            "InMemoryVectorMemory",
+            "InvalidInputError",
+            "MemwovenError",
+            "Message",
+            "Metric",
+            "OpaquePart",
+            "Role",
+            "SQLChatMemory",
+            "SQLVectorMemory",
+            "ScoredDocument",
+            "TextPart",
+            "ToolCall",
+            "VectorDocument",
+            "VectorMemory",
+            "__version__",
+            "open_chat_memory",
+            "open_vector_memory",
+        ]
+    )
+    for name in memwoven.__all__:
+        assert getattr(memwoven, name) is not None
+
+
+def test_messages_round_trip_through_json_exactly() -> None:
+    for message in sample_conversation():
+        assert Message.model_validate_json(message.model_dump_json()) == message
+        assert Message.model_validate(json.loads(message.model_dump_json())) == message
+
+
+def test_messages_are_deeply_immutable() -> None:
+    message = Message(role="assistant", metadata={"a": {"b": [1, 2]}}, tool_calls=[ToolCall(id="1", name="f")])
+    with pytest.raises(ValidationError):
+        message.role = "user"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        message.metadata["a"]["b"].append(3)
+    with pytest.raises(TypeError):
+        message.metadata["new"] = 1
+    with pytest.raises(TypeError):
+        message.tool_calls.append(ToolCall(id="2", name="g"))
+    with pytest.raises(TypeError):
+        message.tool_calls[0].arguments["x"] = 1
+    changed = message.model_copy(update={"content": "new"})
+    assert changed.content == "new" and message.content == ""
+
+
+def test_frozen_containers_equal_plain_ones_and_survive_copies() -> None:
+    message = Message(role="user", metadata={"a": [1, {"b": None}]})
+    assert message.metadata == {"a": [1, {"b": None}]}
+    assert isinstance(message.metadata, FrozenDict) and isinstance(message.metadata["a"], FrozenList)
+    assert copy.deepcopy(message) == message
+    assert pickle.loads(pickle.dumps(message)) == message
+
+
+def test_text_joins_text_parts() -> None:
+    message = Message(role="user", content=[TextPart(text="a"), ImagePart(url="http://x/y.png"), TextPart(text="b")])
+    assert message.text == "ab"
+    assert Message(role="user", content="plain").text == "plain"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"role": "wizard"},
+        {"role": "user", "content": 3},
+        {"role": "user", "metadata": {"x": float("inf")}},
+        {"role": "user", "metadata": {1: "non-string key"}},
+        {"role": "user", "unknown_field": 1},
+        {"role": "user", "content": [{"type": "image", "data": "AAAA"}]},  # inline data needs a mime type
+        {"role": "user", "content": [{"type": "image", "url": "u", "data": "AAAA", "mime_type": "image/png"}]},
+        {"role": "user", "content": [{"type": "video"}]},
+        {"role": "assistant", "tool_calls": [{"id": "1"}]},
+    ],
+)
+def test_bad_messages_raise_invalid_input(bad: dict[str, object]) -> None:
+    with pytest.raises(InvalidInputError):
+        coerce_messages([bad])
+
+
+def test_coerce_rejects_single_values() -> None:
+    with pytest.raises(InvalidInputError):
+        coerce_messages(Message(role="user"))  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError):
+        coerce_documents({"id": "a", "embedding": [1.0]})  # type: ignore[arg-type]
+
+
+def test_vector_documents_accept_numpy_and_reject_non_finite() -> None:
+    import numpy as np
+
+    doc = VectorDocument(id="a", embedding=np.array([1.0, 2.0], dtype=np.float32))
+    assert doc.embedding == [1.0, 2.0]
+    with pytest.raises(ValidationError):
+        VectorDocument(id="a", embedding=[float("nan")])
+    with pytest.raises(ValidationError):
+        VectorDocument(id="", embedding=[1.0])
+
+
+def test_opaque_parts_and_datetimes_keep_their_values() -> None:
+    moment = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    message = Message(role="user", created_at=moment, content=[OpaquePart(kind="thinking", data={"text": "hmm"})])
+    again = Message.model_validate_json(message.model_dump_json())
+    assert again.created_at == moment and again.content == message.content
+
+
+def test_message_equality_is_exact_json_equality() -> None:
+    def with_value(value: object) -> Message:
+        return Message(role="user", content="x", metadata={"v": value})
+
+    assert with_value(1) == with_value(1)
+    assert with_value(1) is not with_value(1)
+    # equal in Python, stored differently: not equal
+    assert with_value(1) != with_value(1.0) and with_value(1) != with_value(True)
+    assert with_value(1.0) != with_value(True)
+    assert Message(role="user", metadata={"a": 1, "b": 2}) != Message(role="user", metadata={"b": 2, "a": 1})
+    instant = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)
+    elsewhere = instant.astimezone(timezone(timedelta(hours=2)))
+    assert instant == elsewhere
+    assert Message(role="user", created_at=instant) != Message(role="user", created_at=elsewhere)
+    assert with_value(1) != with_value(2)
+    assert with_value(1) != {"role": "user", "content": "x", "metadata": {"v": 1}}
+    # no JSON form at all (a lone surrogate): compared by value
+    assert Message(role="user", content="\ud800") == Message(role="user", content="\ud800")
+
+
+def test_same_prefix_counts_leading_equal_messages_wherever_they_differ() -> None:
+    known = [Message(role="user", content=f"m{i}") for i in range(3000)]
+    assert same_prefix(known, known) == 3000
+    assert same_prefix([*known, Message(role="user", content="new")], known) == 3000
+    assert same_prefix(known[:10], known) == 10
+    assert same_prefix(tuple(known), tuple(known)) == 3000
+    assert same_prefix([m.model_copy() for m in known], known) == 3000  # equal copies count as the same
+    for position in (0, 1, 1023, 1024, 1025, 2047, 2999):
+        changed = list(known)
+        changed[position] = Message(role="user", content="other")
+        assert same_prefix(changed, known) == position, position
+        changed[position] = known[position].model_dump()  # the same message as a dict is not the stored object
+        assert same_prefix(changed, known) == position, position
+        changed[position] = Message(role="user", content=f"m{position}", metadata={"v": 1})
+        assert same_prefix(tuple(changed), known) == position, position
+
+
+def test_same_prefix_treats_an_item_whose_comparison_raises_as_changed() -> None:
+    class Unanswerable:
+        def __eq__(self, other: object) -> bool:
+            raise ValueError("the truth value is ambiguous")
+
+        __hash__ = None  # type: ignore[assignment]
+
+    known = [Message(role="user", content=f"m{i}") for i in range(5)]
+    assert same_prefix([*known[:3], Unanswerable(), known[4]], known) == 3
+    with pytest.raises(InvalidInputError, match="message 3"):
+        coerce_messages([*known[:3], Unanswerable(), known[4]])

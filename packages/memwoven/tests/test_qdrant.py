@@ -1,0 +1,316 @@
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import random
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from qdrant_client import AsyncQdrantClient, QdrantClient, models
+
+from memwoven.backends.memory import InMemoryVectorMemory
+from memwoven.backends.qdrant import QdrantVectorMemory, point_id, translate_filter
+from memwoven.contracts import Metric, VectorMemory
+from memwoven.errors import BackendUnavailableError, CorruptMemoryError, DimensionMismatchError, InvalidInputError
+from memwoven.filters import compile_filter
+from memwoven.models import VectorDocument
+from memwoven.testing import VectorMemoryContract
+from memwoven.testing.vector import FILTER_CASES, FILTER_CORPUS
+
+_names = itertools.count()
+
+
+def doc(doc_id: str, *vector: float, **metadata: Any) -> VectorDocument:
+    return VectorDocument(id=doc_id, content=f"text {doc_id}", embedding=list(vector), metadata=metadata)
+
+
+def shared_client_reopen(memory: VectorMemory) -> VectorMemory:
+    """A second memory over the same client (a local directory admits one client at a time)."""
+    assert isinstance(memory, QdrantVectorMemory)
+    return QdrantVectorMemory(
+        memory.client, async_client=memory._async_client, collection=memory.collection, metric=memory.metric
+    )
+
+
+class TestQdrantInMemory(VectorMemoryContract):
+    @pytest.fixture
+    def vector_memory_factory(self) -> Callable[..., VectorMemory]:
+        def factory(dimension: int | None, metric: Metric) -> VectorMemory:
+            return QdrantVectorMemory(
+                "qdrant+memory://", collection=f"c{next(_names)}", dimension=dimension, metric=metric
+            )
+
+        return factory
+
+    def reopen(self, memory: VectorMemory) -> VectorMemory:
+        return shared_client_reopen(memory)
+
+
+class TestQdrantLocalDirectory(VectorMemoryContract):
+    @pytest.fixture
+    def vector_memory_factory(self, tmp_path: Path) -> Callable[..., VectorMemory]:
+        def factory(dimension: int | None, metric: Metric) -> VectorMemory:
+            return QdrantVectorMemory(
+                f"qdrant+local://{tmp_path / f'q{next(_names)}'}", dimension=dimension, metric=metric
+            )
+
+        return factory
+
+    def reopen(self, memory: VectorMemory) -> VectorMemory:
+        return shared_client_reopen(memory)
+
+
+class TestQdrantNativeAsyncDriver(VectorMemoryContract):
+    """The native async driver, exercised over an in-process `AsyncQdrantClient` (no server needed).
+
+    The sync and async clients are two separate in-memory stores here; only the async mode runs (the sync mode is
+    `TestQdrantInMemory`).
+    """
+
+    @pytest.fixture(params=["async"])
+    def mode(self, request: pytest.FixtureRequest) -> str:
+        return str(request.param)
+
+    @pytest.fixture
+    def vector_memory_factory(self) -> Iterator[Callable[..., VectorMemory]]:
+        clients: list[tuple[QdrantClient, AsyncQdrantClient]] = []
+
+        def factory(dimension: int | None, metric: Metric) -> VectorMemory:
+            clients.append((QdrantClient(":memory:"), AsyncQdrantClient(":memory:")))
+            return QdrantVectorMemory(clients[-1][0], async_client=clients[-1][1], dimension=dimension, metric=metric)
+
+        yield factory
+        for sync_client, _ in clients:
+            sync_client.close()
+
+    def reopen(self, memory: VectorMemory) -> VectorMemory:
+        return shared_client_reopen(memory)
+
+
+@pytest.fixture
+def memory() -> Iterator[QdrantVectorMemory]:
+    with QdrantVectorMemory("qdrant+memory://") as memory:
+        yield memory
+
+
+def test_a_local_directory_persists_across_clients(tmp_path: Path) -> None:
+    url = f"qdrant+local://{tmp_path}"
+    with QdrantVectorMemory(url, collection="docs", metric="dot") as memory:
+        memory.store([doc("a", 1.0, 2.0, 3.0, k="v"), doc("b", 0.5, 0.0, 0.0)])
+    with QdrantVectorMemory(url, collection="docs", metric="dot") as reopened:
+        dimensions = [reopened.dimension]
+        assert reopened.count() == 2
+        assert [*dimensions, reopened.dimension] == [None, 3]
+        assert reopened.get(["a"]) == [doc("a", 1.0, 2.0, 3.0, k="v")]
+        with pytest.raises(DimensionMismatchError):
+            reopened.store([doc("c", 1.0, 2.0)])
+    with (
+        pytest.raises(DimensionMismatchError),
+        QdrantVectorMemory(url, collection="docs", dimension=4, metric="dot") as m,
+    ):
+        m.count()
+    with pytest.raises(InvalidInputError, match="Dot"), QdrantVectorMemory(url, collection="docs") as m:
+        m.search([1.0, 2.0, 3.0])
+
+
+def test_async_twins_share_the_local_directory_with_sync_calls(tmp_path: Path) -> None:
+    memory = QdrantVectorMemory(f"qdrant+local://{tmp_path}")
+
+    async def scenario() -> list[str]:
+        await memory.astore([doc(f"d{i}", 1.0, float(i)) for i in range(20)])
+        memory.delete(["d0"])
+        results = await asyncio.gather(*(memory.asearch([1.0, float(i)], top_k=1) for i in range(1, 20)))
+        await memory.aclose()
+        return [hits[0].document.id for hits in results]
+
+    assert asyncio.run(scenario()) == [f"d{i}" for i in range(1, 20)]
+
+
+def test_string_ids_map_to_stable_uuid_points(memory: QdrantVectorMemory) -> None:
+    assert point_id("doc-1") == point_id("doc-1") != point_id("doc-2")
+    memory.store([doc("doc-1", 1.0, 0.0), doc("\U0001f600 x", 0.0, 1.0)])
+    [record] = memory.client.retrieve(memory.collection, ids=[point_id("doc-1")], with_payload=True)
+    assert record.payload is not None and record.payload["id"] == "doc-1"
+    assert [d.id for d in memory.get(["\U0001f600 x", "doc-1", "doc-1"])] == ["\U0001f600 x", "doc-1", "doc-1"]
+
+
+@pytest.mark.parametrize("doc_id", ["doc-1", "d", "\U0001f600 x", "é" * 300, "a:b{c}*?[", "0"])
+def test_point_ids_are_uuid5_of_the_fixed_namespace(doc_id: str) -> None:
+    namespace = uuid.UUID("8a0f6f4e-3c55-5a8e-9a4b-6d656d776561")  # stored points depend on it: never changes
+    assert point_id(doc_id) == str(uuid.uuid5(namespace, doc_id))
+
+
+def test_cosine_embeddings_come_back_as_stored(memory: QdrantVectorMemory) -> None:
+    vector = [0.1, -3.5, 1e-3, 250.0]
+    memory.store([doc("a", *vector)])
+    assert memory.get(["a"])[0].embedding == pytest.approx(vector, rel=1e-6)
+    assert memory.search(vector, top_k=1)[0].document.embedding == pytest.approx(vector, rel=1e-6)
+
+
+def test_ties_beyond_the_first_page_are_broken_by_id(memory: QdrantVectorMemory) -> None:
+    ids = [f"t{i:02d}" for i in range(40)]
+    random.Random(7).shuffle(ids)
+    memory.store([doc(i, 1.0, 0.0) for i in ids] + [doc("best", 1.0, 0.01), doc("far", 0.0, 1.0)])
+    hits = memory.search([1.0, 0.01], top_k=5)
+    assert [h.document.id for h in hits] == ["best", "t00", "t01", "t02", "t03"]
+    filtered = memory.search([1.0, 0.01], top_k=3, filter={"$not": {"nothing": True}}, threshold=0.5)
+    assert [h.document.id for h in filtered] == ["best", "t00", "t01"]
+
+
+def test_a_selective_filter_that_qdrant_cannot_express_still_finds_the_top_k(memory: QdrantVectorMemory) -> None:
+    memory.store([doc(f"d{i:03d}", 1.0, i / 100, tag=["x"] if i % 50 else "x") for i in range(200)])
+    hits = memory.search([1.0, 0.0], top_k=3, filter={"tag": "x"})  # Qdrant matches the arrays too
+    assert [h.document.id for h in hits] == ["d000", "d050", "d100"]
+
+
+def test_filter_translation_is_never_stricter_than_the_filter() -> None:
+    client = QdrantClient(":memory:")
+    client.create_collection("f", vectors_config=models.VectorParams(size=8, distance=models.Distance.COSINE))
+    extra = [
+        doc("l1", *([1.0] * 8), kind=["post"], year=[2020, "x"], lang=[None], n=2**53 + 1),
+        doc("l2", *([1.0] * 8), kind={"a": 1}, year=2020.0, tags="b", public=[True]),
+    ]
+    corpus = FILTER_CORPUS + extra
+    client.upsert(
+        "f",
+        points=[
+            models.PointStruct(
+                id=point_id(d.id), vector=list(d.embedding), payload={"metadata": d.model_dump()["metadata"]}
+            )
+            for d in corpus
+        ],
+    )
+    cases = [spec for spec, _ in FILTER_CASES] + [
+        {"kind": {"$nin": ["post", "note"]}},
+        {"$not": {"$or": [{"kind": {"$ne": "post"}}, {"lang": {"$exists": True}}]}},
+        {"$not": {"year": {"$nin": [2020]}}},
+        {"year": {"$in": []}},
+        {"n": 2**53 + 1},
+        {"$or": [{"tags": {"$contains": "b"}}, {"a.b": 1}]},
+        {"year": {"$gt": "2000"}},
+    ]
+    for spec in cases:
+        predicate = compile_filter(spec)
+        expected = {point_id(d.id) for d in corpus if predicate(d.metadata)}
+        condition = translate_filter(spec)
+        if condition is False:
+            assert expected == set(), spec
+            continue
+        query_filter = None if condition is True else models.Filter(must=[condition])
+        found = {str(p.id) for p in client.scroll("f", scroll_filter=query_filter, limit=100)[0]}
+        assert expected <= found, (json.dumps(spec), expected - found)
+    assert translate_filter({"kind": "post", "year": {"$gte": 2020}}) == models.Filter(
+        must=[
+            models.FieldCondition(key="metadata.kind", match=models.MatchValue(value="post")),
+            models.FieldCondition(key="metadata.year", range=models.Range(gte=2020)),
+        ]
+    )
+    client.close()
+
+
+def test_random_operations_match_the_in_memory_backend(memory: QdrantVectorMemory) -> None:
+    rng = random.Random(3)
+    model = InMemoryVectorMemory(4)
+    for step in range(150):
+        action = rng.random()
+        if action < 0.6:
+            batch = [
+                doc(f"d{rng.randrange(30)}", *(rng.uniform(-1.0, 1.0) for _ in range(4)), g=rng.randrange(3))
+                for _ in range(rng.randrange(1, 6))
+            ]
+            memory.store(batch)
+            model.store(batch)
+        elif action < 0.9:
+            ids = [f"d{rng.randrange(30)}" for _ in range(3)]
+            memory.delete(ids)
+            model.delete(ids)
+        elif action < 0.93:
+            memory.clear()
+            model.clear()
+        query = [rng.gauss(0.0, 1.0) for _ in range(4)]
+        top_k = rng.randrange(1, 8)
+        spec = rng.choice([None, {"g": 1}, {"g": {"$ne": 2}}])
+        expected = model.search(query, top_k=top_k, filter=spec)
+        actual = memory.search(query, top_k=top_k, filter=spec)
+        assert [h.document.id for h in actual] == [h.document.id for h in expected], step
+        assert [h.score for h in actual] == pytest.approx([h.score for h in expected], abs=1e-6)
+        assert memory.count() == model.count()
+
+
+def test_payload_indexes_are_created_on_request(memory: QdrantVectorMemory) -> None:
+    with pytest.raises(InvalidInputError, match="store documents first"):
+        memory.create_payload_index("kind")
+    memory.store([doc("a", 1.0, 0.0, kind="post")])
+    with pytest.warns(UserWarning, match="no effect in the local Qdrant"):
+        memory.create_payload_index("kind", "keyword")
+    with pytest.raises(InvalidInputError):
+        memory.create_payload_index("kind", "nonsense")
+    with pytest.raises(InvalidInputError):
+        memory.create_payload_index("a.b")
+    assert [h.document.id for h in memory.search([1.0, 0.0], filter={"kind": "post"})] == ["a"]
+
+
+def test_foreign_points_are_reported_as_corrupt(memory: QdrantVectorMemory) -> None:
+    memory.store([doc("a", 1.0, 0.0)])
+    memory.client.upsert(memory.collection, points=[models.PointStruct(id=7, vector=[0.0, 1.0], payload={"x": 1})])
+    with pytest.raises(CorruptMemoryError, match="point 7"):
+        memory.search([0.0, 1.0])
+
+
+def test_large_stores_are_batched(memory: QdrantVectorMemory, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    upsert = memory.client.upsert
+
+    def counting_upsert(**kwargs: Any) -> Any:
+        calls.append(len(kwargs["points"]))
+        return upsert(**kwargs)
+
+    monkeypatch.setattr(memory.client, "upsert", counting_upsert)
+    memory._batch_size = 100
+    memory.store([doc(f"d{i}", 1.0, float(i)) for i in range(250)])
+    assert calls == [100, 100, 50]
+    assert memory.count() == 250
+
+
+def test_an_unreachable_server_raises_backend_unavailable() -> None:
+    with QdrantVectorMemory("qdrant://127.0.0.1:1", timeout=2) as memory:
+        with pytest.raises(BackendUnavailableError, match=r"127\.0\.0\.1"):
+            memory.count()
+        with pytest.raises(BackendUnavailableError, match=r"127\.0\.0\.1"):
+            asyncio.run(memory.acount())
+
+
+@pytest.mark.parametrize(
+    "location",
+    ["qdrant+local://host/path", "qdrant+local://", "http://127.0.0.1:6333", "qdrant://", "qdrant+memory"],
+)
+def test_bad_locations_are_rejected(location: str) -> None:
+    with pytest.raises(InvalidInputError):
+        QdrantVectorMemory(location)
+
+
+def test_bad_options_are_rejected() -> None:
+    for options in ({"collection": "a/b"}, {"batch_size": 0}, {"metric": "l2"}, {"dimension": -1}):
+        with pytest.raises(InvalidInputError):
+            QdrantVectorMemory("qdrant+memory://", **options)
+
+
+def test_a_generator_is_read_in_batches_and_validated_whole_before_any_write() -> None:
+    with QdrantVectorMemory("qdrant+memory://", batch_size=3) as memory:
+        memory.store(doc(f"d{i % 5}", 1.0, float(i)) for i in range(8))  # ids repeat across batches: last one wins
+        assert memory.count() == 5
+        assert [d.embedding[1] for d in memory.get(["d0", "d1", "d2"])] == pytest.approx([5.0, 6.0, 7.0], rel=1e-6)
+
+        def bad_at_seven() -> Iterator[VectorDocument | dict[str, Any]]:
+            yield from (doc(f"n{i}", 1.0, float(i)) for i in range(7))
+            yield {"id": "n7", "embedding": [1.0, float("nan")]}
+
+        with pytest.raises(InvalidInputError, match="document 7"):  # the position counted over the whole input
+            memory.store(bad_at_seven())
+        with pytest.raises(DimensionMismatchError):
+            memory.store(doc(f"m{i}", *([1.0] * (2 if i < 4 else 3))) for i in range(6))
+        assert memory.count() == 5  # nothing of either refused store was written

@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from memwoven.backends.redis import RedisChatMemory
+from memwoven.contracts import ChatMemory
+from memwoven.errors import BackendUnavailableError
+from memwoven.testing import ChatMemoryContract, turn
+from memwoven_test_support import redis_url, unique_name
+from memwoven_test_support.redis_servers import redis_cluster, redis_server
+
+
+@pytest.fixture
+def redis_prefix() -> Iterator[tuple[str, str]]:
+    """A unique key prefix on the shared Redis; its keys are deleted afterwards (never FLUSH)."""
+    url, prefix = redis_url(), unique_name("mwtest")
+    yield url, prefix
+    client = redis.Redis.from_url(url)
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+class TestRedisChatMemory(ChatMemoryContract):
+    @pytest.fixture
+    def chat_memory(self, redis_prefix: tuple[str, str]) -> ChatMemory:
+        url, prefix = redis_prefix
+        return RedisChatMemory(url, prefix=prefix)
+
+    def reopen(self, memory: ChatMemory) -> ChatMemory:
+        assert isinstance(memory, RedisChatMemory)
+        return RedisChatMemory(redis_url(), prefix=memory.prefix)
+
+    def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
+        corrupt_first_message(memory, session_id)
+
+
+def corrupt_first_message(memory: ChatMemory, session_id: str) -> None:
+    assert isinstance(memory, RedisChatMemory)
+    memory._client.lset(memory._keys(session_id)[1], 0, b"{not json")
+
+
+def test_a_stranger_object_saves_over_an_existing_session(redis_prefix: tuple[str, str]) -> None:
+    url, prefix = redis_prefix
+    with RedisChatMemory(url, prefix=prefix) as first, RedisChatMemory(url, prefix=prefix) as second:
+        first.save("s", [turn(i) for i in range(5)])
+        second.save("s", [turn(i) for i in range(3)] + [turn(9)])  # never loaded by `second`
+        assert first.load("s") == [turn(0), turn(1), turn(2), turn(9)]
+        first.append("s", [turn(10)])
+        second.save("s", [*second.load("s"), turn(11)])
+        assert [m.text for m in first.load("s")] == ["w-0", "w-1", "w-2", "w-9", "w-10", "w-11"]
+
+
+def test_save_writes_only_the_changed_suffix(redis_prefix: tuple[str, str]) -> None:
+    url, prefix = redis_prefix
+    client = redis.Redis.from_url(url)
+    with RedisChatMemory(url, prefix=prefix) as memory:
+        memory.save("s", [turn(i) for i in range(50)])
+        msgs_key = memory._keys("s")[1]
+        # an equivalent encoding of message 0 that a rewrite would replace with the canonical one
+        marker = b"  " + client.lindex(msgs_key, 0)
+        client.lset(msgs_key, 0, marker)
+        for fresh in (False, True):  # through the cache, and through the stored digests
+            if fresh:
+                memory._cache.drop("s")
+            memory.save("s", [turn(i) for i in range(50 + fresh)] + [turn(99)])
+            assert client.lindex(msgs_key, 0) == marker
+        assert [m.text for m in memory.load("s")][-3:] == ["w-49", "w-50", "w-99"]
+    client.close()
+
+
+def test_ttl_expires_idle_sessions(redis_prefix: tuple[str, str]) -> None:
+    url, prefix = redis_prefix
+    with RedisChatMemory(url, prefix=prefix, ttl=60) as memory:
+        memory.save("s", [turn(1)])
+        client = redis.Redis.from_url(url)
+        ttls = [client.pttl(key) for key in memory._keys("s")]
+        assert all(0 < ttl <= 60_000 for ttl in ttls)
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def cluster_url() -> Iterator[str]:
+    """A private 3-master Redis Cluster on free loopback ports, for this module."""
+    with redis_cluster(3) as url:
+        yield url
+
+
+class TestRedisClusterChatMemory(ChatMemoryContract):
+    @pytest.fixture
+    def chat_memory(self, cluster_url: str) -> ChatMemory:
+        return RedisChatMemory(cluster_url, prefix=unique_name("mwc"))
+
+    def reopen(self, memory: ChatMemory) -> ChatMemory:
+        assert isinstance(memory, RedisChatMemory)
+        return RedisChatMemory(memory._url, prefix=memory.prefix)
+
+    def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
+        corrupt_first_message(memory, session_id)
+
+
+def test_sessions_spread_over_every_cluster_node(cluster_url: str) -> None:
+    with RedisChatMemory(cluster_url, prefix=unique_name("mwc")) as memory:
+        ids = [f"user-{i}" for i in range(60)]
+        for session_id in ids:
+            memory.append(session_id, [turn(1, session_id)])
+        nodes = {memory._client.keyslot(memory._keys(i)[0]) // 5462 for i in ids}
+        assert nodes == {0, 1, 2}  # 16384 slots over 3 masters
+        assert memory.sessions() == sorted(ids)
+
+
+def test_a_restarted_server_keeps_acknowledged_writes_and_the_client_recovers() -> None:
+    with (
+        redis_server("--appendonly", "yes", "--appendfsync", "always") as server,
+        RedisChatMemory(server.url, prefix="restart") as memory,
+    ):
+        for i in range(20):
+            memory.append("s", [turn(i)])
+        server.stop(kill=True)
+        with pytest.raises(BackendUnavailableError) as raised:
+            memory.append("s", [turn(20)])
+        assert "127.0.0.1" in str(raised.value)
+        server.start()
+        memory.append("s", [turn(21)])
+        texts = [m.text for m in memory.load("s")]
+        assert texts[:20] == [f"w-{i}" for i in range(20)]
+        assert texts[-1] == "w-21"

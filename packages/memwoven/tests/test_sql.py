@@ -1,0 +1,713 @@
+"""The SQL backends: the conformance suite on SQLite, PostgreSQL and MariaDB, plus SQL-specific behaviour."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import multiprocessing
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from memwoven import (
+    BackendUnavailableError,
+    ConcurrentModificationError,
+    CorruptMemoryError,
+    DimensionMismatchError,
+    InvalidInputError,
+    Message,
+)
+from memwoven.backends.sql import SQLChatMemory, SQLVectorMemory
+from memwoven.backends.sql._schema import Tables, key_of
+from memwoven.contracts import ChatMemory, VectorMemory
+from memwoven.testing import HOSTILE_IDS, ChatMemoryContract, VectorMemoryContract, turn
+from memwoven_test_support import mysql_url, postgres_url, unique_name
+
+KINDS = ("sqlite", "postgresql", "mariadb")
+# valid JSON (the native JSON columns of PostgreSQL and MariaDB refuse anything else) that is not a Message
+_UNDECODABLE = '{"role": "wizard", "content": 3}'
+
+
+@dataclass
+class Place:
+    """Where one test's tables live: a URL and a table prefix no other test uses."""
+
+    url: str
+    prefix: str
+    opened: list[SQLChatMemory | SQLVectorMemory] = field(default_factory=list)
+
+    def chat(self, **options: Any) -> SQLChatMemory:
+        self.opened.append(SQLChatMemory(self.url, table_prefix=self.prefix, **options))
+        return self.opened[-1]  # type: ignore[return-value]
+
+    def vector(self, **options: Any) -> SQLVectorMemory:
+        self.opened.append(SQLVectorMemory(self.url, table_prefix=self.prefix, **options))
+        return self.opened[-1]  # type: ignore[return-value]
+
+    def close(self) -> None:
+        for memory in self.opened:
+            memory.close()
+
+
+def _drop_tables(url: str, prefix: str) -> None:
+    engine = SQLChatMemory(url, table_prefix=prefix).engine
+    try:
+        Tables.build(prefix, None).meta.metadata.drop_all(engine, checkfirst=True)
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def place_for(kind: str, tmp_path: Path) -> Iterator[Place]:
+    """A fresh place on `kind`; on a server, this test's tables (and only those) are dropped afterwards."""
+    if kind == "sqlite":
+        where = Place(f"sqlite:///{tmp_path}/db/memwoven.db", "memwoven_")
+    else:
+        where = Place(postgres_url() if kind == "postgresql" else mysql_url(), unique_name("mwt") + "_")
+    try:
+        yield where
+    finally:
+        where.close()
+        if kind != "sqlite":
+            _drop_tables(where.url, where.prefix)
+
+
+@pytest.fixture(params=KINDS)
+def place(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Place]:
+    with place_for(request.param, tmp_path) as where:
+        yield where
+
+
+def _execute(memory: SQLChatMemory | SQLVectorMemory, statement: sa.Executable) -> None:
+    with memory.engine.begin() as connection:
+        connection.execute(statement)
+
+
+# The conformance suite on each database --------------------------------------------------------------------
+
+
+class _ChatContract(ChatMemoryContract):
+    kind = "sqlite"
+
+    @pytest.fixture
+    def chat_memory(self, tmp_path: Path) -> Iterator[ChatMemory]:
+        with place_for(self.kind, tmp_path) as where:
+            yield where.chat()
+
+    def reopen(self, memory: ChatMemory) -> ChatMemory:
+        assert isinstance(memory, SQLChatMemory)
+        return SQLChatMemory(memory.engine.url, table_prefix=memory.table_prefix)
+
+    def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
+        assert isinstance(memory, SQLChatMemory)
+        messages = Tables.build(memory.table_prefix, None).messages
+        _execute(
+            memory, sa.update(messages).where(messages.c.session_key == key_of(session_id)).values(body=_UNDECODABLE)
+        )
+
+
+class _VectorContract(VectorMemoryContract):
+    kind = "sqlite"
+
+    @pytest.fixture
+    def vector_memory_factory(self, tmp_path: Path) -> Iterator[Callable[..., VectorMemory]]:
+        with place_for(self.kind, tmp_path) as where:
+            yield lambda dimension, metric: where.vector(
+                collection=unique_name("c"), dimension=dimension, metric=metric
+            )
+
+    def reopen(self, memory: VectorMemory) -> VectorMemory:
+        assert isinstance(memory, SQLVectorMemory)
+        return SQLVectorMemory(
+            memory.engine.url, table_prefix=memory.table_prefix, collection=memory.collection, metric=memory.metric
+        )
+
+
+class TestSQLiteChat(_ChatContract):
+    kind = "sqlite"
+
+
+class TestSQLiteVector(_VectorContract):
+    kind = "sqlite"
+
+
+@pytest.mark.service
+class TestPostgresChat(_ChatContract):
+    kind = "postgresql"
+
+
+@pytest.mark.service
+class TestPostgresVector(_VectorContract):
+    kind = "postgresql"
+
+
+@pytest.mark.service
+class TestMariaDBChat(_ChatContract):
+    kind = "mariadb"
+
+
+@pytest.mark.service
+class TestMariaDBVector(_VectorContract):
+    kind = "mariadb"
+
+
+# Construction, URLs and errors -----------------------------------------------------------------------------
+
+
+def test_urls_get_both_drivers_and_never_show_the_password(tmp_path: Path) -> None:
+    memory = SQLChatMemory("postgresql://me:s3cret@db.invalid:5432/app")
+    assert memory.engine.url.drivername == "postgresql+psycopg"
+    assert memory.async_engine is not None
+    assert memory.async_engine.url.drivername == "postgresql+psycopg_async"
+    assert "s3cret" not in repr(memory) and "***" in repr(memory)
+    assert SQLChatMemory("postgres://me@db.invalid/app").engine.url.drivername == "postgresql+psycopg"
+    assert SQLChatMemory("mysql://me@db.invalid/app").engine.url.drivername == "mysql+pymysql"
+    maria = SQLVectorMemory("mariadb://me@db.invalid/app")
+    assert maria.async_engine is not None and maria.async_engine.url.drivername == "mariadb+aiomysql"
+    lite = SQLChatMemory(f"sqlite:///{tmp_path}/x.db")
+    assert lite.async_engine is not None and lite.async_engine.url.drivername == "sqlite+aiosqlite"
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["postgresql+psycopg2://h/db", "oracle://h/db", "sqlite://", "sqlite:///:memory:", "not a url", 42],
+)
+def test_unusable_urls_are_refused(url: Any) -> None:
+    with pytest.raises(InvalidInputError):
+        SQLChatMemory(url)
+
+
+@pytest.mark.parametrize("option", [{"table_prefix": "bad-prefix"}, {"table_prefix": "1x"}, {"schema": "a;b"}])
+def test_identifiers_are_validated(tmp_path: Path, option: dict[str, Any]) -> None:
+    with pytest.raises(InvalidInputError):
+        SQLChatMemory(f"sqlite:///{tmp_path}/x.db", **option)
+
+
+def test_an_unreachable_server_raises_backend_unavailable_without_the_password() -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    memory = SQLChatMemory(f"postgresql://me:s3cret@127.0.0.1:{port}/db", pool_timeout=2)
+    with pytest.raises(BackendUnavailableError) as raised:
+        memory.load("s")
+    assert "s3cret" not in str(raised.value) and f"127.0.0.1:{port}" in str(raised.value)
+    with pytest.raises(BackendUnavailableError):
+        asyncio.run(memory.aload("s"))
+    memory.close()
+
+
+def test_an_unwritable_sqlite_path_raises_backend_unavailable(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    memory = SQLChatMemory(f"sqlite:///{tmp_path}/file/sub/x.db")
+    with pytest.raises(BackendUnavailableError):
+        memory.save("s", [turn(1)])
+
+
+class _Proxy:
+    """A TCP forwarder we can cut and restore, to play a database that goes away and comes back."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = 0
+        self._server: socket.socket | None = None
+        self._sockets: list[socket.socket] = []
+
+    def start(self) -> None:
+        server = socket.create_server(("127.0.0.1", self.port))
+        self.port = server.getsockname()[1]
+        self._server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+
+    def stop(self) -> None:
+        assert self._server is not None
+        for sock in [self._server, *self._sockets]:
+            with suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        self._sockets.clear()
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(self.target)
+            self._sockets += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+
+
+@pytest.mark.service
+def test_the_same_object_works_again_when_the_server_returns(tmp_path: Path) -> None:
+    with place_for("postgresql", tmp_path) as where:
+        server = sa.engine.make_url(where.url)
+        proxy = _Proxy((server.host or "127.0.0.1", server.port or 5432))
+        proxy.start()
+        memory = SQLChatMemory(server.set(port=proxy.port), table_prefix=where.prefix)
+        try:
+            memory.save("s", [turn(1)])
+            proxy.stop()
+            with pytest.raises(BackendUnavailableError):
+                memory.append("s", [turn(2)])
+            proxy.start()  # same port
+            memory.append("s", [turn(3)])
+            assert memory.load("s") == [turn(1), turn(3)]
+        finally:
+            memory.close()
+            proxy.stop()
+
+
+def test_given_engines_are_used_and_left_open(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/x.db"
+    engine = sa.create_engine(url)
+    memory = SQLChatMemory(engine)
+    assert memory.engine is engine and memory.async_engine is None
+    memory.save("s", [turn(1)])
+    assert asyncio.run(memory.aload("s")) == [turn(1)]  # async falls back to a thread
+    memory.close()
+    with engine.connect() as connection:  # still usable: the caller owns it
+        assert connection.execute(sa.text("SELECT count(*) FROM memwoven_messages")).scalar() == 1
+
+    async def with_async_engine() -> list[Message]:
+        async_engine = create_async_engine(f"sqlite+aiosqlite:///{tmp_path}/x.db")
+        both = SQLChatMemory(async_engine)
+        await both.aappend("s", [turn(2)])
+        loaded = await both.aload("s")
+        assert both.load("s") == loaded  # the sync API gets its own engine over the same database
+        await both.aclose()
+        await async_engine.dispose()
+        return loaded
+
+    assert asyncio.run(with_async_engine()) == [turn(1), turn(2)]
+    engine.dispose()
+
+
+def test_tables_follow_the_prefix_and_record_the_schema_version(place: Place) -> None:
+    memory = place.chat()
+    memory.save("s", [turn(1)])
+    names = set(sa.inspect(memory.engine).get_table_names())
+    assert {f"{place.prefix}meta", f"{place.prefix}sessions", f"{place.prefix}messages"} <= names
+    meta = Tables.build(place.prefix, None).meta
+    with memory.engine.connect() as connection:
+        assert connection.execute(sa.select(meta.c.value)).scalar() == "1"
+    memory.close()
+
+
+@pytest.mark.service
+def test_a_postgres_schema_is_created_and_used() -> None:
+    url, schema = postgres_url(), unique_name("mws")
+    memory = SQLChatMemory(url, schema=schema, table_prefix="t_")
+    try:
+        memory.save("s", [turn(1)])
+        assert SQLChatMemory(url, schema=schema, table_prefix="t_").load("s") == [turn(1)]
+        assert "t_sessions" in sa.inspect(memory.engine).get_table_names(schema=schema)
+    finally:
+        with memory.engine.begin() as connection:
+            connection.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        memory.close()
+
+
+def test_concurrent_first_use_creates_the_tables_once(place: Place) -> None:
+    errors: list[BaseException] = []
+
+    def first_use(i: int) -> None:
+        memory = place.chat()
+        try:
+            memory.append("s", [turn(i)])
+        except BaseException as error:  # pragma: no cover - reported below
+            errors.append(error)
+        finally:
+            memory.close()
+
+    threads = [threading.Thread(target=first_use, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert sorted(str(m.metadata["index"]) for m in place.chat().load("s")) == ["0", "1", "2", "3"]
+
+
+# O(change) saves ------------------------------------------------------------------------------------------
+
+
+class _Statements:
+    """Counts the statements and rows a memory sends, by kind (INSERT INTO messages, DELETE, ...)."""
+
+    def __init__(self, memory: SQLChatMemory) -> None:
+        self.log: list[tuple[str, int]] = []
+        self.table = f"{memory.table_prefix}messages"
+        sa.event.listen(memory.engine, "before_cursor_execute", self._record)
+
+    def _record(self, _conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, many: bool) -> None:
+        self.log.append((" ".join(statement.split()[:3]).upper(), len(parameters) if many else 1))
+
+    def rows(self, prefix: str) -> int:
+        return sum(n for statement, n in self.log if statement.startswith(prefix) and self.table.upper() in statement)
+
+    def count(self, prefix: str) -> int:
+        return sum(1 for statement, _ in self.log if statement.startswith(prefix) and self.table.upper() in statement)
+
+    def reset(self) -> None:
+        self.log.clear()
+
+
+def test_saves_write_only_what_changed(place: Place) -> None:
+    memory = place.chat()
+    original = [turn(i) for i in range(200)]
+    memory.save("s", original)
+    statements = _Statements(memory)
+
+    history = memory.load("s")
+    assert history == original
+    assert statements.count("SELECT") == 0  # the snapshot was still current: no message rows fetched
+
+    cases: list[tuple[str, list[Message], int, int]] = [
+        ("append two", [*history, turn(200), turn(201)], 2, 0),
+        ("change one in the middle", [*history[:100], turn(-1), *history[101:]], 100, 1),
+        ("truncate", history[:50], 0, 1),
+        ("unchanged", history[:50], 0, 0),
+        ("equal copies of the stored messages", [m.model_copy(deep=True) for m in history[:50]], 0, 0),
+    ]
+    for name, new, inserted, deletes in cases:
+        statements.reset()
+        memory.save("s", new)
+        assert (statements.rows("INSERT INTO"), statements.count("DELETE FROM")) == (inserted, deletes), name
+        assert memory.load("s") == new, name
+        assert place.chat().load("s") == new, name
+
+
+def test_append_inserts_only_the_new_rows(place: Place) -> None:
+    memory = place.chat()
+    memory.save("s", [turn(i) for i in range(100)])
+    statements = _Statements(memory)
+    memory.append("s", [turn(100), turn(101), turn(102)])
+    assert statements.rows("INSERT INTO") == 3 and statements.count("INSERT INTO") == 1
+    assert statements.count("DELETE FROM") == 0
+    assert memory.load("s") == [turn(i) for i in range(103)]
+
+
+def test_a_sliding_ttl_expires_idle_sessions_and_cleanup_deletes_them(place: Place) -> None:
+    import time
+
+    memory = place.chat(ttl=1.0)
+    memory.save("idle", [turn(0)])
+    memory.save("busy", [turn(0)])
+    for i in range(1, 4):  # every write resets the busy session's clock
+        time.sleep(0.4)
+        memory.append("busy", [turn(i)])
+    assert memory.load("idle") == [] and memory.load_versioned("idle").version == 0
+    assert memory.sessions() == ["busy"]
+    assert memory.cleanup_expired() == 1
+    assert memory.cleanup_expired() == 0
+    assert memory.save("idle", [turn(9)], expected_version=0) > 0  # an expired session starts afresh
+    assert [m.text for m in memory.load("busy")] == ["w-0", "w-1", "w-2", "w-3"]
+    assert asyncio.run(_async_cleanup(memory)) == 0
+
+
+async def _async_cleanup(memory: SQLChatMemory) -> int:
+    try:
+        return await memory.acleanup_expired()
+    finally:
+        await memory.aclose()
+
+
+def test_ttl_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError):
+        SQLChatMemory(f"sqlite:///{tmp_path}/x.db", ttl=0)
+
+
+def test_values_equal_in_python_but_not_in_json_are_rewritten(place: Place) -> None:
+    memory = place.chat()
+    memory.save("s", [Message(role="user", content="x", metadata={"flag": 1})])
+    memory.save("s", [Message(role="user", content="x", metadata={"flag": True})])  # True == 1 in Python
+    [loaded] = place.chat().load("s")
+    assert loaded.metadata["flag"] is True
+
+
+@pytest.mark.parametrize("cache_size", [256, 0])
+def test_another_objects_writes_are_never_hidden_by_the_cache(place: Place, cache_size: int) -> None:
+    a, b = place.chat(cache_size=cache_size), place.chat()
+    a.save("s", [turn(i) for i in range(10)])
+    assert a.load("s") == b.load("s")
+    edited = [*b.load("s")]
+    edited[4] = turn(40)
+    b.save("s", edited)  # same length, one message changed in the middle
+    assert a.load("s") == edited
+    b.save("s", [turn(0), turn(1)])
+    stale = [turn(i) for i in range(10)]
+    stale[7] = turn(70)
+    a.save("s", stale)  # a's snapshot is stale: the stored digests decide what to keep
+    assert b.load("s") == stale == a.load("s")
+    b.append("s", [turn(11)])
+    assert a.load("s") == [*stale, turn(11)]
+    b.clear("s")
+    assert a.load_versioned("s") == ([], 0)
+
+
+def test_rejected_messages_are_named_by_their_position_in_the_whole_list(place: Place) -> None:
+    memory = place.chat()
+    memory.save("s", [turn(i) for i in range(5)])
+    history = memory.load("s")  # the fast path validates only what follows the cached messages
+    with pytest.raises(InvalidInputError, match="message 6"):
+        memory.save("s", [*history, turn(5), {"role": "wizard"}])
+    assert memory.load("s") == history
+
+
+def test_a_stale_expected_version_fails_across_objects(place: Place) -> None:
+    a, b = place.chat(), place.chat()
+    _, version = a.load_versioned("s")
+    b.save("s", [turn(1)])
+    with pytest.raises(ConcurrentModificationError):
+        a.save("s", [turn(2)], expected_version=version)
+    assert a.load("s") == [turn(1)]
+
+
+def test_hostile_session_ids_stay_apart(place: Place) -> None:
+    memory = place.chat()
+    for position, session_id in enumerate(HOSTILE_IDS):
+        memory.append(session_id, [turn(position)])
+    other = place.chat()
+    assert other.sessions() == sorted(HOSTILE_IDS)
+    for position, session_id in enumerate(HOSTILE_IDS):
+        assert other.load(session_id) == [turn(position)]
+
+
+# Corruption ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("damage", ["bad json", "not a message", "missing row", "other session id"])
+def test_damaged_rows_raise_corrupt_memory_naming_the_session(place: Place, damage: str) -> None:
+    memory = place.chat()
+    memory.save("victim", [turn(0), turn(1), turn(2)])
+    memory.save("bystander", [turn(9)])
+    tables = Tables.build(place.prefix, None)
+    key = key_of("victim")
+    rows = sa.update(tables.messages).where(tables.messages.c.session_key == key, tables.messages.c.seq == 1)
+    statement = {
+        "bad json": rows.values(body="{truncated"),
+        "not a message": rows.values(body='{"role": "wizard"}'),
+        "missing row": sa.delete(tables.messages).where(tables.messages.c.session_key == key),
+        "other session id": sa.update(tables.sessions)
+        .where(tables.sessions.c.session_key == key)
+        .values(session_id="someone else"),
+    }[damage]
+    if damage == "bad json" and not place.url.startswith("sqlite"):
+        with pytest.raises(sa.exc.DBAPIError):  # the native JSON column refuses it: this damage cannot happen
+            _execute(memory, statement)
+        return
+    _execute(memory, statement)
+    fresh = place.chat()
+    with pytest.raises(CorruptMemoryError, match="victim"):
+        fresh.load("victim")
+    assert fresh.load("bystander") == [turn(9)]
+
+    async def load_async() -> None:
+        async with place.chat() as memory:  # the async API, closed on its own event loop
+            with pytest.raises(CorruptMemoryError, match="victim"):
+                await memory.aload("victim")
+
+    asyncio.run(load_async())
+
+
+def test_a_newer_schema_version_is_refused(place: Place) -> None:
+    memory = place.chat()
+    memory.save("s", [turn(1)])
+    meta = Tables.build(place.prefix, None).meta
+    _execute(memory, sa.update(meta).values(value="99"))
+    with pytest.raises(CorruptMemoryError, match="schema version 99"):
+        place.chat().load("s")
+
+
+# Vector memory --------------------------------------------------------------------------------------------
+
+
+def _doc(doc_id: str, vector: list[float], **metadata: Any) -> dict[str, Any]:
+    return {"id": doc_id, "content": f"text {doc_id}", "embedding": vector, "metadata": metadata}
+
+
+def test_vector_changes_reach_other_objects_incrementally(place: Place) -> None:
+    a, b = place.vector(collection="docs"), place.vector(collection="docs")
+    a.store([_doc("x", [1.0, 0.0]), _doc("y", [0.0, 1.0])])
+    assert b.count() == 2 and b.dimension == 2
+    statements: list[str] = []
+    sa.event.listen(b.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    a.store([_doc("x", [0.5, 0.5], v=2)])
+    assert [d.metadata for d in b.get(["x"])] == [{"v": 2}]
+    fetched = [s for s in statements if "embedding" in s]
+    assert len(fetched) == 1 and "version >" in fetched[0]  # only rows newer than what b has seen
+    a.delete(["y"])
+    assert b.count() == 1 and b.get(["y"]) == []
+    assert [h.document.id for h in b.search([0.0, 1.0])] == ["x"]
+    a.clear()
+    assert b.count() == 0 and b.search([1.0, 0.0]) == []
+    b.store([_doc("z", [1.0, 1.0])])
+    assert [d.id for d in a.get(["x", "y", "z"])] == ["z"]
+    statements.clear()
+    assert b.count() == 1
+    assert len([s for s in statements if "SELECT" in s]) == 1  # nothing changed: one query, no document rows
+
+
+def test_collections_are_separate_and_keep_their_dimension_and_metric(place: Place) -> None:
+    first = place.vector(collection="one", dimension=3)
+    first.store([_doc("a", [1.0, 2.0, 3.0])])
+    place.vector(collection="ONE", metric="dot").store([_doc("a", [1.0, 2.0])])  # case twin, own settings
+    assert place.vector(collection="one").count() == 1
+    assert place.vector(collection="ONE", metric="dot").get(["a"])[0].embedding == [1.0, 2.0]
+    with pytest.raises(DimensionMismatchError):
+        place.vector(collection="one", dimension=4).count()
+    with pytest.raises(InvalidInputError):
+        place.vector(collection="one", metric="dot").count()
+    lazy = place.vector(collection="one")
+    dimensions = [lazy.dimension]
+    lazy.count()
+    dimensions.append(lazy.dimension)
+    assert dimensions == [None, 3]  # learnt from the stored collection
+    with pytest.raises(DimensionMismatchError):
+        lazy.store([_doc("b", [1.0, 2.0])])
+
+
+def test_hostile_document_ids_and_collection_names_stay_apart(place: Place) -> None:
+    ids = list(HOSTILE_IDS)
+    memory = place.vector(collection="x; DROP TABLE t; --", dimension=2)
+    memory.store([_doc(doc_id, [1.0, float(i + 1)], i=i) for i, doc_id in enumerate(ids)])
+    twin = place.vector(collection="X; drop table t; --")  # a case twin of the name: another collection
+    twin.store([_doc("plain", [1.0, 0.0])])
+    reader = place.vector(collection="x; DROP TABLE t; --")
+    assert reader.count() == len(ids)
+    assert [d.metadata["i"] for d in reader.get(ids)] == list(range(len(ids)))
+    reader.delete(["a%", "Plain"])
+    assert {d.id for d in memory.get(ids)} == set(ids) - {"a%", "Plain"}
+    assert twin.count() == 1
+
+
+def test_concurrent_writers_through_several_objects_converge(place: Place) -> None:
+    place.vector(collection="c", dimension=2).count()  # create the tables before the race
+    writers = [place.vector(collection="c") for _ in range(3)]
+
+    def work(w: int, memory: SQLVectorMemory) -> None:
+        for i in range(15):
+            memory.store([_doc(f"w{w}-{i}", [1.0, float(i)], w=w)])
+            if i % 3 == 2:
+                memory.delete([f"w{w}-{i - 1}"])
+            memory.count()
+
+    threads = [threading.Thread(target=work, args=(w, m)) for w, m in enumerate(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    expected = {f"w{w}-{i}" for w in range(3) for i in range(15) if i % 3 != 1}
+    for memory in [*writers, place.vector(collection="c")]:
+        assert memory.count() == len(expected)
+        assert {h.document.id for h in memory.search([1.0, 1.0], top_k=100)} == expected
+
+
+def test_a_rejected_batch_writes_nothing_to_the_table(place: Place) -> None:
+    memory = place.vector(collection="c", dimension=2)
+    memory.store([_doc("a", [1.0, 0.0])])
+    with pytest.raises(InvalidInputError):
+        memory.store([_doc("b", [0.0, 1.0]), _doc("c", [float("nan"), 1.0])])
+    assert place.vector(collection="c").count() == 1
+
+
+def test_a_damaged_vector_row_raises_corrupt_memory(place: Place) -> None:
+    memory = place.vector(collection="c")
+    memory.store([_doc("a", [1.0, 0.0]), _doc("b", [0.0, 1.0])])
+    vectors = Tables.build(place.prefix, None).vectors
+    _execute(memory, sa.update(vectors).where(vectors.c.doc_id == "b").values(embedding=b"\x00\x01"))
+    with pytest.raises(CorruptMemoryError, match="'b'"):
+        place.vector(collection="c").search([1.0, 0.0])
+
+
+# Several processes ----------------------------------------------------------------------------------------
+
+WRITERS = 8
+APPENDS = 50
+
+
+def _append_many(url: str, prefix: str, writer: int) -> None:
+    memory = SQLChatMemory(url, table_prefix=prefix)
+    try:
+        for i in range(APPENDS):
+            memory.append("shared", [turn(i, f"p{writer}")])
+    finally:
+        memory.close()
+
+
+@pytest.mark.slow
+def test_processes_appending_to_one_session_lose_nothing(place: Place) -> None:
+    context = multiprocessing.get_context("spawn")
+    processes = [context.Process(target=_append_many, args=(place.url, place.prefix, w)) for w in range(WRITERS)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=300)
+    assert [p.exitcode for p in processes] == [0] * WRITERS
+    loaded = place.chat().load("shared")
+    assert len(loaded) == WRITERS * APPENDS
+    for w in range(WRITERS):
+        assert [m.metadata["index"] for m in loaded if m.metadata["writer"] == f"p{w}"] == list(range(APPENDS))
+
+
+@pytest.mark.filterwarnings("error::ResourceWarning", "error::pytest.PytestUnhandledThreadExceptionWarning")
+def test_async_calls_from_successive_event_loops_work(tmp_path: Path) -> None:
+    """Frameworks that call async code through `asyncio.run` give every call a new loop; the SQLite connections
+    of an old loop are closed on the next one (no worker thread left behind, no unclosed-connection warning)."""
+    memory = SQLChatMemory(f"sqlite:///{tmp_path}/loops.db")
+    threads = threading.active_count()
+    for i in range(10):
+        asyncio.run(memory.aappend("s", [Message(role="user", content=str(i))]))
+        assert [m.text for m in asyncio.run(memory.aload("s"))] == [str(j) for j in range(i + 1)]
+        gc.collect()
+    assert threading.active_count() <= threads + 2  # the live loop's connections (reader and writer pools)
+    asyncio.run(memory.aclose())
+
+
+def test_postgres_reads_reuse_one_connection_and_survive_losing_it(tmp_path: Path) -> None:
+    """Reads on PostgreSQL go through one kept connection (no checkout or ping per read); if the server drops it,
+    the read runs again through the pool, and the caller never sees the loss."""
+    with place_for("postgresql", tmp_path) as place:
+        writer, reader = place.chat(), place.vector(dimension=2)
+        writer.append("s", [Message(role="user", content="one")])
+        reader.store([{"id": "a", "embedding": [1.0, 0.0]}])
+        other = place.vector()
+        assert [hit.document.id for hit in other.search([1.0, 0.0])] == ["a"]
+        pids = set()
+        for _ in range(3):
+            assert [m.text for m in writer.load("s")] == ["one"]
+            pids.add(_pinned_pid(writer))
+        assert len(pids) == 1  # the same server process served every read
+        killer = sa.create_engine(place.url.replace("postgresql://", "postgresql+psycopg://"))
+        with killer.begin() as connection:
+            for memory in (writer, other):
+                connection.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": _pinned_pid(memory)})
+        killer.dispose()
+        reader.store([{"id": "b", "embedding": [0.0, 1.0]}])
+        assert [m.text for m in writer.load("s")] == ["one"]
+        assert [hit.document.id for hit in other.search([0.0, 1.0], top_k=1)] == ["b"]  # the write is seen
+        writer.load("s")  # the lost connection was discarded: the next read keeps a new one
+        assert _pinned_pid(writer) not in pids
+
+
+def _pinned_pid(memory: SQLChatMemory | SQLVectorMemory) -> int:
+    connection = memory._db._reader._connection  # type: ignore[union-attr]
+    assert connection is not None
+    return int(connection.connection.dbapi_connection.info.backend_pid)  # type: ignore[union-attr]

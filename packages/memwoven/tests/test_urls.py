@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memwoven import (
+    FileChatMemory,
+    FileVectorMemory,
+    InMemoryChatMemory,
+    InMemoryVectorMemory,
+    InvalidInputError,
+    SQLChatMemory,
+    SQLVectorMemory,
+)
+from memwoven.urls import CHAT_URL_VARIABLE, VECTOR_URL_VARIABLE, open_chat_memory, open_vector_memory, redact_url
+
+
+def test_memory_urls() -> None:
+    assert isinstance(open_chat_memory("memory://"), InMemoryChatMemory)
+    vectors = open_vector_memory("memory://", dimension=3, metric="dot")
+    assert isinstance(vectors, InMemoryVectorMemory) and vectors.dimension == 3 and vectors.metric == "dot"
+
+
+def test_file_urls(tmp_path: Path) -> None:
+    with open_chat_memory(f"file://{tmp_path}/chats") as chat:
+        assert isinstance(chat, FileChatMemory)
+        chat.append("s", [{"role": "user", "content": "hi"}])
+    with open_vector_memory(f"file://{tmp_path}/vectors", collection="notes", dimension=2) as vectors:
+        assert isinstance(vectors, FileVectorMemory)
+        vectors.store([{"id": "a", "embedding": [1.0, 0.0]}])
+    assert (tmp_path / "vectors" / "notes.npz").exists()
+
+
+def test_sqlite_urls(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/memory.db"
+    with open_chat_memory(url) as chat:
+        assert isinstance(chat, SQLChatMemory)
+        chat.append("s", [{"role": "user", "content": "hi"}])
+    with open_chat_memory(url) as again:
+        assert again.load("s")[0].text == "hi"
+    with open_vector_memory(url, collection="notes", dimension=2) as vectors:
+        assert isinstance(vectors, SQLVectorMemory)
+
+
+def test_the_environment_variables_are_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CHAT_URL_VARIABLE, "memory://")
+    monkeypatch.setenv(VECTOR_URL_VARIABLE, f"sqlite:///{tmp_path}/v.db")
+    assert isinstance(open_chat_memory(), InMemoryChatMemory)
+    with open_vector_memory(dimension=4) as vectors:
+        assert isinstance(vectors, SQLVectorMemory)
+
+
+@pytest.mark.parametrize("variable", [CHAT_URL_VARIABLE, VECTOR_URL_VARIABLE])
+def test_a_missing_url_names_the_variable(variable: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(variable, raising=False)
+    opener = open_chat_memory if variable == CHAT_URL_VARIABLE else open_vector_memory
+    with pytest.raises(InvalidInputError, match=variable):
+        opener()
+
+
+@pytest.mark.parametrize("url", ["nosuch://x", "not a url", "", "http://example.com", "file://remotehost/path"])
+def test_malformed_urls_raise_clear_errors(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CHAT_URL_VARIABLE, url)
+    with pytest.raises(InvalidInputError) as raised:
+        open_chat_memory()
+    assert CHAT_URL_VARIABLE in str(raised.value) or "file URLs" in str(raised.value)
+
+
+def test_bad_collection_names_are_rejected() -> None:
+    for name in ["", "../x", "a/b", "x" * 101]:
+        with pytest.raises(InvalidInputError):
+            open_vector_memory("memory://", collection=name)
+
+
+def test_passwords_never_show() -> None:
+    assert "secret" not in redact_url("postgresql://user:secret@db.internal:5432/app")
+    assert "***" in redact_url("postgresql://user:secret@db.internal:5432/app")
+    with pytest.raises(InvalidInputError) as raised:
+        open_chat_memory("redis2://user:secret@host/0")
+    assert "secret" not in str(raised.value)
+
+
+def test_redis_and_qdrant_urls(tmp_path: Path) -> None:
+    from memwoven.backends.qdrant import QdrantVectorMemory
+    from memwoven.backends.redis import RedisChatMemory
+    from memwoven.backends.redis_vector import RedisVectorMemory
+
+    assert isinstance(open_chat_memory("redis://127.0.0.1:6379/0", prefix="mw_url_test"), RedisChatMemory)
+    assert isinstance(open_vector_memory("redis://127.0.0.1:6379/0", prefix="mw_url_test"), RedisVectorMemory)
+    with open_vector_memory(f"qdrant+local://{tmp_path}/q", collection="notes", dimension=2) as vectors:
+        assert isinstance(vectors, QdrantVectorMemory)
+    with pytest.raises(InvalidInputError, match="vectors only"):
+        open_chat_memory("qdrant+memory://")
