@@ -6,6 +6,7 @@ virtual environment, with the workspace packages editable.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import nox
@@ -15,6 +16,24 @@ nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["lint", "typecheck", "tests"]
 
 SOURCES = ["packages/memwoven/src", "packages/langchain-memwoven/src", "packages/llama-index-memwoven/src"]
+DISTRIBUTIONS = ["memwoven", "langchain-memwoven", "llama-index-memwoven"]
+DIST = Path("dist")
+
+# What `nox -s wheels` installs from the built wheels, each alone in a fresh environment, and the check it then
+# runs (tests/wheels/smoke.py): the core alone, the core with each extra alone, each adapter.
+WHEEL_INSTALLS = {
+    "memwoven": "core",
+    "memwoven[postgres]": "postgres",
+    "memwoven[mysql]": "mysql",
+    "memwoven[redis]": "redis",
+    "memwoven[qdrant]": "qdrant",
+    "memwoven[cli]": "cli",
+    "memwoven[encryption]": "encryption",
+    "memwoven[simd]": "simd",
+    "memwoven[testing]": "testing",
+    "langchain-memwoven": "langchain",
+    "llama-index-memwoven": "llama-index",
+}
 
 
 def install(session: nox.Session, *groups: str) -> None:
@@ -59,6 +78,32 @@ def demo(session: nox.Session) -> None:
     """`memwoven demo`, the README demo: offline, on a temporary SQLite file (`-- --url sqlite:///demo.db` keeps it)."""
     install(session)
     session.run("memwoven", "demo", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def build(session: nox.Session) -> None:
+    """Build every distribution's wheel and sdist into dist/."""
+    shutil.rmtree(DIST, ignore_errors=True)
+    for distribution in DISTRIBUTIONS:
+        session.run("uv", "build", "--quiet", f"--package={distribution}", f"--out-dir={DIST}", external=True)
+
+
+@nox.session(requires=["build"])
+@nox.parametrize("target", list(WHEEL_INSTALLS))
+def wheels(session: nox.Session, target: str) -> None:
+    """Install one distribution (with one extra) from the built wheels into a fresh environment and smoke-test it.
+
+    Only what the wheel declares is installed (from PyPI); the core comes from dist/ since it is not published.
+    """
+    built = {wheel.name.split("-")[0].replace("_", "-"): wheel.resolve() for wheel in DIST.glob("*.whl")}
+    name, _, extra = target.partition("[")
+    requirements = [f"{name}{'[' + extra if extra else ''} @ {built[name].as_uri()}"]
+    if name != "memwoven":
+        requirements.append(f"memwoven @ {built['memwoven'].as_uri()}")
+    session.install(*requirements)
+    smoke = Path("tests/wheels/smoke.py").resolve()
+    session.chdir(session.create_tmp())  # away from the sources: only the installed wheel can be imported
+    session.run("python", str(smoke), WHEEL_INSTALLS[target])
 
 
 @nox.session
