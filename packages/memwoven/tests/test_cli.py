@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -262,6 +264,7 @@ def test_demo(kind: str, tmp_path: Path) -> None:
         result = memwoven("demo", cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         assert list(tmp_path.iterdir()) == []  # nothing left behind
+        assert "\n  memwoven demo --url sqlite:///demo.db\n" in result.stdout  # the hint, outside nox
     else:
         with place(kind, tmp_path) as url:
             result = memwoven("demo", "--url", url)
@@ -294,11 +297,28 @@ def test_demo_without_the_adapters(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr.decode()
     assert "The core API writes" in out and "The core API reads" in out and "LangChain writes" not in out
     assert "LangChain adapter not installed" in out and "LlamaIndex adapter not installed" in out
-    assert "pip install langchain-memwoven llama-index-memwoven" in out
+    assert "pip install ./packages/langchain-memwoven ./packages/llama-index-memwoven" in out  # works today
+    assert "pip install langchain-memwoven llama-index-memwoven  # once they are published" in out
     assert "Alice is vegetarian and allergic to peanuts." in out and "-> forecast(" in out
     sessions, collections = contents(url)
     assert sessions == {SESSION: [core_message(role, body) for turn in TURNS for role, body in turn]}
     assert len(collections["notes"]) == 5
+
+
+def test_the_closing_hint_runs_in_the_shell_that_started_nox(tmp_path: Path) -> None:
+    """After `nox -s demo` the user's shell has no `memwoven` command: the hint names commands that run there."""
+    under_nox = {"NOX_CURRENT_SESSION": "demo"}
+    temporary = memwoven("demo", cwd=tmp_path, env=under_nox)
+    kept = memwoven("demo", "--url", f"sqlite:///{tmp_path}/demo.db", cwd=tmp_path, env=under_nox)
+    assert temporary.returncode == 0 and kept.returncode == 0, temporary.stderr + kept.stderr
+    again, show = temporary.stdout.splitlines()[-2:]
+    assert again == "  nox -s demo -- --url sqlite:///demo.db"
+    inspect = shlex.split(kept.stdout.rsplit("Inspect it: ", 1)[1])
+    assert shlex.split(show)[:3] == inspect[:3] and Path(inspect[0]).is_absolute()
+    shell = ENV | {"PATH": os.defpath}  # the shell outside nox: no virtual environment on the PATH
+    shown = subprocess.run(inspect, capture_output=True, timeout=300, env=shell, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr.decode()
+    assert f"{SESSION}  ·  9 messages" in shown.stdout.decode()
 
 
 def test_the_core_never_imports_an_adapter_or_a_framework() -> None:

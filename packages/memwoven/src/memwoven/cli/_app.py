@@ -124,28 +124,15 @@ def demo(
     LlamaIndex one (through the core API when an adapter is not installed); a few documents are stored and
     recalled by meaning with HashingEmbedFn; then a summary of what is stored. No API key, no model, no server.
     """
-    from memwoven.cli._demo import SESSION, run_demo
+    from memwoven.cli._demo import closing_hint, run_demo
 
     console = stdout_console()
     if url is not None:
         run_demo(url, console)
-        console.print(Text(f"\nInspect it: memwoven sessions show {_quoted(url)} {SESSION}", style="dim"))
-        return
-    with tempfile.TemporaryDirectory(prefix="memwoven-demo-") as directory:
-        run_demo(f"sqlite:///{Path(directory) / 'demo.db'}", console)
-    console.print(
-        Text(
-            "\nThat was a temporary SQLite file. Keep one and inspect it:\n"
-            f"  memwoven demo --url sqlite:///demo.db\n  memwoven sessions show sqlite:///demo.db {SESSION}",
-            style="dim",
-        )
-    )
-
-
-def _quoted(url: str) -> str:
-    from memwoven.urls import redact_url
-
-    return redact_url(url)
+    else:
+        with tempfile.TemporaryDirectory(prefix="memwoven-demo-") as directory:
+            run_demo(f"sqlite:///{Path(directory) / 'demo.db'}", console)
+    console.print(Text("\n" + closing_hint(url), style="dim"))
 
 
 # sessions ------------------------------------------------------------------------------------------------------

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
+import shlex
+import shutil
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -26,7 +31,7 @@ from memwoven.embed import HashingEmbedFn
 from memwoven.models import Message, ToolCall, VectorDocument
 from memwoven.urls import open_chat_memory, open_vector_memory, redact_url
 
-__all__ = ["ADAPTERS", "SESSION", "TURNS", "core_message", "run_demo"]
+__all__ = ["ADAPTERS", "SESSION", "TURNS", "closing_hint", "core_message", "run_demo"]
 
 SESSION = "alice/trip-planning"
 ADAPTERS = {"langchain": "langchain_memwoven", "llama_index": "llama_index.storage.chat_store.memwoven"}
@@ -216,7 +221,35 @@ def run_demo(url: str, console: Console) -> None:
         console.print(
             Text(
                 "\nTo see this session written through LangChain and read back through LlamaIndex, install the "
-                "adapters: pip install langchain-memwoven llama-index-memwoven",
+                "adapters:\n"
+                "  pip install ./packages/langchain-memwoven ./packages/llama-index-memwoven  # in a clone, for now\n"
+                "  pip install langchain-memwoven llama-index-memwoven  # once they are published",
                 style="bold",
             )
         )
+
+
+def closing_hint(url: str | None) -> str:
+    """What to run next (`url`: where the demo stored, None for a temporary file), as commands for the user's shell.
+
+    Under `nox -s demo` the `memwoven` command exists only in nox's virtual environment, not in the shell that
+    started nox: the hint then names `nox -s demo` and that environment's script.
+    """
+    under_nox = os.environ.get("NOX_CURRENT_SESSION") == "demo"
+    command = _own_script() if under_nox else "memwoven"
+    if url is not None:
+        return f"Inspect it: {command} sessions show {shlex.quote(redact_url(url))} {SESSION}"
+    again = "nox -s demo -- --url sqlite:///demo.db" if under_nox else "memwoven demo --url sqlite:///demo.db"
+    return (
+        "That was a temporary SQLite file. Keep one and inspect it:\n"
+        f"  {again}\n  {command} sessions show sqlite:///demo.db {SESSION}"
+    )
+
+
+def _own_script() -> str:
+    """The running environment's `memwoven` script, relative to the working directory when inside it."""
+    found = shutil.which("memwoven", path=str(Path(sys.executable).parent))
+    if found is None:
+        return "memwoven"
+    path = Path(found).absolute()
+    return shlex.quote(str(path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path))
