@@ -60,6 +60,14 @@ def nested(depth: int, leaf: Any = 1) -> Any:
     return value
 
 
+def arrays(depth: int, leaf: Any = 1) -> Any:
+    """A JSON value `depth` arrays deep."""
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def ids(*values: Any) -> Case:
     """Session ids stored side by side (a single id, or twins that must stay apart)."""
     return Case("ids", values, STORE)
@@ -147,7 +155,18 @@ CASES = [
     P(Case("messages", Lazy(lambda: [msg(content="x", metadata=nested(10_000))]), REJECT), id="msg-nested-10000"),
     P(Case("messages", Lazy(lambda: [msg(content=[{"type": "opaque", "kind": "k", "data": nested(10_000)}])]), REJECT), id="msg-content-nested-10000"),
     P(Case("messages", [msg(content="x", metadata=nested(30))], STORE), id="msg-nested-30"),
-    P(Case("messages", [msg(content="x", metadata=nested(64))], EITHER), id="msg-nested-64"),
+    P(Case("messages", [msg(content="x", metadata=nested(64))], STORE), id="msg-nested-64"),
+    P(Case("messages", [msg(content="x", metadata=nested(65))], REJECT), id="msg-nested-65"),
+    P(Case("messages", [msg(content="x", metadata={"a": arrays(63)})], STORE), id="msg-arrays-64"),
+    P(Case("messages", [msg(content="x", metadata={"a": arrays(64)})], REJECT), id="msg-arrays-65"),
+    P(Case("messages", [msg(tool_calls=[{"id": "c", "name": "f", "arguments": nested(65)}])], REJECT), id="msg-tool-args-nested-65"),
+    P(Case("messages", [msg(content=[{"type": "opaque", "kind": "k", "data": nested(65)}])], REJECT), id="msg-opaque-nested-65"),
+    P(Case("messages", [msg(extras={"langchain": nested(65)})], REJECT), id="msg-extras-nested-65"),
+    P(Case("messages", [msg(extras={"langchain": nested(64)})], STORE), id="msg-extras-nested-64"),
+    P(Case("messages", Lazy(lambda: [msg(metadata={"n": 10**4300 - 1, "m": -(10**4300 - 1)})]), STORE), id="msg-int-4300-digits"),
+    P(Case("messages", Lazy(lambda: [msg(metadata={"n": 10**4300})]), REJECT), id="msg-int-4301-digits"),
+    P(Case("messages", Lazy(lambda: [msg(metadata={"n": [-(10**4300)]})]), REJECT), id="msg-negative-int-4301-digits"),
+    P(Case("messages", Lazy(lambda: [msg(tool_calls=[{"id": "c", "name": "f", "arguments": {"n": 10**5000}}])]), REJECT), id="msg-tool-args-int-5001-digits"),
     P(Case("messages", [msg(role="wizard", content="x")], REJECT), id="msg-unknown-role"),
     P(Case("messages", [msg(role="USER", content="x")], REJECT), id="msg-role-case"),
     P(Case("messages", [msg(role="", content="x")], REJECT), id="msg-empty-role"),
@@ -209,7 +228,11 @@ CASES = [
     P(Case("document", doc(vec(1e18, -1e18, 0.5, 1e-3)), STORE), id="doc-extreme-floats"),
     P(Case("document", doc(content="nul and ' quotes", metadata={"nested": nested(30), "big": 2**70, "\x00": "\x00"}), STORE), id="doc-odd-content"),
     P(Case("document", doc(content="\x00 nul"), EITHER), id="doc-nul-content"),  # PostgreSQL text cannot hold NUL
-    P(Case("messages", [msg(content="x", metadata=nested(40))], EITHER), id="msg-nested-40"),  # MariaDB JSON: <= 32 deep
+    P(Case("messages", [msg(content="x", metadata=nested(40))], STORE), id="msg-nested-40"),
+    P(Case("document", doc(metadata=nested(64)), STORE), id="doc-nested-64"),
+    P(Case("document", doc(metadata=nested(65)), REJECT), id="doc-nested-65"),
+    P(Case("document", Lazy(lambda: doc(metadata={"n": 10**4300 - 1})), STORE), id="doc-int-4300-digits"),
+    P(Case("document", Lazy(lambda: doc(metadata={"n": 10**4300})), REJECT), id="doc-int-4301-digits"),
     P(Case("document", Lazy(lambda: doc(content="é" * 500_000)), STORE), id="doc-1MB-content"),
     # queries -----------------------------------------------------------------------------------------------
     P(Case("query", vec(float("nan"), 1.0, 1.0, 1.0), REJECT), id="query-nan"),

@@ -34,6 +34,8 @@ __all__ = [
     "FrozenList",
     "ImagePart",
     "JsonObject",
+    "MAX_INT_DIGITS",
+    "MAX_JSON_DEPTH",
     "Message",
     "OpaquePart",
     "Role",
@@ -42,6 +44,7 @@ __all__ = [
     "ToolCall",
     "VectorDocument",
     "coerce_documents",
+    "coerce_message",
     "coerce_messages",
     "coerce_messages_after",
     "freeze_json",
@@ -72,15 +75,33 @@ class FrozenList(list[Any]):
         return (type(self), (list(self),))
 
 
-def freeze_json(value: Any) -> Any:
-    """Deep-freeze a JSON value, rejecting floats JSON cannot represent (NaN, ±inf)."""
+MAX_JSON_DEPTH = 64
+"""How deep objects and arrays may nest in one JSON value (metadata, tool-call arguments, extras, opaque data)."""
+MAX_INT_DIGITS = 4300
+"""How many decimal digits a JSON integer may have: what a Python process decodes by default
+(`sys.get_int_max_str_digits()`), so that every reader can read back what was stored."""
+_INT_BOUND = 10**MAX_INT_DIGITS
+
+
+def freeze_json(value: Any, _depth: int = 1) -> Any:
+    """Deep-freeze a JSON value, refusing (`ValueError`) what cannot be stored and read back everywhere: NaN and
+    ±inf, integers of more than `MAX_INT_DIGITS` digits, nesting deeper than `MAX_JSON_DEPTH`."""
     if isinstance(value, dict):
-        return FrozenDict({key: freeze_json(item) for key, item in value.items()})
+        _check_depth(_depth)
+        return FrozenDict({key: freeze_json(item, _depth + 1) for key, item in value.items()})
     if isinstance(value, list):
-        return FrozenList(freeze_json(item) for item in value)
+        _check_depth(_depth)
+        return FrozenList(freeze_json(item, _depth + 1) for item in value)
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError("NaN and infinity are not JSON values")
+    if isinstance(value, int) and not -_INT_BOUND < value < _INT_BOUND:
+        raise ValueError(f"a JSON integer may have at most {MAX_INT_DIGITS} digits")
     return value
+
+
+def _check_depth(depth: int) -> None:
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"JSON objects and arrays may nest at most {MAX_JSON_DEPTH} levels deep")
 
 
 JsonObject = Annotated[dict[str, JsonValue], AfterValidator(freeze_json)]
@@ -230,6 +251,14 @@ def _coerce(items: Iterable[_M | Mapping[str, Any]], model: type[_M], what: str,
         else:
             raise InvalidInputError(f"{what} {position} is a {type(item).__name__}, not a {model.__name__}")
     return result
+
+
+def coerce_message(fields: Mapping[str, Any]) -> Message:
+    """Validate one message given as plain fields into a `Message`, raising `InvalidInputError`."""
+    try:
+        return Message.model_validate(fields)
+    except ValidationError as error:
+        raise _invalid(error, "message") from None
 
 
 def coerce_messages(messages: Iterable[Message | Mapping[str, Any]]) -> list[Message]:

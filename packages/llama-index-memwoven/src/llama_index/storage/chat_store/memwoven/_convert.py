@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from llama_index.core.base.llms.types import ChatMessage, ContentBlock, MessageRole, TextBlock, ToolCallBlock
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from memwoven.models import ImagePart, Message, OpaquePart, Role, TextPart
+from memwoven.models import ImagePart, Message, OpaquePart, Role, TextPart, coerce_message
 
 __all__ = ["NAMESPACE", "to_chat", "to_chat_many", "to_core", "to_core_many"]
 
@@ -77,7 +77,10 @@ def to_core_many(messages: Sequence[ChatMessage], stored: Sequence[Message] = ()
             result.append(_to_core(message, plain))
             continue
         native = _plain_json(*plain) if plain is not None else message.model_dump(mode="json")
-        same = unchanged.get(_fingerprint(native))
+        try:
+            same = unchanged.get(_fingerprint(native))
+        except ValueError:  # no JSON text (an integer over the limit): nothing stored matches; _to_core refuses it
+            same = None
         result.append(same.pop() if same else _to_core(message, plain))
     return result
 
@@ -104,8 +107,8 @@ def _plain_role_and_text(message: ChatMessage) -> tuple[Role, str] | None:
 
 def _from_native(native: dict[str, Any]) -> Message:
     if _is_plain(native):
-        return Message.model_validate(_standard_fields(native))
-    return Message.model_validate({**_standard_fields(native), "extras": {NAMESPACE: native}})
+        return coerce_message(_standard_fields(native))
+    return coerce_message({**_standard_fields(native), "extras": {NAMESPACE: native}})
 
 
 def _is_plain(native: Mapping[str, Any]) -> bool:
