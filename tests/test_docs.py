@@ -1,12 +1,16 @@
-"""The Python code blocks of the documentation (README.md and docs/) run, as written, page by page.
+"""The Python code blocks of the documentation (the READMEs and docs/) run, as written, page by page.
 
-The blocks of one page run in order in one namespace (a page's later blocks may use its earlier ones), in a
-temporary working directory. A block that needs a server or an API key is marked with the HTML comment
-`<!-- not run: reason -->` on the line just before its opening fence, and only compiled.
+All the blocks of a page run in order in one temporary working directory, so two blocks writing the same file
+collide here as they would for a reader running one after the other. A README's blocks each run in a fresh
+namespace, as a reader copies one block; a docs page's blocks share one (a later block may use an earlier one's
+names). A block that needs a server or an API key is marked with the HTML comment `<!-- not run: reason -->` on
+the line just before its opening fence, and only compiled. `OUTPUTS` names what some blocks must print.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 from pathlib import Path
 
@@ -14,12 +18,24 @@ import pytest
 
 ROOT = Path(__file__).parents[1]
 DOCS = ROOT / "docs"
+READMES = [ROOT / "README.md", *(ROOT / "packages").glob("*/README.md")]
 FENCE = re.compile(r"^```python\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 NOT_RUN = re.compile(r"<!--\s*not run:[^>]*-->\s*$")
 
+# page -> {a line of the block: texts its output must contain}
+OUTPUTS = {
+    "README.md": {
+        "notes = EncryptedVectorMemory(stored, key=key)": [
+            "My locker code is 4711\n",
+            "Alice is allergic to peanuts\n",  # the hit, decrypted
+            "mwe1:",  # while the store holds a token
+        ],
+    },
+}
+
 
 def _pages() -> list[str]:
-    pages = [ROOT / "README.md", *DOCS.rglob("*.md")]
+    pages = [*READMES, *DOCS.rglob("*.md")]
     return sorted(str(path.relative_to(ROOT)) for path in pages if FENCE.search(path.read_text()))
 
 
@@ -38,8 +54,20 @@ def test_python_blocks_run(page: str, tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.chdir(tmp_path)
     for variable in ("MEMWOVEN_CHAT_URL", "MEMWOVEN_VECTOR_URL"):
         monkeypatch.delenv(variable, raising=False)
-    namespace: dict[str, object] = {"__name__": f"docs_{page}"}
+    readme = Path(page).name == "README.md"
+    expected = dict(OUTPUTS.get(page, {}))
+    page_namespace: dict[str, object] = {"__name__": f"docs_{page}"}
     for line, code, runs in _blocks(ROOT / page):
         compiled = compile(code, f"{page}:{line}", "exec")
-        if runs:
+        if not runs:
+            continue
+        namespace = {"__name__": f"docs_{page}_{line}"} if readme else page_namespace
+        output = io.StringIO()
+        with contextlib.redirect_stdout(output):
             exec(compiled, namespace)
+        printed = output.getvalue()
+        print(printed, end="")  # shown by pytest when the test fails
+        for marker in [marker for marker in expected if marker in code]:
+            for text in expected.pop(marker):
+                assert text in printed, f"{page}:{line} did not print {text!r}"
+    assert not expected, f"no block of {page} contains {sorted(expected)}"
