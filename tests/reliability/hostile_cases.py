@@ -68,6 +68,14 @@ def arrays(depth: int, leaf: Any = 1) -> Any:
     return value
 
 
+def nested_filter(combinator: str, depth: int) -> Any:
+    """A filter of `depth` levels: `combinator` nested around ``{"k": "v"}`` (an odd `depth` of $not keeps its meaning)."""
+    value: Any = {"k": "v"}
+    for _ in range(depth - 1):
+        value = {combinator: value if combinator == "$not" else [value]}
+    return value
+
+
 def ids(*values: Any) -> Case:
     """Session ids stored side by side (a single id, or twins that must stay apart)."""
     return Case("ids", values, STORE)
@@ -255,6 +263,19 @@ CASES = [
     P(Case("filter", {"$or": []}, REJECT), id="filter-empty-or"),
     P(Case("filter", "k = 'v' OR 1=1", REJECT), id="filter-sql-string"),
     P(Case("filter", ["k", "v"], REJECT), id="filter-list"),
+    P(Case("filter", {"n": float("nan")}, REJECT), id="filter-nan-value"),
+    P(Case("filter", {"n": {"$eq": float("nan")}}, REJECT), id="filter-nan-eq"),
+    P(Case("filter", {"n": {"$in": [1, float("inf")]}}, REJECT), id="filter-inf-in"),
+    P(Case("filter", {"n": {"$gt": float("-inf")}}, REJECT), id="filter-minus-inf-gt"),
+    P(Case("filter", {"tags": {"$contains": float("nan")}}, REJECT), id="filter-nan-contains"),
+    P(Case("filter", {"n": {1, 2}}, REJECT), id="filter-set-value"),
+    P(Case("filter", {"n": {"$in": [b"x"]}}, REJECT), id="filter-bytes-in"),
+    P(Case("filter", {"k": {"$nin": [{"a": float("nan")}]}}, REJECT), id="filter-nan-inside-object"),
+    P(Case("filter", Lazy(lambda: nested_filter("$and", 1_000)), REJECT), id="filter-and-1000-deep"),
+    P(Case("filter", Lazy(lambda: nested_filter("$not", 1_001)), REJECT), id="filter-not-1001-deep"),
+    P(Case("filter", Lazy(lambda: nested_filter("$or", 33)), REJECT), id="filter-or-33-deep"),
+    P(Case("filter", Lazy(lambda: nested_filter("$or", 31)), STORE, hits("a")), id="filter-or-31-deep"),
+    P(Case("filter", Lazy(lambda: nested_filter("$not", 31)), STORE, hits("a")), id="filter-not-31-deep"),
     P(Case("filter", {"k": "' OR '1'='1"}, STORE, hits("b")), id="filter-sql-value"),
     P(Case("filter", {"k": "v' OR 1=1 --"}, STORE, hits()), id="filter-sql-tail"),
     P(Case("filter", {"k' OR 1=1 --": "v"}, STORE, hits()), id="filter-sql-key"),

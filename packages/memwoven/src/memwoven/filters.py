@@ -8,17 +8,22 @@ object of operators, all of which must hold::
 Operators: `$eq`, `$ne`, `$in`, `$nin`, `$gt`, `$gte`, `$lt`, `$lte`, `$exists`, `$contains` (the field is a
 list holding the value); combinators `$and`, `$or` (lists of filters) and `$not` (a filter). Comparisons follow
 JSON types: `true` never equals `1`, and ordering applies only between two numbers or two strings. `$ne`/`$nin`
-match a missing field. An unknown operator raises `InvalidInputError`.
+match a missing field. An unknown operator, an operand that is no finite JSON value (NaN, a set, bytes) and
+combinators nested deeper than `MAX_FILTER_DEPTH` raise `InvalidInputError`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from memwoven.errors import InvalidInputError
 
-__all__ = ["Predicate", "compile_filter"]
+__all__ = ["MAX_FILTER_DEPTH", "Predicate", "compile_filter"]
+
+MAX_FILTER_DEPTH = 32
+"""How deep `$and`, `$or` and `$not` may nest in one filter."""
 
 Predicate = Callable[[Mapping[str, Any]], bool]
 _MISSING = object()
@@ -44,8 +49,27 @@ def _list_operand(op: str, operand: Any) -> list[Any]:
     return operand
 
 
+def _json_operand(op: str, operand: Any) -> Any:
+    """`operand` itself if it is a finite JSON value (what metadata can hold), else `InvalidInputError`."""
+    pending = [operand]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, list):
+            pending.extend(value)
+        elif isinstance(value, Mapping):
+            if not all(isinstance(key, str) for key in value):
+                raise InvalidInputError(f"filter operator {op}: object keys must be strings")
+            pending.extend(value.values())
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise InvalidInputError(f"filter operator {op}: NaN and infinity are not JSON values")
+        elif value is not None and not isinstance(value, (str, int, float)):  # bool is an int
+            raise InvalidInputError(f"filter operator {op}: {type(value).__name__} is not a JSON value")
+    return operand
+
+
 def _field_test(op: str, operand: Any) -> Callable[[Any], bool]:
     """A test of one field's value (or _MISSING) for one operator."""
+    operand = _json_operand(op, operand)
     if op == "$eq":
         return lambda v: v is not _MISSING and _same(v, operand)
     if op == "$ne":
@@ -91,11 +115,11 @@ def _field_predicate(field: str, condition: Any) -> Predicate:
     return predicate
 
 
-def _filter_list(op: str, operand: Any) -> list[Predicate]:
+def _filter_list(op: str, operand: Any, depth: int) -> list[Predicate]:
     clauses = _list_operand(op, operand)
     if not clauses:
         raise InvalidInputError(f"filter operator {op} needs a non-empty list")
-    return [compile_filter(clause) for clause in clauses]
+    return [_compile(clause, depth) for clause in clauses]
 
 
 def _every(predicates: list[Predicate]) -> Predicate:
@@ -112,6 +136,12 @@ def _negation(predicate: Predicate) -> Predicate:
 
 def compile_filter(spec: Mapping[str, Any]) -> Predicate:
     """Validate `spec` and turn it into a predicate over a metadata object."""
+    return _compile(spec, 1)
+
+
+def _compile(spec: Mapping[str, Any], depth: int) -> Predicate:
+    if depth > MAX_FILTER_DEPTH:
+        raise InvalidInputError(f"a filter may nest $and, $or and $not at most {MAX_FILTER_DEPTH} levels deep")
     if not isinstance(spec, Mapping):
         raise InvalidInputError(f"a filter must be a JSON object, got {type(spec).__name__}")
     predicates: list[Predicate] = []
@@ -119,11 +149,11 @@ def compile_filter(spec: Mapping[str, Any]) -> Predicate:
         if not isinstance(key, str):
             raise InvalidInputError("filter keys must be strings")
         if key == "$and":
-            predicates.append(_every(_filter_list(key, condition)))
+            predicates.append(_every(_filter_list(key, condition, depth + 1)))
         elif key == "$or":
-            predicates.append(_some(_filter_list(key, condition)))
+            predicates.append(_some(_filter_list(key, condition, depth + 1)))
         elif key == "$not":
-            predicates.append(_negation(compile_filter(condition)))
+            predicates.append(_negation(_compile(condition, depth + 1)))
         elif key.startswith("$"):
             raise InvalidInputError(f"unknown filter operator {key!r}")
         else:
