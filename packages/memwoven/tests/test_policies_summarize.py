@@ -78,11 +78,12 @@ def test_200_turns_with_tool_calls(chat_memory: ChatMemory) -> None:
     failing = SummarizingChatMemory(chat_memory, summarizer=_fail, trigger=trigger, keep_first=2, keep_recent=12)
     before, archived_before = memory.load("s"), memory.archived("s")
     extra = conversation(12, tools_every=0, start=1000)
-    with pytest.raises(RuntimeError, match="the model is down"):
+    with pytest.raises(SummarizationError, match="the model is down") as raised:
         failing.append("s", extra)
+    assert raised.value.stored
     assert failing.load("s") == [*before, *extra]  # the write happened; no compaction, nothing dropped
     assert failing.archived("s") == archived_before
-    with pytest.raises(RuntimeError):
+    with pytest.raises(SummarizationError, match="the model is down"):
         failing.compact("s")
     assert memory.compact("s") and len(memory.load("s")) <= trigger  # a working summarizer catches up
     assert [*pinned, *memory.archived("s"), *memory.load("s")[3:]] == [*sent, *extra]
@@ -350,3 +351,36 @@ class TestSummarizingChatMemoryContract(ChatMemoryContract):
         assert isinstance(memory, SummarizingChatMemory) and isinstance(memory.inner, FileChatMemory)
         path = memory.inner.path_of(session_id)
         path.write_bytes(path.read_bytes()[:-7])
+
+
+class _Broken(RuntimeError):
+    pass
+
+
+def _failing(messages: list[Message]) -> str:
+    raise _Broken("model unavailable")
+
+
+@pytest.mark.parametrize("write", ["save", "append"])
+def test_a_failing_summarizer_says_the_triggering_write_was_stored(write: str) -> None:
+    inner = InMemoryChatMemory()
+    memory = SummarizingChatMemory(inner, summarizer=_failing, trigger=4, keep_recent=1)
+    history = conversation(3, tools_every=0)
+    with pytest.raises(SummarizationError) as raised:
+        getattr(memory, write)("s", history)
+    cause = raised.value.__cause__
+    assert raised.value.stored is True and isinstance(cause, SummarizationError)
+    assert isinstance(cause.__cause__, _Broken)
+    assert inner.load("s") == history  # stored once, nothing summarized: a caller that retries would duplicate
+    with pytest.raises(SummarizationError) as raised:
+        memory.compact("s")
+    assert raised.value.stored is False and isinstance(raised.value.__cause__, _Broken)
+
+
+def test_a_failing_summarizer_async() -> None:
+    inner = InMemoryChatMemory()
+    memory = SummarizingChatMemory(inner, summarizer=_failing, trigger=4, keep_recent=1)
+    with pytest.raises(SummarizationError) as raised:
+        asyncio.run(memory.aappend("s", conversation(3, tools_every=0)))
+    assert raised.value.stored is True
+    assert len(inner.load("s")) == 6

@@ -14,7 +14,7 @@ from langchain_core.runnables.history import RunnableWithMessageHistory
 
 from langchain_memwoven import MemwovenChatMessageHistory, summarizer_from_chat_model
 from memwoven import InMemoryChatMemory, Message, ToolCall
-from memwoven.policies import SUMMARY_PROMPT, SummarizingChatMemory, is_summary
+from memwoven.policies import SUMMARY_PROMPT, SummarizationError, SummarizingChatMemory, is_summary
 
 
 def _fake(*answers: str) -> GenericFakeChatModel:
@@ -89,8 +89,10 @@ def test_failures_propagate_and_bad_models_are_refused() -> None:
     memory = SummarizingChatMemory(
         InMemoryChatMemory(), summarizer=summarizer_from_chat_model(RunnableLambda(broken)), trigger=4, keep_recent=1
     )
-    with pytest.raises(TimeoutError):
+    with pytest.raises(SummarizationError, match="model timed out") as raised:
         memory.save("s", _history(3))
+    cause = raised.value.__cause__
+    assert raised.value.stored and cause is not None and isinstance(cause.__cause__, TimeoutError)
     assert memory.load("s") == _history(3)
     with pytest.raises(TypeError):
         summarizer_from_chat_model("gpt-4o")  # type: ignore[arg-type]

@@ -14,9 +14,11 @@ the summarizer merges it. The summarized original messages are appended to the a
 The summarizer is any callable from a list of messages to text, sync or async; if it accepts a `session_id`
 keyword it gets ``<id>:summarizer``, so anything it records lives in its own session and never touches the
 parent. Adapters subclass `Summarizer` (``langchain_memwoven.summarizer_from_chat_model``,
-``llama_index.storage.chat_store.memwoven.summarizer_from_llm``). If the summarizer raises, the error propagates
-from the write that triggered it (that write itself is stored) and the history is left as it was: there is no
-fallback that drops messages. A failed compaction is tried again by the next write, or by `compact(id)`.
+``llama_index.storage.chat_store.memwoven.summarizer_from_llm``). If compacting after a write fails (the
+summarizer raises or returns no text, or the compaction cannot be saved), the write raises `SummarizationError`
+with ``stored=True`` and the cause attached: the write itself is stored, so a caller must not retry it, and the
+history is left as it was after it: there is no fallback that drops messages. A failed compaction is tried again
+by the next write, or by `compact(id)` (whose `SummarizationError` has ``stored=False``).
 
 Concurrency: the compaction saves with the version it planned from; if another writer got in first it plans
 again (reusing the summary when the middle is unchanged), and never archives a message twice. Only two
@@ -81,7 +83,14 @@ SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
 
 
 class SummarizationError(MemwovenError):
-    """The summarizer returned something that is not a non-empty text."""
+    """Summarizing failed: the summarizer raised (the cause is attached) or returned no text.
+
+    `stored` says whether the write that triggered the compaction was stored (then do not retry that write).
+    """
+
+    def __init__(self, message: str, *, stored: bool = False) -> None:
+        super().__init__(message)
+        self.stored = stored
 
 
 class Summarizer:
@@ -332,7 +341,12 @@ class SummarizingChatMemory(WrappingChatMemory):
     # Steps (run by the sync or the async driver) -------------------------------------------------------------
 
     def _after_write(self, session_id: str) -> Steps[None]:
-        yield from self._compact(session_id, False)
+        try:
+            yield from self._compact(session_id, False)
+        except Exception as error:
+            raise SummarizationError(
+                f"the write to session {session_id!r} was stored, but compacting it failed: {error}", stored=True
+            ) from error
 
     def _compact(self, session_id: str, force: bool) -> Steps[bool]:
         summarizer_session = check_id(session_id + SUMMARIZER_SUFFIX)
@@ -346,7 +360,12 @@ class SummarizingChatMemory(WrappingChatMemory):
             if done is not None and _same_messages(done[0], plan.middle):
                 text = done[1]
             else:
-                text = yield Call(self._summarizer, "summarize", (list(plan.middle), summarizer_session))
+                try:
+                    text = yield Call(self._summarizer, "summarize", (list(plan.middle), summarizer_session))
+                except SummarizationError:
+                    raise
+                except Exception as error:
+                    raise SummarizationError(f"the summarizer raised {type(error).__name__}: {error}") from error
                 done = (plan.middle, text)
                 _, now = yield Call(self.inner, "load_versioned", (session_id,))
                 if now != version:  # written meanwhile (the summarizer may take seconds): plan again
