@@ -1,6 +1,7 @@
 """`UserMemory`: facts about a user that outlive any one conversation, persisted on any `ChatMemory`.
 
-A user's facts are one session, ``memwoven:user:<user_id>`` by default, one message per fact, oldest first::
+A user's facts are one session, ``memwoven:user:<user_id>`` by default (the user id in the `namespace`, see
+`memwoven.namespaces`: no two users or namespaces share a session), one message per fact, oldest first::
 
     Message(role="system", content="<the fact>", created_at=<when added>, metadata={"memwoven_fact": True})
 
@@ -21,6 +22,7 @@ from typing import Any
 from memwoven.contracts import ChatMemory, check_id
 from memwoven.errors import InvalidInputError
 from memwoven.models import Message
+from memwoven.namespaces import check_namespace, namespaced_id
 from memwoven.policies._base import Steps, archive_id, arun, call_async, call_sync, rewrite_steps, run, unwrap
 
 __all__ = ["FACT_KEY", "UserMemory", "normalize_fact"]
@@ -71,7 +73,7 @@ class UserMemory:
             raise InvalidInputError("extractor must be callable")
         self.store = unwrap(store)
         self.user_id = check_id(user_id, "user id")
-        self.session_id = check_id(namespace + user_id, "user memory session id")
+        self.session_id = check_id(namespaced_id(check_namespace(namespace), user_id), "user memory session id")
         self.max_facts = max_facts
         self.extractor = extractor
         self.archive = archive

@@ -1,7 +1,8 @@
 """`WorkingMemory`: a scoped key-value scratchpad for an agent, persisted on any `ChatMemory`.
 
 Storage rides on the chat contract, so every backend (and its atomicity, versions, TTL and conformance tests)
-serves it unchanged: a scope is one session, ``memwoven:working:<scope_id>`` by default, holding one message per
+serves it unchanged: a scope is one session, ``memwoven:working:<scope_id>`` by default (the scope id in the
+`namespace`, see `memwoven.namespaces`: no two scopes or namespaces share a session), holding one message per
 entry in insertion order::
 
     Message(role="system", content="<key>: <value as JSON>",
@@ -25,6 +26,7 @@ from pydantic import JsonValue, TypeAdapter, ValidationError
 from memwoven.contracts import ChatMemory, check_id
 from memwoven.errors import CorruptMemoryError, InvalidInputError
 from memwoven.models import Message, freeze_json
+from memwoven.namespaces import check_namespace, namespaced_id
 from memwoven.policies._base import unwrap
 
 __all__ = ["WORKING_KEY", "WorkingMemory"]
@@ -92,7 +94,7 @@ class WorkingMemory:
     def __init__(self, store: ChatMemory, scope_id: str, *, namespace: str = "memwoven:working:") -> None:
         self.store = unwrap(store)
         self.scope_id = check_id(scope_id, "scope id")
-        self.session_id = check_id(namespace + scope_id, "working memory session id")
+        self.session_id = check_id(namespaced_id(check_namespace(namespace), scope_id), "working memory session id")
 
     def __repr__(self) -> str:
         return f"WorkingMemory({self.store!r}, {self.scope_id!r})"
