@@ -13,7 +13,7 @@ from llama_index.core.llms import ChatMessage
 from llama_index.core.memory import ChatMemoryBuffer
 
 from llama_index.storage.chat_store.memwoven import MemwovenChatStore
-from memwoven import ChatMemory, Message
+from memwoven import ChatMemory, InvalidInputError, Message
 
 
 def said(*texts: str) -> list[ChatMessage]:
@@ -90,6 +90,17 @@ def test_get_keys_lists_only_this_stores_sessions(chat_memory: ChatMemory) -> No
     assert asyncio.run(store.aget_keys()) == ["a", "b"]
     assert chat_memory.sessions() == ["llama:a", "llama:b", "other-app:1"]
     assert MemwovenChatStore(chat_memory).get_keys() == ["llama:a", "llama:b", "other-app:1"]
+
+
+def test_a_key_prefix_is_a_namespace_no_other_prefix_reaches(chat_memory: ChatMemory) -> None:
+    with pytest.raises(InvalidInputError):
+        MemwovenChatStore(chat_memory, key_prefix="tenant1")  # it would start the keys of "tenant10"
+    outer, inner = MemwovenChatStore(chat_memory, key_prefix="a:"), MemwovenChatStore(chat_memory, key_prefix="a:b:")
+    inner.set_messages("k", said("theirs"))
+    assert outer.get_keys() == [] and outer.get_messages("b:k") == [] and outer.delete_messages("b:k") is None
+    outer.set_messages("b:k", said("mine"))
+    assert chat_memory.sessions() == ["a:b%3Ak", "a:b:k"]
+    assert texts(inner.get_messages("k")) == ["theirs"] and outer.get_keys() == ["b:k"] and inner.get_keys() == ["k"]
 
 
 def test_a_second_store_over_the_same_storage_sees_the_writes(chat_memory: ChatMemory, reopen_chat: ChatMemory) -> None:

@@ -12,6 +12,7 @@ from llama_index.storage.chat_store.memwoven import _edits
 from llama_index.storage.chat_store.memwoven._convert import to_chat, to_chat_many, to_core, to_core_many
 from memwoven.contracts import ChatMemory
 from memwoven.models import Message
+from memwoven.namespaces import check_namespace, keys_in_namespace, namespaced_id
 from memwoven.urls import open_chat_memory
 
 __all__ = ["MemwovenChatStore", "SessionStore"]
@@ -22,11 +23,11 @@ _Store = TypeVar("_Store", bound="SessionStore")
 class SessionStore(BaseModel):
     """What both chat stores share: a `ChatMemory` and the mapping of keys to its sessions."""
 
-    key_prefix: str = Field(default="", description="Prefix of the session ids this store reads and writes.")
+    key_prefix: str = Field(default="", description="The namespace of this store's keys: '' or ending with ':'.")
     _memory: ChatMemory = PrivateAttr()
 
     def __init__(self, memory: ChatMemory, *, key_prefix: str = "", **kwargs: Any) -> None:
-        super().__init__(key_prefix=key_prefix, **kwargs)
+        super().__init__(key_prefix=check_namespace(key_prefix, "key_prefix"), **kwargs)
         self._memory = memory
 
     @classmethod
@@ -48,10 +49,10 @@ class SessionStore(BaseModel):
         await self._memory.aclose()
 
     def _session(self, key: str) -> str:
-        return self.key_prefix + key
+        return namespaced_id(self.key_prefix, key)
 
     def _keys(self, sessions: list[str]) -> list[str]:
-        return [session[len(self.key_prefix) :] for session in sessions if session.startswith(self.key_prefix)]
+        return keys_in_namespace(self.key_prefix, sessions)
 
     def _delete(self, key: str, select: _edits.Selector) -> list[Message]:
         """Remove the messages `select` picks from the session of `key` (optimistic, retried); return them."""
@@ -70,8 +71,10 @@ class MemwovenChatStore(SessionStore, BaseChatStore):
     """A LlamaIndex chat store whose keys are sessions of a memwoven `ChatMemory` (in memory, files, SQL, ...).
 
     `add_message` is an atomic append; `set_messages` replaces a whole session; the deletions are read-modify-write
-    steps under the session's optimistic version, retried on conflict, so concurrent writers lose nothing. With a
-    `key_prefix`, keys map to sessions `key_prefix + key` and `get_keys` lists only those.
+    steps under the session's optimistic version, retried on conflict, so concurrent writers lose nothing. A
+    `key_prefix` (ending with ':', e.g. ``"tenant1:"``) is a namespace (`memwoven.namespaces`): key `k` is the
+    session ``key_prefix + k`` (any ':' or '%' of `k` escaped), and `get_keys` lists only the keys of that prefix,
+    never those of another prefix, even one that starts with it. Without one, keys are the session ids.
     """
 
     @classmethod
