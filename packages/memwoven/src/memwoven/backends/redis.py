@@ -60,7 +60,10 @@ _LOCK_LEASE = 30.0  # seconds an update lock lives if its holder dies
 _LOCK_WAIT = 60.0  # seconds a locked update waits for its turn
 _LOCK_POLL = 0.005  # seconds between attempts to take the lock
 _LOCKED_TRIES = 16  # retries under the lock, against writers that do not take it (save, append)
-KEY_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")  # no glob or hash-tag characters
+# No glob or hash-tag characters. A prefix holds no '{', so in `<prefix>:{<hash>}:<part>` (chat keys) and
+# `<prefix>:vec:{<name>}:<part>` (vector keys, other parts) the first '{' ends the prefix: no prefix's keys or SCAN
+# patterns reach another's, even one it starts ("app", "app:x"). `\Z`, since `$` also matches before a final "\n".
+KEY_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}\Z")
 
 _NEXT_VERSION = """
 local function next_version(current)
