@@ -7,7 +7,10 @@ Storage design
   the value, `created_at`, `updated_at`, the TTL and its expiry, a revision and the ids of its index vectors.
   A put or delete is one `update` of that session (optimistic versioning, retried on conflict), so it is
   atomic and concurrent writers cannot lose each other's changes. `sessions()` (sorted) lists the items: a
-  namespace prefix is a string prefix of the ids, and `list_namespaces` reads namespaces off the ids.
+  namespace prefix is a string prefix of the ids, and `list_namespaces` reads namespaces off the ids. Namespaces
+  and store prefixes are boundaries: what follows the prefix is a whole JSON list of strings, and cutting another
+  prefix off an id never leaves one, so `("a",)` (ids starting `["a",`) never matches `("ab",)`, and a store never
+  reads, lists or deletes the items of another prefix, even one that starts with its own.
 * **Semantic search uses a `VectorMemory` and an `EmbedFn`.** Each indexed text of an item (the `fields` paths,
   LangGraph's path syntax) is one vector document whose metadata names the item, its revision and the
   item's namespace prefixes (`{"prefixes": {"$contains": ...}}` selects a namespace prefix). Vectors are
