@@ -1,12 +1,14 @@
 """The tables of the SQL backends and the few statements whose SQL differs between databases.
 
-All tables of one store share a name prefix (``memwoven_`` by default)::
+All tables of one store share a name prefix (``memwoven_`` by default; lowercase, see `check_identifier`)::
 
     {prefix}meta        (name PK, value)                          -- one row: the schema version
     {prefix}sessions    (session_key PK, session_id, version, message_count, updated_at, expires_at_ms)
     {prefix}messages    (session_key, seq, digest, body)          -- PK (session_key, seq)
     {prefix}collections (collection_key PK, name, dimension, metric, version, generation)
     {prefix}vectors     (collection_key, doc_key, doc_id, content, metadata, embedding, version, deleted)
+
+No table name ends with another, so prefixes that start one another (``a_``, ``a_s``) never name the same table.
 
 Ids and names are stored as data, never used in SQL text or compared by the database: rows are keyed by the
 SHA-256 of the id (`key_of`), so ids of any length and characters stay apart whatever the collation
@@ -36,7 +38,7 @@ from memwoven.errors import CorruptMemoryError, InvalidInputError
 __all__ = ["SCHEMA_VERSION", "Tables", "check_identifier", "create_tables", "insert_ignoring", "key_of", "upsert"]
 
 SCHEMA_VERSION = "1"
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,40}$")
+_IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,40}")
 _MYSQL = ("mysql", "mariadb")
 _MYSQL_TABLE: dict[str, Any] = {
     f"{d}_{k}": v for d in _MYSQL for k, v in (("engine", "InnoDB"), ("charset", "utf8mb4"))
@@ -82,9 +84,18 @@ BLOB = sa.LargeBinary().with_variant(mysql.LONGBLOB(), *_MYSQL)
 
 
 def check_identifier(value: object, what: str) -> str:
-    """Validate a table prefix or schema name: letters, digits and '_', not starting with a digit, <= 41 chars."""
-    if not isinstance(value, str) or not _IDENTIFIER.match(value):
-        raise InvalidInputError(f"{what} must match {_IDENTIFIER.pattern} (letters, digits, '_'), got {value!r}")
+    """Validate a table prefix or schema name: lowercase ASCII letters, digits and '_', not starting with a digit,
+    at most 41 characters.
+
+    Lowercase only, because databases fold the case of names differently (SQLite always, even quoted; MariaDB
+    with `lower_case_table_names`; PostgreSQL when unquoted): ``Acme_`` and ``acme_`` would share tables on some.
+    Lowercase names are never quoted nor folded, so two distinct prefixes (or schemas) never share storage.
+    """
+    if not isinstance(value, str) or not _IDENTIFIER.fullmatch(value):
+        raise InvalidInputError(
+            f"{what} must be lowercase letters, digits and '_', not starting with a digit, at most 41 characters "
+            f"(databases fold the case of names differently), got {value!r}"
+        )
     return value
 
 
