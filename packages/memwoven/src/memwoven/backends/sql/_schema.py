@@ -13,8 +13,8 @@ No table name ends with another, so prefixes that start one another (``a_``, ``a
 Ids and names are stored as data, never used in SQL text or compared by the database: rows are keyed by the
 SHA-256 of the id (`key_of`), so ids of any length and characters stay apart whatever the collation
 (case twins, trailing spaces, NFC/NFD twins). Message bodies are stored as the exact
-`Message.model_dump_json()` text and document metadata as JSON text, in the database's native JSON type where it
-keeps the text verbatim (PostgreSQL `json`, MariaDB `JSON`), so what is read back is exactly what was written.
+`Message.model_dump_json()` text and document metadata as JSON text (PostgreSQL's `json` type, which keeps the text
+verbatim; plain text elsewhere), so what is read back is exactly what was written.
 """
 
 from __future__ import annotations
@@ -50,11 +50,8 @@ LONG_TEXT = sa.Text().with_variant(mysql.LONGTEXT(), *_MYSQL)
 
 
 class _JSONColumn(sa.types.UserDefinedType[str]):
-    """A native `JSON` column that stores the text exactly as given (PostgreSQL `json`, MariaDB `JSON`).
-
-    PostgreSQL's `json` (unlike `jsonb`) keeps the input text verbatim; it is read back cast to text so the
-    driver does not parse it. MariaDB's `JSON` is a checked LONGTEXT.
-    """
+    """PostgreSQL's `json`, which (unlike `jsonb`) keeps the input text verbatim; read back cast to text so the
+    driver does not parse it."""
 
     cache_ok = True
 
@@ -65,20 +62,10 @@ class _JSONColumn(sa.types.UserDefinedType[str]):
         return sa.cast(column, sa.Text)
 
 
-class _JSONOnMariaDB(sa.types.TypeDecorator[str]):
-    """Native JSON on MariaDB; LONGTEXT on MySQL, whose binary JSON would normalize the text; TEXT elsewhere."""
-
-    impl = sa.Text
-    cache_ok = True
-
-    def load_dialect_impl(self, dialect: sa.Dialect) -> sa.types.TypeEngine[Any]:
-        if dialect.name in _MYSQL:
-            return dialect.type_descriptor(_JSONColumn() if getattr(dialect, "is_mariadb", False) else mysql.LONGTEXT())
-        return dialect.type_descriptor(sa.Text())
-
-
-JSON_TEXT = _JSONOnMariaDB().with_variant(_JSONColumn(), "postgresql")
-"""Exact JSON text in the database's native JSON type where it keeps text as given (SQLite has none)."""
+# Not MariaDB's JSON: its check refuses documents nested over 32 levels, below what every other backend stores
+# (models.MAX_JSON_DEPTH). Nor MySQL's binary JSON, which would normalize the text.
+JSON_TEXT = LONG_TEXT.with_variant(_JSONColumn(), "postgresql")
+"""Exact JSON text: PostgreSQL `json`, LONGTEXT on MariaDB/MySQL, TEXT on SQLite."""
 DIGEST = sa.LargeBinary(16).with_variant(mysql.BINARY(16), *_MYSQL)
 BLOB = sa.LargeBinary().with_variant(mysql.LONGBLOB(), *_MYSQL)
 
