@@ -13,6 +13,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -22,6 +23,8 @@ from sqlalchemy.engine import make_url
 import memwoven as memwoven_package
 from memwoven import Message, ToolCall, VectorDocument
 from memwoven.cli._demo import ADAPTERS, SESSION, TURNS, core_message
+from memwoven.cli._stores import Failure, Store
+from memwoven.cli._transfer import FORMAT, VERSION, dump_record, import_records
 from memwoven.urls import open_chat_memory, open_vector_memory
 from memwoven_test_support import postgres_url
 
@@ -355,7 +358,38 @@ def test_import_keeps_other_data_and_checks_dimensions(tmp_path: Path) -> None:
         assert ok.returncode == 0, ok.stderr
         sessions, _ = contents(target)
         assert sorted(sessions) == ["other", "trip/1"]
-        assert refused.failed_with("dimension")
+        assert refused.failed_with("line 2: collection 'notes' has dimension 8, not 64")  # refused at open
+
+
+def _export(*records: dict[str, Any]) -> bytes:
+    header = {"type": "header", "format": FORMAT, "version": VERSION}
+    return b"".join(dump_record(record) for record in (header, *records))
+
+
+def test_import_names_a_line_only_for_what_that_line_holds(tmp_path: Path) -> None:
+    session = {"type": "session", "id": "s", "messages": [{"role": "user", "content": "hi"}]}
+    (tmp_path / "export.jsonl").write_bytes(
+        _export(session, {"type": "end", "sessions": 1, "messages": 1, "collections": 0, "documents": 0})
+    )
+    unreachable, two_slashes = memwoven_all(
+        ("import", "postgresql://me@127.0.0.1:1/db", "--input", str(tmp_path / "export.jsonl")),
+        ("import", "sqlite://x.db", "--input", str(tmp_path / "export.jsonl")),
+    )
+    assert unreachable.failed_with("unavailable") and "line" not in unreachable.stderr
+    assert two_slashes.failed_with("host 'x.db' with no file path") and "sqlite:///x.db" in two_slashes.stderr
+    assert "line" not in two_slashes.stderr
+
+    # Documents are stored in batches: a document the store refuses is named by the lines of its batch.
+    store = Store(f"sqlite:///{tmp_path}/target.db")
+    collection = {"type": "collection", "name": "c", "metric": "cosine", "dimension": None}
+    one, zero = (
+        {"type": "document", "collection": "c", "id": name, "embedding": embedding}
+        for name, embedding in (("one", [1.0, 0.0]), ("zero", [0.0, 0.0]))
+    )
+    with pytest.raises(Failure, match=r"^a document on lines 3-4: a zero vector"):
+        import_records(store, _export(collection, one, zero, {"type": "end"}).splitlines())
+    with pytest.raises(Failure, match=r"^line 3: a zero vector"):
+        import_records(store, _export(collection, zero).splitlines())
 
 
 def test_an_error_raised_while_ctrl_c_unwinds_is_the_interrupt() -> None:

@@ -31,6 +31,7 @@ from memwoven.errors import (
     InvalidInputError,
 )
 from memwoven.testing import HOSTILE_IDS, ChatMemoryContract, VectorMemoryContract, turn
+from memwoven.urls import open_vector_memory
 
 # Conformance -----------------------------------------------------------------------------------------------------
 
@@ -472,6 +473,16 @@ def test_vectors_persist_with_their_dimension_and_metric(vector_path: Path) -> N
         FileVectorMemory(vector_path, dimension=4)  # cosine is the default metric
     with pytest.raises(InvalidInputError):
         FileVectorMemory(vector_path, metric="euclid")  # type: ignore[arg-type]
+
+
+def test_another_dimension_fails_at_open_by_url_too(tmp_path: Path) -> None:
+    FileVectorMemory(tmp_path / "notes.npz").store([{"id": "a", "embedding": [1.0, 2.0, 3.0]}])
+    written = (tmp_path / "notes.npz").read_bytes()
+    with pytest.raises(DimensionMismatchError, match="has dimension 3, not 4"):
+        open_vector_memory(f"file://{tmp_path}", collection="notes", dimension=4)
+    assert (tmp_path / "notes.npz").read_bytes() == written
+    with open_vector_memory(f"file://{tmp_path}", collection="notes", dimension=3) as notes:
+        assert notes.count() == 1
 
 
 def test_a_lazy_dimension_is_persisted_by_the_first_store_or_opener(vector_path: Path) -> None:

@@ -20,6 +20,7 @@ from memwoven.filters import compile_filter
 from memwoven.models import VectorDocument
 from memwoven.testing import VectorMemoryContract
 from memwoven.testing.vector import FILTER_CASES, FILTER_CORPUS
+from memwoven.urls import open_vector_memory
 
 _names = itertools.count()
 
@@ -108,13 +109,31 @@ def test_a_local_directory_persists_across_clients(tmp_path: Path) -> None:
         assert reopened.get(["a"]) == [doc("a", 1.0, 2.0, 3.0, k="v")]
         with pytest.raises(DimensionMismatchError):
             reopened.store([doc("c", 1.0, 2.0)])
-    with (
-        pytest.raises(DimensionMismatchError),
-        QdrantVectorMemory(url, collection="docs", dimension=4, metric="dot") as m,
-    ):
-        m.count()
     with pytest.raises(InvalidInputError, match="Dot"), QdrantVectorMemory(url, collection="docs") as m:
         m.search([1.0, 2.0, 3.0])
+
+
+def test_another_dimension_fails_at_open_and_frees_the_directory(tmp_path: Path) -> None:
+    url = f"qdrant+local://{tmp_path}"
+    with QdrantVectorMemory(url, collection="docs", dimension=4) as fresh:  # no collection yet: nothing to check
+        assert fresh.dimension == 4
+    with QdrantVectorMemory(url, collection="docs") as memory:
+        memory.store([doc("a", 1.0, 2.0, 3.0)])
+    for _ in range(2):  # a failed open closes its client, releasing the directory's lock
+        with pytest.raises(DimensionMismatchError, match="has dimension 3, not 4"):
+            QdrantVectorMemory(url, collection="docs", dimension=4)
+    with pytest.raises(DimensionMismatchError):
+        open_vector_memory(url, collection="docs", dimension=4)
+    with pytest.raises(InvalidInputError, match="Cosine"):
+        QdrantVectorMemory(url, collection="docs", dimension=3, metric="dot")
+
+    async def open_in_async_code() -> int:
+        with pytest.raises(DimensionMismatchError):
+            QdrantVectorMemory(url, collection="docs", dimension=4)
+        async with QdrantVectorMemory(url, collection="docs", dimension=3) as memory:
+            return await memory.acount()
+
+    assert asyncio.run(open_in_async_code()) == 1
 
 
 def test_async_twins_share_the_local_directory_with_sync_calls(tmp_path: Path) -> None:

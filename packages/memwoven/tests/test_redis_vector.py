@@ -14,6 +14,7 @@ from memwoven.contracts import Metric, VectorMemory
 from memwoven.errors import BackendUnavailableError, CorruptMemoryError, DimensionMismatchError, InvalidInputError
 from memwoven.models import VectorDocument
 from memwoven.testing import VectorMemoryContract
+from memwoven.urls import open_vector_memory
 from memwoven_test_support import redis_url, unique_name
 from memwoven_test_support.redis_servers import redis_cluster, redis_server
 
@@ -216,7 +217,7 @@ def test_the_dimension_and_metric_are_persisted(open_memory: Callable[..., Redis
     reopened = open_memory(metric="dot")
     assert reopened.count() == 1 and reopened.dimension == 3
     with pytest.raises(DimensionMismatchError):
-        open_memory(dimension=4, metric="dot").count()
+        open_memory(dimension=4, metric="dot")
     with pytest.raises(DimensionMismatchError):
         open_memory(metric="dot").store([doc("b", 1.0, 2.0)])
     with pytest.raises(InvalidInputError, match="dot"):
@@ -229,6 +230,35 @@ def test_the_dimension_and_metric_are_persisted(open_memory: Callable[..., Redis
     with pytest.raises(DimensionMismatchError):
         open_memory(metric="dot").store([doc("b", 1.0, 2.0)])
     assert open_memory(metric="dot").count() == 0
+
+
+def test_another_dimension_fails_at_open_without_reading_documents(
+    redis_prefix: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, prefix = redis_prefix
+    with RedisVectorMemory(url, prefix=prefix, collection="c", dimension=4) as fresh:  # nothing stored yet
+        assert fresh.dimension == 4
+    with RedisVectorMemory(url, prefix=prefix, collection="c") as memory:
+        memory.store([doc("a", 1.0, 2.0, 3.0)])
+
+    def no_sync(self: RedisVectorMemory) -> None:
+        raise AssertionError("opening read the documents")
+
+    monkeypatch.setattr(RedisVectorMemory, "_sync_steps", no_sync)
+    with pytest.raises(DimensionMismatchError, match="has dimension 3, not 4"):
+        RedisVectorMemory(url, prefix=prefix, collection="c", dimension=4)
+    with pytest.raises(DimensionMismatchError):
+        open_vector_memory(url, collection="c", dimension=4, prefix=prefix)
+    with pytest.raises(InvalidInputError, match="cosine"):
+        RedisVectorMemory(url, prefix=prefix, collection="c", dimension=3, metric="dot")
+
+    async def open_in_async_code() -> None:
+        with pytest.raises(DimensionMismatchError):
+            RedisVectorMemory(url, prefix=prefix, collection="c", dimension=4)
+        async with RedisVectorMemory(url, prefix=prefix, collection="c", dimension=3) as memory:
+            assert memory.dimension == 3
+
+    asyncio.run(open_in_async_code())
 
 
 def test_hostile_ids_and_collections_stay_apart(open_memory: Callable[..., RedisVectorMemory]) -> None:

@@ -29,6 +29,7 @@ from memwoven.backends.sql import SQLChatMemory, SQLVectorMemory
 from memwoven.backends.sql._schema import Tables, key_of
 from memwoven.contracts import ChatMemory, VectorMemory
 from memwoven.testing import HOSTILE_IDS, ChatMemoryContract, VectorMemoryContract, turn
+from memwoven.urls import open_vector_memory
 from memwoven_test_support import mysql_url, postgres_url, unique_name
 
 KINDS = ("sqlite", "postgresql", "mariadb")
@@ -572,7 +573,7 @@ def test_collections_are_separate_and_keep_their_dimension_and_metric(place: Pla
     assert place.vector(collection="one").count() == 1
     assert place.vector(collection="ONE", metric="dot").get(["a"])[0].embedding == [1.0, 2.0]
     with pytest.raises(DimensionMismatchError):
-        place.vector(collection="one", dimension=4).count()
+        place.vector(collection="one", dimension=4)
     with pytest.raises(InvalidInputError):
         place.vector(collection="one", metric="dot").count()
     lazy = place.vector(collection="one")
@@ -582,6 +583,39 @@ def test_collections_are_separate_and_keep_their_dimension_and_metric(place: Pla
     assert dimensions == [None, 3]  # learnt from the stored collection
     with pytest.raises(DimensionMismatchError):
         lazy.store([_doc("b", [1.0, 2.0])])
+
+
+def test_another_dimension_fails_at_open_with_one_read_of_the_collection_row(place: Place, tmp_path: Path) -> None:
+    fresh = place.vector(collection="one", dimension=4)  # nothing stored: nothing to check, and nothing is created
+    if place.url.startswith("sqlite"):
+        assert not (tmp_path / "db").exists()
+    else:
+        with fresh.engine.connect() as connection:
+            assert not sa.inspect(connection).has_table(Tables.build(place.prefix, None).collections.name)
+    place.vector(collection="one").store([_doc("a", [1.0, 2.0, 3.0])])
+    statements: list[str] = []
+
+    def record(*args: Any) -> None:
+        statements.append(args[2])
+
+    sa.event.listen(sa.engine.Engine, "before_cursor_execute", record)
+    try:
+        with pytest.raises(DimensionMismatchError, match="has dimension 3, not 4"):
+            place.vector(collection="one", dimension=4)
+    finally:
+        sa.event.remove(sa.engine.Engine, "before_cursor_execute", record)
+    assert statements and not [s for s in statements if "embedding" in s or "INSERT" in s]  # no document read
+    with pytest.raises(DimensionMismatchError):
+        open_vector_memory(place.url, collection="one", dimension=4, table_prefix=place.prefix)
+    with pytest.raises(InvalidInputError, match="metric"):
+        place.vector(collection="one", dimension=3, metric="dot")
+    assert place.vector(collection="one", dimension=3).count() == 1
+
+    async def open_with_the_async_engine() -> None:
+        with pytest.raises(DimensionMismatchError):
+            SQLVectorMemory(place.vector().async_engine, table_prefix=place.prefix, collection="one", dimension=4)
+
+    asyncio.run(open_with_the_async_engine())
 
 
 def test_hostile_document_ids_and_collection_names_stay_apart(place: Place) -> None:

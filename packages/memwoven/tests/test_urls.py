@@ -13,7 +13,14 @@ from memwoven import (
     SQLChatMemory,
     SQLVectorMemory,
 )
-from memwoven.urls import CHAT_URL_VARIABLE, VECTOR_URL_VARIABLE, open_chat_memory, open_vector_memory, redact_url
+from memwoven.urls import (
+    BACKENDS,
+    CHAT_URL_VARIABLE,
+    VECTOR_URL_VARIABLE,
+    open_chat_memory,
+    open_vector_memory,
+    redact_url,
+)
 
 
 def test_memory_urls() -> None:
@@ -65,6 +72,39 @@ def test_malformed_urls_raise_clear_errors(url: str, monkeypatch: pytest.MonkeyP
     with pytest.raises(InvalidInputError) as raised:
         open_chat_memory()
     assert CHAT_URL_VARIABLE in str(raised.value) or "file URLs" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "parsed", "fix"),
+    [
+        ("sqlite://x.db", "host 'x.db' with no file path", "sqlite:///x.db"),
+        ("sqlite://data/x.db", "host 'data' with the path 'x.db'", "sqlite:///data/x.db"),
+    ],
+)
+def test_a_sqlite_url_with_two_slashes_says_what_was_parsed(
+    url: str, parsed: str, fix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    for opener in (open_chat_memory, open_vector_memory, SQLChatMemory):
+        with pytest.raises(InvalidInputError) as raised:
+            opener(url)
+        assert parsed in str(raised.value) and fix in str(raised.value)
+        assert "in-memory" not in str(raised.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unknown_scheme_lists_every_scheme_the_dispatch_table_opens() -> None:
+    with pytest.raises(InvalidInputError) as raised:
+        open_chat_memory("nosuch://host/db")
+    listed = str(raised.value).split("use one of ", 1)[1].split("; ", 1)[0].split(", ")
+    assert listed == [f"{scheme}://" for scheme in BACKENDS]
+    assert {"mariadb://", "rediss://", "redis+cluster://", "qdrant://"} <= set(listed)
+
+
+@pytest.mark.parametrize("url", ["memory+x://", "file+x:///tmp/x", "redis+x://host/0"])
+def test_only_sql_schemes_take_a_driver(url: str) -> None:
+    with pytest.raises(InvalidInputError, match="unsupported scheme"):
+        open_chat_memory(url)
 
 
 def test_bad_collection_names_are_rejected() -> None:

@@ -335,6 +335,14 @@ class VectorMemory(_Closable, ABC):
     def dimension(self) -> int | None:
         """The embedding dimension, or None until the first store fixes it."""
 
+    def _check_at_open(self, check: Callable[[], object]) -> None:
+        """Run a constructor's check of the stored collection against this object; on failure, close and re-raise."""
+        try:
+            check()
+        except BaseException:
+            self.close()  # e.g. an embedded Qdrant client holds its directory's lock until closed
+            raise
+
     @abstractmethod
     def store(self, documents: DocumentsIn) -> None:
         """Insert or replace documents by id."""

@@ -30,6 +30,7 @@ from memwoven.contracts import ChatMemory, CollectionInfo, Metric, VectorMemory
 from memwoven.errors import InvalidInputError
 
 __all__ = [
+    "BACKENDS",
     "CHAT_URL_VARIABLE",
     "URL_OPTIONS",
     "VECTOR_URL_VARIABLE",
@@ -45,6 +46,14 @@ VECTOR_URL_VARIABLE = "MEMWOVEN_VECTOR_URL"
 SQL_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "mariadb")
 REDIS_SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster")
 QDRANT_SCHEMES = ("qdrant", "qdrants", "qdrant+local", "qdrant+memory")
+BACKENDS = {
+    "memory": "memory",
+    "file": "file",
+    **dict.fromkeys(SQL_SCHEMES, "sql"),
+    **dict.fromkeys(REDIS_SCHEMES, "redis"),
+    **dict.fromkeys(QDRANT_SCHEMES, "qdrant"),
+}
+"""URL scheme -> the kind of backend that opens it (an SQL scheme may name a driver: ``postgresql+psycopg``)."""
 URL_OPTIONS = {"sql": ("table_prefix", "schema"), "redis": ("prefix",)}
 """The backend options a URL's query string may carry, per kind of URL."""
 _COLLECTION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
@@ -119,18 +128,17 @@ def _resolve(url: str | URL | None, variable: str) -> tuple[str, str | URL]:
         scheme = urlsplit(url).scheme.lower()
     except ValueError as error:  # e.g. an unclosed IPv6 bracket
         raise InvalidInputError(f"malformed {where}: {error}") from None
-    if scheme in REDIS_SCHEMES:
-        return "redis", url
-    if scheme in QDRANT_SCHEMES:
-        return "qdrant", url
     base = scheme.split("+", 1)[0]
-    if base in SQL_SCHEMES:
-        try:
-            make_url(url)
-        except (ArgumentError, ValueError) as error:
-            raise InvalidInputError(f"malformed {where}: {error}") from None
-    elif base not in ("memory", "file"):
-        raise InvalidInputError(f"unsupported scheme in {where}; use one of: {_EXAMPLES}")
+    kind = BACKENDS.get(scheme) or ("sql" if BACKENDS.get(base) == "sql" else None)
+    if kind is None:
+        schemes = ", ".join(f"{name}://" for name in BACKENDS)
+        raise InvalidInputError(f"unsupported scheme in {where}; use one of {schemes}; e.g. {_EXAMPLES}")
+    if kind != "sql":
+        return kind, url
+    try:
+        make_url(url)
+    except (ArgumentError, ValueError) as error:
+        raise InvalidInputError(f"malformed {where}: {error}") from None
     return base, url
 
 

@@ -35,6 +35,7 @@ __all__ = [
     "check_metric",
     "check_scan",
     "check_search_args",
+    "check_stored_dimension",
     "require_utf8",
 ]
 
@@ -91,6 +92,14 @@ def check_dimension(dimension: int | None) -> int | None:
     if dimension is not None and (isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 1):
         raise InvalidInputError(f"dimension must be a positive int, got {dimension!r}")
     return dimension
+
+
+def check_stored_dimension(stored: int | None, wanted: int | None, what: str) -> None:
+    """Refuse to open `what`, a stored collection, with another dimension than the one it was stored with."""
+    if stored is not None and wanted is not None and stored != wanted:
+        raise DimensionMismatchError(
+            f"{what} has dimension {stored}, not {wanted}: open it with dimension={stored} or without a dimension"
+        )
 
 
 def check_search_args(top_k: int, threshold: float | None) -> None:

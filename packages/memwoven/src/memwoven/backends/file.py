@@ -58,7 +58,6 @@ from memwoven.errors import (
     BackendUnavailableError,
     ConcurrentModificationError,
     CorruptMemoryError,
-    DimensionMismatchError,
     InvalidInputError,
 )
 from memwoven.models import (
@@ -69,7 +68,15 @@ from memwoven.models import (
     coerce_messages_after,
     freeze_json,
 )
-from memwoven.vector_index import DocumentBatch, VectorIndex, as_matrix, check_dimension, check_metric, require_utf8
+from memwoven.vector_index import (
+    DocumentBatch,
+    VectorIndex,
+    as_matrix,
+    check_dimension,
+    check_metric,
+    check_stored_dimension,
+    require_utf8,
+)
 
 __all__ = ["FileChatMemory", "FileVectorMemory", "list_collections"]
 
@@ -795,8 +802,7 @@ class FileVectorMemory(VectorMemory):
         if header["metric"] != self.metric:
             raise InvalidInputError(f"{self.path} holds a {header['metric']!r} collection, not {self.metric!r}")
         stored = header["dimension"]
-        if stored is not None and self._requested is not None and stored != self._requested:
-            raise DimensionMismatchError(f"{self.path} holds dimension {stored}, not {self._requested}")
+        check_stored_dimension(stored, self._requested, f"vector collection {str(self.path)!r}")
         try:
             index = _build_index(header, embeddings, documents)
         except Exception as error:

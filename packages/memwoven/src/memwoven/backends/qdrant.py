@@ -45,7 +45,15 @@ from memwoven.errors import BackendUnavailableError, CorruptMemoryError, Dimensi
 from memwoven.filters import compile_filter
 from memwoven.models import FrozenList, ScoredDocument, VectorDocument, coerce_documents, freeze_json
 from memwoven.urls import redact_url
-from memwoven.vector_index import DocumentBatch, VectorIndex, as_query, check_dimension, check_metric, check_search_args
+from memwoven.vector_index import (
+    DocumentBatch,
+    VectorIndex,
+    as_query,
+    check_dimension,
+    check_metric,
+    check_search_args,
+    check_stored_dimension,
+)
 
 __all__ = ["QdrantVectorMemory", "list_collections", "point_id", "translate_filter"]
 
@@ -87,8 +95,9 @@ class QdrantVectorMemory(VectorMemory):
     or a `QdrantClient` you built (optionally with a matching `AsyncQdrantClient`; clients you pass stay yours to
     close).
 
-    The collection is created on the first store with the memory's dimension and metric; `batch_size` points go
-    in one upsert. `exact=True` makes server searches scan instead of using HNSW (local mode always scans).
+    The collection is created on the first store with the memory's dimension and metric; given a dimension,
+    construction looks the collection up and raises if it exists with another dimension or metric. `batch_size`
+    points go in one upsert. `exact=True` makes server searches scan instead of using HNSW (local mode always scans).
     `client_options` go to the clients built from a URL (e.g. `api_key`, `timeout`, `prefer_grpc`).
     """
 
@@ -123,6 +132,8 @@ class QdrantVectorMemory(VectorMemory):
             self.client, self._async_client = location_or_client, async_client
             self._owns_clients = False
         self._local_lock = _local_lock(self.client)
+        if self._dimension is not None:
+            self._check_at_open(lambda: self._run(self._ensure_steps(None)))
 
     def __repr__(self) -> str:
         return f"QdrantVectorMemory({self._url!r}, collection={self.collection!r})"
@@ -154,8 +165,7 @@ class QdrantVectorMemory(VectorMemory):
             raise InvalidInputError(f"collection {name!r} has named vectors; memwoven uses one unnamed vector")
         if params.distance != _DISTANCES[self.metric]:
             raise InvalidInputError(f"collection {name!r} uses the {params.distance.value} distance, not {self.metric}")
-        if self._dimension is not None and params.size != self._dimension:
-            raise DimensionMismatchError(f"collection {name!r} has dimension {params.size}, not {self._dimension}")
+        check_stored_dimension(params.size, self._dimension, f"collection {name!r}")
         self._dimension = params.size
         self._ready = True
         return True

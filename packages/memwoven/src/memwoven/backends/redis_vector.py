@@ -53,7 +53,7 @@ from memwoven.errors import (
 from memwoven.filters import compile_filter
 from memwoven.models import FrozenDict, ScoredDocument, VectorDocument, freeze_json
 from memwoven.urls import redact_url
-from memwoven.vector_index import DocumentBatch, VectorIndex, as_query, check_search_args
+from memwoven.vector_index import DocumentBatch, VectorIndex, as_query, check_search_args, check_stored_dimension
 
 __all__ = ["RedisVectorMemory", "list_collections"]
 
@@ -210,8 +210,10 @@ class _Position:
 class RedisVectorMemory(VectorMemory):
     """One vector collection on Redis: a `redis://`, `rediss://` or `redis+cluster://` URL, or clients you built.
 
-    `dimension` is fixed at construction or by the first store and persisted with the collection; `prefix`
-    namespaces every key; `max_changes` caps the change stream (a client further behind reloads fully).
+    `dimension` is fixed at construction or by the first store and persisted with the collection; given one,
+    construction reads the collection's config (one round trip) and raises if the stored dimension or metric
+    differs. `prefix` namespaces every key; `max_changes` caps the change stream (a client further behind reloads
+    fully).
     """
 
     def __init__(
@@ -243,6 +245,8 @@ class RedisVectorMemory(VectorMemory):
         self._url, self._client, self._async_client, self._scripts, self._async_scripts = connect(
             url_or_client, async_client, socket_timeout, SCRIPTS
         )
+        if dimension is not None:
+            self._check_at_open(lambda: self._run(self._check_steps()))
 
     def __repr__(self) -> str:
         return f"RedisVectorMemory({self._url!r}, collection={self.collection!r}, prefix={self.prefix!r})"
@@ -381,6 +385,11 @@ class RedisVectorMemory(VectorMemory):
                 self._index = index
                 self._position = _Position(as_text(last) if last else _START, current)
 
+    def _check_steps(self) -> _Steps[None]:
+        """Check the stored dimension and metric, if the collection has been written, without reading documents."""
+        config, _ = yield _Script("head", self._keys[2:], [])
+        self._check_config(config)
+
     def _check_config(self, config: list[bytes | None]) -> int:
         """Check the stored dimension and metric against this object's; return the current sequence number."""
         seq, dimension, metric = config
@@ -390,10 +399,7 @@ class RedisVectorMemory(VectorMemory):
             )
         if dimension is not None:
             with self._lock:
-                if self._index.dimension not in (None, int(dimension)):
-                    raise DimensionMismatchError(
-                        f"collection {self.collection!r} has dimension {int(dimension)}, not {self._index.dimension}"
-                    )
+                check_stored_dimension(int(dimension), self._index.dimension, f"collection {self.collection!r}")
                 self._adopt_dimension(int(dimension))
         return int(seq or 0)
 

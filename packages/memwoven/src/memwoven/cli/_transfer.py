@@ -24,7 +24,6 @@ import numpy as np
 
 from memwoven.cli._stores import Failure, Store
 from memwoven.contracts import ChatMemory, CollectionInfo, VectorMemory
-from memwoven.errors import MemwovenError
 from memwoven.models import VectorDocument, coerce_messages
 from memwoven.vector_index import check_metric
 
@@ -183,15 +182,19 @@ class _Importer:
     collection: CollectionInfo | None = None
     vectors: VectorMemory | None = None
     pending: list[VectorDocument] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)  # the input line of each pending document
     seen: set[str] = field(default_factory=set)
+
+    def open(self) -> None:
+        """Open the store before the first record, so that a URL it refuses is not blamed on a line."""
+        if self.store.has_chat:
+            self.chat = self.store.open_chat()
 
     def session(self, record: dict[str, Any]) -> None:
         session_id = _field(record, "id", str)
         messages = coerce_messages(_field(record, "messages", list))
         if self.chat is None:
-            if not self.store.has_chat:
-                raise Failure(f"the export holds chat sessions but {self.store.shown} stores vectors only")
-            self.chat = self.store.open_chat()
+            raise Failure(f"the export holds chat sessions but {self.store.shown} stores vectors only")
         self.chat.save(session_id, messages)  # replace-all: importing again gives the same history
         self.counts.sessions += 1
         self.counts.messages += len(messages)
@@ -211,7 +214,7 @@ class _Importer:
         self.vectors.count()  # create it now (with its metric and dimension), even if no document follows
         self.counts.collections += 1
 
-    def document(self, record: dict[str, Any]) -> None:
+    def document(self, record: dict[str, Any], line: int) -> None:
         name = _field(record, "collection", str)
         if self.collection is None or name != self.collection.name:
             raise _BadRecord(f"a document of collection {name!r} must follow that collection's record")
@@ -221,14 +224,20 @@ class _Importer:
             id=_field(record, "id", str), content=record.get("content", ""), embedding=embedding, metadata=metadata
         )
         self.pending.append(document)
+        self.lines.append(line)
         if len(self.pending) >= BATCH:
             self.flush()
 
     def flush(self) -> None:
         if self.pending and self.vectors is not None:
-            self.vectors.store(self.pending)
+            try:
+                self.vectors.store(self.pending)
+            except ValueError as error:  # the store refused a document of the batch (InvalidInputError)
+                first, last = self.lines[0], self.lines[-1]
+                where = f"line {first}" if first == last else f"a document on lines {first}-{last}"
+                raise Failure(f"{where}: {error}") from None
             self.counts.documents += len(self.pending)
-            self.pending = []
+            self.pending, self.lines = [], []
 
     def close_collection(self) -> None:
         if self.vectors is not None:
@@ -274,8 +283,8 @@ def _check_header(number: int, record: Any) -> None:
 def import_records(store: Store, lines: Iterable[bytes]) -> Counts:
     """Write an export into `store` (sessions replaced, documents upserted); return what it held.
 
-    Fails on the first bad record, naming its line; what came before it stays written (importing the same file
-    again is harmless: every write is idempotent).
+    Fails on the first bad record, naming its line (a failure of the store names none); what came before it
+    stays written (importing the same file again is harmless: every write is idempotent).
     """
     importer = _Importer(store)
     number, header, end = 0, False, None
@@ -284,6 +293,7 @@ def import_records(store: Store, lines: Iterable[bytes]) -> Counts:
             if not header:
                 _check_header(number, _parse_json(number, line))
                 header = True
+                importer.open()
                 continue
             record = _parse(number, line)
             if record is None:
@@ -297,15 +307,13 @@ def import_records(store: Store, lines: Iterable[bytes]) -> Counts:
                 elif kind == "collection":
                     importer.start_collection(record)
                 elif kind == "document":
-                    importer.document(record)
+                    importer.document(record, number)
                 elif kind == "end":
                     importer.flush()
                     end = record
                 else:
                     raise _BadRecord(f"unknown record type {kind!r}")
-            except (_BadRecord, ValueError, MemwovenError) as error:
-                if isinstance(error, Failure):
-                    raise
+            except ValueError as error:  # the line's content is at fault; a failing store is not the line's
                 raise Failure(f"line {number}: {error}") from None
         importer.flush()
     finally:

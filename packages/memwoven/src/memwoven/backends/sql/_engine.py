@@ -86,6 +86,13 @@ def _backend_url(url: URL, where: str) -> tuple[str, URL, URL]:
         )
     if backend == "sqlite" and url.database is not None and "\x00" in url.database:
         raise InvalidInputError(f"an SQLite file name cannot contain NUL characters ({where})")
+    if backend == "sqlite" and url.host:  # sqlite://x.db: SQLAlchemy reads a host, and no host reaches SQLite
+        path = f"the path {url.database!r}" if url.database else "no file path"
+        raise InvalidInputError(
+            f"the URL {where!r} was read as host {url.host!r} with {path}; SQLite takes no host: write "
+            f"sqlite:///{'/'.join(filter(None, (url.host, url.database)))} (a relative path) or "
+            "sqlite:////abs/path.db (an absolute one)"
+        )
     if backend == "sqlite" and (url.database in (None, "", ":memory:") or url.query.get("mode") == "memory"):
         raise InvalidInputError(
             "an in-memory SQLite database lives inside one connection; use a file (sqlite:///memwoven.db) "

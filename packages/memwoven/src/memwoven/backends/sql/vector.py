@@ -26,7 +26,14 @@ from memwoven.backends.sql._schema import Tables, check_identifier, create_table
 from memwoven.contracts import CollectionInfo, DocumentsIn, Filter, Metric, VectorMemory, check_id, check_ids
 from memwoven.errors import CorruptMemoryError, DimensionMismatchError, InvalidInputError
 from memwoven.models import FrozenDict, ScoredDocument, VectorDocument, freeze_json
-from memwoven.vector_index import DocumentBatch, VectorIndex, check_dimension, check_metric, require_utf8
+from memwoven.vector_index import (
+    DocumentBatch,
+    VectorIndex,
+    check_dimension,
+    check_metric,
+    check_stored_dimension,
+    require_utf8,
+)
 
 __all__ = ["SQLVectorMemory", "list_collections"]
 
@@ -57,7 +64,8 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
     `url_or_engine`, `table_prefix`, `schema` and the pool options are as for `SQLChatMemory`. The dimension
     and metric are fixed by the first object that uses the collection (or its first store) and persisted;
     opening it later with another dimension raises `DimensionMismatchError`, with another metric
-    `InvalidInputError` (on first use, since construction does not connect).
+    `InvalidInputError`. Construction connects only when given a dimension, to read the collection's row (nothing
+    is created) and raise at once; otherwise the first use does the check.
     """
 
     def __init__(
@@ -99,6 +107,8 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
         self._index = VectorIndex(dimension, self.metric)
         self._generation = -1  # (generation, version) of the stored collection the index reflects
         self._seen = -1
+        if self._wanted_dimension is not None:
+            self._check_at_open(self._check_stored)
 
     def __repr__(self) -> str:
         return (
@@ -316,18 +326,23 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
             )
         )
         metric = connection.execute(sa.select(c.c.metric).where(c.c.collection_key == self._key)).scalar_one()
-        if metric != self.metric:
-            raise InvalidInputError(f"collection {self.collection!r} uses the {metric!r} metric, not {self.metric!r}")
         state = self._read_collection(connection, check_documents=True)  # every write bumps the version
+        self._check_settings(metric, state.dimension)
         wanted = self._wanted_dimension
         if wanted is not None and state.dimension is None:
             connection.execute(self._collection_update().values(dimension=wanted))
             state = state._replace(dimension=wanted)
-        elif wanted is not None and state.dimension != wanted:
-            raise DimensionMismatchError(
-                f"collection {self.collection!r} has dimension {state.dimension}, not {wanted}"
-            )
         return state
+
+    def _check_stored(self) -> None:
+        """Check the stored collection's metric and dimension against this object's, if it exists (read-only)."""
+        for row in _stored_collections(self._db, self._tables, self._key):
+            self._check_settings(row.metric, row.dimension)
+
+    def _check_settings(self, metric: str, dimension: int | None) -> None:
+        if metric != self.metric:
+            raise InvalidInputError(f"collection {self.collection!r} uses the {metric!r} metric, not {self.metric!r}")
+        check_stored_dimension(dimension, self._wanted_dimension, f"collection {self.collection!r}")
 
     def _bump(self, connection: Connection, *, clear: bool = False) -> _Collection:
         """Take the collection's write lock by bumping its version (a write first, on every database)."""
@@ -442,18 +457,30 @@ def list_collections(
         check_identifier(table_prefix, "table_prefix"), None if schema is None else check_identifier(schema, "schema")
     )
     database = Database(url_or_engine)
-    c = tables.collections
     try:
-        sqlite_file = database._sqlite_file
-        if sqlite_file is not None and not sqlite_file.exists():
-            return []
-        with database.translated(), database.engine.connect() as connection:
-            if not sa.inspect(connection).has_table(c.name, schema=c.schema):
-                return []
-            rows = connection.execute(sa.select(c.c.name, c.c.metric, c.c.dimension)).all()
+        rows = _stored_collections(database, tables)
     finally:
         database.close()
     return sorted(CollectionInfo(row.name, check_metric(row.metric), row.dimension) for row in rows)
+
+
+def _stored_collections(database: Database, tables: Tables, key: str | None = None) -> Sequence[Any]:
+    """The (name, metric, dimension) rows of every stored collection, or of the one `key` names.
+
+    Read-only: creates no table, and no file for an SQLite database that does not exist yet.
+    """
+    sqlite_file = database._sqlite_file
+    if sqlite_file is not None and not sqlite_file.exists():
+        return []
+    c = tables.collections
+
+    def read(connection: Connection) -> Sequence[Any]:
+        if not sa.inspect(connection).has_table(c.name, schema=c.schema):
+            return []
+        query = sa.select(c.c.name, c.c.metric, c.c.dimension)
+        return connection.execute(query if key is None else query.where(c.c.collection_key == key)).all()
+
+    return database.run(Work(read, _ignore))
 
 
 def _ignore(_: object) -> None:
