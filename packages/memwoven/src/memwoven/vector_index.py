@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -68,6 +69,9 @@ class DocumentBatch:
         ]
 
 
+_MAX_SQUARED_NORM = np.float32(np.finfo(np.float32).max / 2)
+
+
 def check_metric(metric: str) -> Metric:
     """Validate a metric name."""
     if metric not in ("cosine", "dot"):
@@ -106,7 +110,9 @@ def check_search_args(top_k: int, threshold: float | None) -> None:
     """Validate the scalar arguments of `search`."""
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise InvalidInputError(f"top_k must be a non-negative int, got {top_k!r}")
-    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
+    if threshold is not None and (
+        isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or math.isnan(threshold)
+    ):
         raise InvalidInputError(f"threshold must be a number, got {threshold!r}")
 
 
@@ -125,13 +131,14 @@ def as_matrix(vectors: Any, dimension: int | None, metric: Metric) -> Matrix:
         raise DimensionMismatchError(f"embedding has dimension {matrix.shape[1]}, the collection has {dimension}")
     if not np.isfinite(matrix).all():
         raise InvalidInputError("embeddings cannot contain NaN or infinity (or values beyond float32 range)")
-    if metric == "cosine":
-        with np.errstate(over="ignore"):
-            squares = np.einsum("ij,ij->i", matrix, matrix)
-        if not np.all(squares > 0):
-            raise InvalidInputError("a zero vector has no direction; cosine similarity is undefined for it")
-        if not np.isfinite(squares).all():  # its norm is beyond float32: cosine scores would be NaN
-            raise InvalidInputError("an embedding's norm is beyond float32 range; scale it down")
+    with np.errstate(over="ignore"):
+        squares = np.einsum("ij,ij->i", matrix, matrix)
+    if metric == "cosine" and not np.all(squares > 0):
+        raise InvalidInputError("a zero vector has no direction; cosine similarity is undefined for it")
+    # |a.b| <= |a| |b| (Cauchy-Schwarz): with every squared norm at most half the float32 range, no score (and no
+    # partial sum of one) can overflow to inf or NaN, whatever the metric
+    if not np.all(squares <= _MAX_SQUARED_NORM):
+        raise InvalidInputError("an embedding's norm is beyond float32 range (over 1.3e19); scale it down")
     return matrix
 
 
