@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Container, Iterable, Sequence
 from typing import NamedTuple
 
 from pydantic import ValidationError
@@ -31,6 +31,8 @@ __all__ = [
     "decode_message",
     "digest",
     "encode_message",
+    "message_ids",
+    "not_stored",
     "prepare_edit",
     "stored_prefix",
 ]
@@ -78,6 +80,31 @@ def stored_prefix(stored_digests: Sequence[bytes], bodies: Sequence[str]) -> int
             break
         kept += 1
     return kept
+
+
+def message_ids(messages: Iterable[Message], already: Container[str] = frozenset()) -> list[str]:
+    """The ids `messages` carry, in order, refusing (`InvalidInputError`, before anything is written) an id that
+    appears twice among them or is in `already` (CM10: message ids are unique within a session)."""
+    ids: list[str] = []
+    seen: set[str] = set()
+    for message in messages:
+        message_id = message.id
+        if message_id is None:
+            continue
+        if message_id in seen or message_id in already:
+            raise InvalidInputError(f"message id {message_id!r} appears twice; ids are unique within a session")
+        seen.add(message_id)
+        ids.append(message_id)
+    return ids
+
+
+def not_stored(messages: Sequence[Message], stored_ids: Container[str]) -> list[Message]:
+    """What an idempotent append stores (CM10): the messages without an id or whose id is not stored yet, in
+    order (`messages` itself when that is all of them). Refuses an id repeated within `messages`."""
+    message_ids(messages)
+    if not any(message.id is not None and message.id in stored_ids for message in messages):
+        return list(messages) if not isinstance(messages, list) else messages
+    return [message for message in messages if message.id is None or message.id not in stored_ids]
 
 
 class Edit(NamedTuple):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import functools
 import hashlib
 import io
 import json
@@ -60,6 +61,7 @@ from memwoven.errors import (
     CorruptMemoryError,
     InvalidInputError,
 )
+from memwoven.history import message_ids, not_stored
 from memwoven.models import (
     Message,
     ScoredDocument,
@@ -260,6 +262,11 @@ class _Snapshot:
     version: int
     body: tuple[bytes, ...]
 
+    @functools.cached_property
+    def ids(self) -> frozenset[str]:
+        """The ids of `messages` (CM10), computed on first use."""
+        return frozenset(message.id for message in self.messages if message.id is not None)
+
 
 _NO_SNAPSHOT = _Snapshot(b"", _StatKey(0, 0, 0, 0), (), 0, ())
 _MAX_PIECES = 32  # a body in more pieces is joined into one
@@ -401,6 +408,7 @@ class FileChatMemory(ChatMemory):
         path = self.path_of(session_id)
         cached = self._cached(path.name) or _NO_SNAPSHOT  # its lines encode its messages, whatever the file holds now
         checked, same = coerce_messages_after(messages, cached.messages)
+        message_ids(checked)
         new, body = tuple(checked), _body_after(cached, same, checked)
         with self._writing(session_id, path):
             current = self._stored_version(session_id, path, repairable=expected_version is None)
@@ -417,13 +425,18 @@ class FileChatMemory(ChatMemory):
     def append(self, session_id: str, messages: MessagesIn) -> int:
         """Atomically add messages at the end of the session (across threads and processes)."""
         path = self.path_of(session_id)
-        added = coerce_messages(messages)
-        if not added:
+        batch = coerce_messages(messages)
+        message_ids(batch)
+        if not batch:
             return self.load_versioned(session_id).version
-        lines = b"".join([_message_line(message) for message in added])
+        lines = {id(message): _message_line(message) for message in batch}  # encoded before taking the lock
         with self._writing(session_id, path):
             old = self._read(session_id, path) or _NO_SNAPSHOT  # fully checked: never extend a damaged history
-            return self._write(session_id, path, old.version, _pieces(*old.body, lines), old.messages + tuple(added))
+            added = not_stored(batch, old.ids)
+            if not added:
+                return old.version
+            body = _pieces(*old.body, b"".join([lines[id(message)] for message in added]))
+            return self._write(session_id, path, old.version, body, old.messages + tuple(added))
 
     def _update_locked(self, session_id: str, change: Callable[[list[Message]], MessagesIn]) -> int:
         """Run `change` and write its result while holding the session's write lock (see `ChatMemory.update`)."""
@@ -447,6 +460,7 @@ class FileChatMemory(ChatMemory):
                     raise InvalidInputError("update's change returned an awaitable; use aupdate for a coroutine")
                 result = asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
             new, same = coerce_messages_after(result, current.messages)
+            message_ids(new)
             if not new:
                 _remove(path)
                 self._forget(path.name)

@@ -21,20 +21,22 @@ from memwoven.contracts import (
     next_version,
 )
 from memwoven.errors import ConcurrentModificationError, InvalidInputError
+from memwoven.history import message_ids, not_stored
 from memwoven.models import Message, ScoredDocument, VectorDocument, coerce_messages, coerce_messages_after
 from memwoven.vector_index import Scan, VectorIndex
 
 __all__ = ["InMemoryChatMemory", "InMemoryVectorMemory"]
 
-_EMPTY: tuple[list[Message], int, int] = ([], 0, 0)  # an absent session; its buffer is never extended
+_Entry = tuple[list[Message], int, int, set[str]]  # (buffer, count, version, the ids of buffer[:count])
+_EMPTY: _Entry = ([], 0, 0, set())  # an absent session; its buffer and ids are never extended
 
 
 class InMemoryChatMemory(ChatMemory):
     """Chat histories in a dict. Messages are immutable, so snapshots share them without copying.
 
-    A session is stored as (buffer, count, version): its history is ``buffer[:count]``. A buffer only ever grows
-    (a save stores a new one), so an append extends it in place, in O(added), while a reader holding the older
-    count still sees exactly its own history.
+    A session is stored as (buffer, count, version, ids): its history is ``buffer[:count]``. A buffer only ever
+    grows (a save stores a new one), so an append extends it in place, in O(added), while a reader holding the
+    older count still sees exactly its own history. `ids`, the set of its message ids (CM10), grows the same way.
 
     With `ttl` (seconds) a session expires when it has not been written for that long (every write resets it):
     it then reads as absent, and `cleanup_expired()` frees it.
@@ -45,7 +47,7 @@ class InMemoryChatMemory(ChatMemory):
             raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")
         self.ttl = ttl
         self._lock = threading.Lock()
-        self._sessions: dict[str, tuple[list[Message], int, int]] = {}
+        self._sessions: dict[str, _Entry] = {}
         self._deadlines: dict[str, float] = {}  # with a ttl: session id -> time.monotonic() it expires at
 
     def __repr__(self) -> str:
@@ -53,33 +55,43 @@ class InMemoryChatMemory(ChatMemory):
 
     def load_versioned(self, session_id: str) -> History:
         """Return the session's messages and version."""
-        buffer, count, version = self._live(check_id(session_id))
+        buffer, count, version, _ = self._live(check_id(session_id))
         return History(buffer[:count], version)
 
     def save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
         """Replace the session's history."""
         check_id(session_id)
-        new = coerce_messages_after(messages, self._sessions.get(session_id, _EMPTY)[0])[0]
+        known = self._sessions.get(session_id, _EMPTY)
+        new, same = coerce_messages_after(messages, known[0])
         with self._lock:
             current = self._current_version(session_id, expected_version)
             if not new:
                 self._sessions.pop(session_id, None)
                 self._deadlines.pop(session_id, None)
                 return 0
-            return self._store(session_id, new, len(new), next_version(current))
+            entry = self._live(session_id)
+            if entry is known and same == known[1] and entry[1]:  # the stored history, then more: O(added)
+                ids = entry[3]
+                ids.update(message_ids(new[same:], already=ids))
+            else:
+                ids = set(message_ids(new))
+            return self._store(session_id, new, len(new), next_version(current), ids)
 
     def append(self, session_id: str, messages: MessagesIn) -> int:
         """Append to the session's history."""
         check_id(session_id)
-        added = coerce_messages(messages)
+        batch = coerce_messages(messages)
+        message_ids(batch)  # refused before anything else
         with self._lock:
-            buffer, count, current = self._live(session_id)
+            buffer, count, current, ids = self._live(session_id)
+            added = not_stored(batch, ids)
             if not added:
                 return current
-            if not count:  # absent or expired: a new buffer (never the shared empty one)
-                buffer = []
+            if not count:  # absent or expired: a new buffer and id set (never the shared empty ones)
+                buffer, ids = [], set()
             buffer.extend(added)  # the latest entry's buffer holds exactly its count: older readers keep theirs
-            return self._store(session_id, buffer, len(buffer), next_version(current))
+            ids.update(message.id for message in added if message.id is not None)
+            return self._store(session_id, buffer, len(buffer), next_version(current), ids)
 
     def sessions(self) -> list[str]:
         """The stored session ids, sorted."""
@@ -96,14 +108,14 @@ class InMemoryChatMemory(ChatMemory):
                 del self._sessions[session_id], self._deadlines[session_id]
             return len(expired)
 
-    def _live(self, session_id: str) -> tuple[list[Message], int, int]:
-        """The session's (buffer, count, version), or an empty session if it expired."""
+    def _live(self, session_id: str) -> _Entry:
+        """The session's (buffer, count, version, ids), or an empty session if it expired."""
         if self.ttl is not None and self._deadlines.get(session_id, float("inf")) <= time.monotonic():
             return _EMPTY
         return self._sessions.get(session_id, _EMPTY)
 
-    def _store(self, session_id: str, buffer: list[Message], count: int, version: int) -> int:
-        self._sessions[session_id] = (buffer, count, version)
+    def _store(self, session_id: str, buffer: list[Message], count: int, version: int, ids: set[str]) -> int:
+        self._sessions[session_id] = (buffer, count, version, ids)
         if self.ttl is not None:
             self._deadlines[session_id] = time.monotonic() + self.ttl
         return version
