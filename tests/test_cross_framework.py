@@ -59,7 +59,8 @@ def memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChatMemor
 
 def test_a_langchain_session_reads_in_llama_index_and_is_written_back_unchanged(memory: ChatMemory) -> None:
     history = MemwovenChatMessageHistory(memory, "trip")
-    history.add_messages(langchain_turns())
+    turns = langchain_turns()
+    history.add_messages(turns)  # gives each message without an id one
     stored = memory.load("trip")
 
     store = MemwovenChatStore(memory)
@@ -83,7 +84,7 @@ def test_a_langchain_session_reads_in_llama_index_and_is_written_back_unchanged(
 
     store.set_messages("trip", messages)  # written back through LlamaIndex
     assert memory.load("trip") == stored
-    assert history.messages == langchain_turns()  # and LangChain still reads exactly what it wrote
+    assert history.messages == turns  # and LangChain still reads exactly what it wrote
 
 
 def test_a_llama_index_session_reads_in_langchain(memory: ChatMemory) -> None:

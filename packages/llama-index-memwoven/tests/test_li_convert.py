@@ -285,7 +285,9 @@ def test_unchanged_duplicates_are_each_kept_once() -> None:
     twice = [Message(role="user", content="hi", extras={"langchain": {"n": i}}) for i in range(2)]
     assert to_core_many(to_chat_many(twice), twice) == twice
     assert to_core_many(to_chat_many(twice[::-1]), twice) == twice  # same content: first match first
-    assert to_core_many(to_chat_many(twice) * 2, twice)[2:] == [to_core(ChatMessage(role="user", content="hi"))] * 2
+    added = to_core_many(to_chat_many(twice) * 2, twice)[2:]  # new messages: each with an id of its own
+    assert [m.model_copy(update={"id": None}) for m in added] == [Message(role="user", content="hi")] * 2
+    assert added[0].id and added[1].id and added[0].id != added[1].id
 
 
 def test_an_image_whose_file_is_gone_is_left_out_rather_than_failing_the_read(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,7 +22,9 @@ class MemwovenChatMessageHistory(BaseChatMessageHistory):
 
     `add_messages` is one atomic `append` (concurrent writers lose nothing); reads and writes have native async
     twins that use the backend's async methods. Messages round-trip exactly (see `langchain_memwoven._convert`)
-    and are stored with standard fields other frameworks read.
+    and are stored with standard fields other frameworks read. A message without an `id` is given one (a UUID, set
+    on the message itself, as LangGraph's `add_messages` does), so adding the same messages again after an error
+    whose outcome was unknown stores them once (CM10).
 
     ```python
     memory = SQLChatMemory("sqlite:///chat.db")  # or any ChatMemory, shared by every session
@@ -59,12 +62,12 @@ class MemwovenChatMessageHistory(BaseChatMessageHistory):
         return from_core_many(await self._session.aload())
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Add messages at the end of the session in one atomic `append`."""
-        self._session.append(to_core_many(messages))
+        """Add messages at the end of the session in one atomic `append`; those already stored (by id) are skipped."""
+        self._session.append(to_core_many(_with_ids(messages)))
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Async twin of `add_messages` (one `aappend`)."""
-        await self._session.aappend(to_core_many(messages))
+        await self._session.aappend(to_core_many(_with_ids(messages)))
 
     def clear(self) -> None:
         """Remove the session and all its messages."""
@@ -95,3 +98,11 @@ class MemwovenChatMessageHistory(BaseChatMessageHistory):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _with_ids(messages: Sequence[BaseMessage]) -> Sequence[BaseMessage]:
+    """`messages`, each given a UUID as its `id` if it has none (on the caller's object, so a retry carries it)."""
+    for message in messages:
+        if isinstance(message, BaseMessage) and message.id is None:
+            message.id = str(uuid.uuid4())
+    return messages

@@ -98,10 +98,8 @@ class Conversation:
         assert [m for m in reloaded if isinstance(m, AIMessage)] == self.outputs  # exactly what the model produced
         assert len(reloaded) == len(self.reference.messages)
         for mine, reference in zip(reloaded, self.reference.messages):
-            if isinstance(mine, AIMessage):
-                mine = mine.model_copy(update={"id": None})
-                reference = reference.model_copy(update={"id": None})
-            assert mine == reference
+            assert mine.id  # every stored message has an id (CM10); the reference history gives none
+            assert mine.model_copy(update={"id": None}) == reference.model_copy(update={"id": None})
 
 
 def test_twenty_turns_sync(backend) -> None:  # type: ignore[no-untyped-def]

@@ -20,6 +20,10 @@ TURN: list[BaseMessage] = [
 ]
 
 
+def _without_ids(messages: list[BaseMessage]) -> list[BaseMessage]:
+    return [message.model_copy(update={"id": None}) for message in messages]
+
+
 class CountingMemory(InMemoryChatMemory):
     """Records which contract methods the history calls."""
 
@@ -48,7 +52,9 @@ def test_add_messages_is_one_append_and_reads_back_exactly() -> None:
     assert history.messages == TURN
     history.add_user_message("again")
     history.add_ai_message("sure")
-    assert history.messages == [*TURN, HumanMessage("again"), AIMessage("sure")]
+    stored = history.messages
+    assert _without_ids(stored) == _without_ids([*TURN, HumanMessage("again"), AIMessage("sure")])
+    assert all(message.id for message in stored)
     assert memory.calls == ["append", "load", "append", "append", "load"]
     history.clear()
     assert history.messages == [] and memory.sessions() == []
@@ -82,7 +88,7 @@ def test_sessions_are_independent_and_visible_to_the_core() -> None:
     memory = InMemoryChatMemory()
     MemwovenChatMessageHistory(memory, "a").add_messages([HumanMessage("for a")])
     MemwovenChatMessageHistory(memory, "b").add_messages([HumanMessage("for b")])
-    assert MemwovenChatMessageHistory(memory, "a").messages == [HumanMessage("for a")]
+    assert _without_ids(MemwovenChatMessageHistory(memory, "a").messages) == [HumanMessage("for a")]
     assert memory.sessions() == ["a", "b"]
     stored = memory.load("a")[0]
     assert (stored.role, stored.content) == ("user", "for a")
@@ -95,7 +101,7 @@ def test_from_url_owns_its_memory() -> None:
     with MemwovenChatMessageHistory.from_url("memory://", "s") as history:
         history.memory.close = lambda: closed.append(True)  # type: ignore[method-assign]
         history.add_messages([HumanMessage("hi")])
-        assert history.messages == [HumanMessage("hi")]
+        assert _without_ids(history.messages) == [HumanMessage("hi")]
     assert closed == [True]
     shared = InMemoryChatMemory()
     shared.close = lambda: closed.append(False)  # type: ignore[method-assign]
@@ -115,3 +121,14 @@ def test_unstorable_messages_write_nothing() -> None:
     with pytest.raises(InvalidInputError):
         history.add_messages([HumanMessage("fine"), ToolMessage("x", tool_call_id="c", artifact=b"bytes")])
     assert memory.sessions() == []
+
+
+def test_every_message_gets_an_id_so_a_retried_add_is_stored_once() -> None:
+    memory = InMemoryChatMemory()
+    history = MemwovenChatMessageHistory(memory, "s")
+    turn = [HumanMessage("hello"), AIMessage("hi", id="given")]
+    history.add_messages(turn)
+    assert turn[0].id and turn[1].id == "given"  # set on the caller's message, as LangGraph's add_messages does
+    history.add_messages(turn)  # e.g. retried after a timeout whose outcome was unknown
+    assert history.messages == turn
+    assert [m.id for m in memory.load("s")] == [turn[0].id, "given"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import uuid
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -56,9 +57,12 @@ def to_core(message: ChatMessage) -> Message:
 
 
 def _to_core(message: ChatMessage, plain: tuple[Role, str] | None) -> Message:
+    # A ChatMessage has no id: a new message gets one, kept in the stored message (ids are unique within a
+    # session, CM10), and an unchanged message keeps its stored one (`to_core_many`).
+    message_id = f"li-{uuid.uuid4().hex}"
     if plain is not None:
-        return Message(role=plain[0], content=plain[1])
-    return _from_native(message.model_dump(mode="json"))
+        return Message(role=plain[0], content=plain[1], id=message_id)
+    return _from_native(message.model_dump(mode="json"), message_id)
 
 
 def to_core_many(messages: Sequence[ChatMessage], stored: Sequence[Message] = ()) -> list[Message]:
@@ -105,10 +109,10 @@ def _plain_role_and_text(message: ChatMessage) -> tuple[Role, str] | None:
     return role, block.text
 
 
-def _from_native(native: dict[str, Any]) -> Message:
+def _from_native(native: dict[str, Any], message_id: str) -> Message:
     if _is_plain(native):
-        return coerce_message(_standard_fields(native))
-    return coerce_message({**_standard_fields(native), "extras": {NAMESPACE: native}})
+        return coerce_message({**_standard_fields(native), "id": message_id})
+    return coerce_message({**_standard_fields(native), "id": message_id, "extras": {NAMESPACE: native}})
 
 
 def _is_plain(native: Mapping[str, Any]) -> bool:
