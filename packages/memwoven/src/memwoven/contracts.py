@@ -2,13 +2,14 @@
 
 A backend implements the sync methods marked abstract. The async twins default to running the sync method off
 the event loop (`asyncio.to_thread`); backends whose driver is natively async override them. The numbered
-invariants (CM1-CM9, VM1-VM8) are documented in docs/contracts.md and tested by `memwoven.testing`.
+invariants (CM1-CM10, VM1-VM8) are documented in docs/contracts.md and tested by `memwoven.testing`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -25,8 +26,10 @@ __all__ = [
     "History",
     "Metric",
     "VectorMemory",
+    "check_collection",
     "check_id",
     "check_ids",
+    "is_collection_name",
     "next_version",
 ]
 
@@ -56,6 +59,24 @@ def check_id(value: object, what: str = "session id") -> str:
     if size > MAX_ID_BYTES:
         raise InvalidInputError(f"{what} is {size} bytes long; the limit is {MAX_ID_BYTES}")
     return value
+
+
+_COLLECTION_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}")
+
+
+def is_collection_name(value: object) -> bool:
+    """Whether `value` is a usable vector collection name (the one rule of every backend and URL)."""
+    return isinstance(value, str) and _COLLECTION_NAME.fullmatch(value) is not None
+
+
+def check_collection(value: object) -> str:
+    """Return `value` if it is a collection name: 1-100 letters, digits, '_', '.', '-', not starting with '.' or
+    '-' (a file name, a Redis key part and a Qdrant collection alike)."""
+    if not is_collection_name(value):
+        raise InvalidInputError(
+            f"collection names are 1-100 letters, digits, '_', '.' and '-' (not first), got {value!r:.120}"
+        )
+    return value  # type: ignore[return-value]
 
 
 def check_ids(ids: Iterable[str], what: str = "document id") -> list[str]:
@@ -143,7 +164,11 @@ class ChatMemory(_Closable, ABC):
 
     @abstractmethod
     def append(self, session_id: str, messages: MessagesIn) -> int:
-        """Atomically add `messages` at the end of the session and return its new version."""
+        """Atomically add `messages` at the end of the session and return its new version.
+
+        Idempotent by message id (CM10): a message whose `id` is already stored in the session is not stored
+        again; when nothing is new, nothing is written and the current version is returned.
+        """
 
     @abstractmethod
     def sessions(self) -> list[str]:

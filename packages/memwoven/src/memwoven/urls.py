@@ -26,7 +26,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from memwoven.contracts import ChatMemory, CollectionInfo, Metric, VectorMemory
+from memwoven.contracts import ChatMemory, CollectionInfo, Metric, VectorMemory, check_collection
 from memwoven.errors import InvalidInputError
 
 __all__ = [
@@ -56,7 +56,6 @@ BACKENDS = {
 """URL scheme -> the kind of backend that opens it (an SQL scheme may name a driver: ``postgresql+psycopg``)."""
 URL_OPTIONS = {"sql": ("table_prefix", "schema"), "redis": ("prefix",)}
 """The backend options a URL's query string may carry, per kind of URL."""
-_COLLECTION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 _EXAMPLES = (
     "memory://, file:///path/to/dir, sqlite:///memwoven.db, postgresql://user@host/db, mysql://user@host/db, "
     "redis://host:6379/0, qdrant+local:///path/to/dir (vectors only)"
@@ -215,8 +214,7 @@ def open_vector_memory(
     """Open one vector collection at the URL (default: `$MEMWOVEN_VECTOR_URL`); `options` go to the backend."""
     scheme, resolved = _resolve(url, VECTOR_URL_VARIABLE)
     resolved, options = _with_url_options(scheme, resolved, options)
-    if not isinstance(collection, str) or not _COLLECTION.match(collection):
-        raise InvalidInputError(f"collection names use letters, digits, '_', '.', '-' (max 100), got {collection!r}")
+    check_collection(collection)
     if scheme == "memory":
         from memwoven.backends.memory import InMemoryVectorMemory
 

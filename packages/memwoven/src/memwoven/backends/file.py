@@ -53,6 +53,7 @@ from memwoven.contracts import (
     VectorMemory,
     check_id,
     check_ids,
+    is_collection_name,
     next_version,
 )
 from memwoven.errors import (
@@ -599,7 +600,6 @@ async def _awaited(result: Awaitable[Any]) -> Any:
 # Vector memory ---------------------------------------------------------------------------------------------------
 
 _MEMBERS = {"header", "embeddings", "documents"}
-_COLLECTION_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")  # as `open_vector_memory` accepts
 
 
 def list_collections(directory: str | os.PathLike[str]) -> list[CollectionInfo]:
@@ -612,7 +612,7 @@ def list_collections(directory: str | os.PathLike[str]) -> list[CollectionInfo]:
         return []
     found = []
     for path in sorted(root.glob("*.npz")):
-        if not _COLLECTION_NAME.match(path.stem):
+        if not is_collection_name(path.stem):
             continue
         try:
             header = _read_collection(path.read_bytes())[0]

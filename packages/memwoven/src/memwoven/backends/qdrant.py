@@ -40,7 +40,16 @@ from qdrant_client import AsyncQdrantClient, QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 from qdrant_client.local.qdrant_local import QdrantLocal
 
-from memwoven.contracts import CollectionInfo, DocumentsIn, Filter, Metric, VectorMemory, check_ids
+from memwoven.contracts import (
+    CollectionInfo,
+    DocumentsIn,
+    Filter,
+    Metric,
+    VectorMemory,
+    check_collection,
+    check_ids,
+    is_collection_name,
+)
 from memwoven.errors import BackendUnavailableError, CorruptMemoryError, DimensionMismatchError, InvalidInputError
 from memwoven.filters import compile_filter
 from memwoven.models import FrozenList, ScoredDocument, VectorDocument, coerce_documents, freeze_json
@@ -58,7 +67,6 @@ from memwoven.vector_index import (
 __all__ = ["QdrantVectorMemory", "list_collections", "point_id", "translate_filter"]
 
 _T = TypeVar("_T")
-_COLLECTION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 _SAFE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # usable in a Qdrant key path without quoting
 _NAMESPACE = uuid.UUID("8a0f6f4e-3c55-5a8e-9a4b-6d656d776561")  # fixed forever: point ids depend on it
 _DISTANCES: dict[str, models.Distance] = {"cosine": models.Distance.COSINE, "dot": models.Distance.DOT}
@@ -113,8 +121,7 @@ class QdrantVectorMemory(VectorMemory):
         exact: bool = False,
         **client_options: Any,
     ) -> None:
-        if not isinstance(collection, str) or not _COLLECTION.match(collection):
-            raise InvalidInputError(f"collection must match {_COLLECTION.pattern}, got {collection!r}")
+        check_collection(collection)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidInputError(f"batch_size must be a positive int, got {batch_size!r}")
         self._dimension = check_dimension(dimension)
@@ -517,7 +524,7 @@ def list_collections(location_or_client: str | QdrantClient, **client_options: A
     try:
         with lock if lock is not None else contextlib.nullcontext():
             for name in sorted(c.name for c in client.get_collections().collections):
-                params = client.get_collection(name).config.params.vectors if _COLLECTION.match(name) else None
+                params = client.get_collection(name).config.params.vectors if is_collection_name(name) else None
                 if isinstance(params, models.VectorParams) and params.distance in metrics:
                     found.append(CollectionInfo(name, metrics[params.distance], params.size))
     except Exception as error:

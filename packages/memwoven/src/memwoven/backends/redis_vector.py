@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import threading
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
@@ -43,7 +42,16 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from memwoven.backends.redis import KEY_PREFIX, adrive, as_text, clients_from_url, connect, drive
-from memwoven.contracts import CollectionInfo, DocumentsIn, Filter, Metric, VectorMemory, check_ids
+from memwoven.contracts import (
+    CollectionInfo,
+    DocumentsIn,
+    Filter,
+    Metric,
+    VectorMemory,
+    check_collection,
+    check_ids,
+    is_collection_name,
+)
 from memwoven.errors import (
     BackendUnavailableError,
     CorruptMemoryError,
@@ -58,7 +66,6 @@ from memwoven.vector_index import DocumentBatch, VectorIndex, as_query, check_se
 __all__ = ["RedisVectorMemory", "list_collections"]
 
 _T = TypeVar("_T")
-_COLLECTION = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 _PULL_LIMIT = 1000  # stream entries per pull; a client further behind pulls again
 _START = "0-0"  # the position before any stream entry
 
@@ -230,8 +237,7 @@ class RedisVectorMemory(VectorMemory):
     ) -> None:
         if not isinstance(prefix, str) or not KEY_PREFIX.match(prefix):
             raise InvalidInputError(f"prefix must match {KEY_PREFIX.pattern}, got {prefix!r}")
-        if not isinstance(collection, str) or not _COLLECTION.match(collection):
-            raise InvalidInputError(f"collection must match {_COLLECTION.pattern}, got {collection!r}")
+        check_collection(collection)
         if isinstance(max_changes, bool) or not isinstance(max_changes, int) or max_changes < 1:
             raise InvalidInputError(f"max_changes must be a positive int, got {max_changes!r}")
         self._index = VectorIndex(dimension, metric)  # validates both
@@ -594,7 +600,7 @@ def list_collections(
         for raw in client.scan_iter(match=f"{head}*{tail}", count=1000):
             key = as_text(raw)
             name = key[len(head) : -len(tail)]
-            if not _COLLECTION.match(name):
+            if not is_collection_name(name):
                 continue
             dimension, metric = client.hmget(key, ["dimension", "metric"])
             if metric is None:

@@ -23,7 +23,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from memwoven.backends.sql._base import SQLBackend
 from memwoven.backends.sql._engine import Database, Work
 from memwoven.backends.sql._schema import Tables, check_identifier, create_tables, insert_ignoring, key_of, upsert
-from memwoven.contracts import CollectionInfo, DocumentsIn, Filter, Metric, VectorMemory, check_id, check_ids
+from memwoven.contracts import (
+    CollectionInfo,
+    DocumentsIn,
+    Filter,
+    Metric,
+    VectorMemory,
+    check_collection,
+    check_ids,
+)
 from memwoven.errors import CorruptMemoryError, DimensionMismatchError, InvalidInputError
 from memwoven.models import FrozenDict, ScoredDocument, VectorDocument, freeze_json
 from memwoven.vector_index import (
@@ -81,7 +89,7 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
         pool_timeout: float = 30.0,
         async_engine: AsyncEngine | None = None,
     ) -> None:
-        self.collection = check_id(collection, "collection name")  # stored as data, keyed by its hash
+        self.collection = check_collection(collection)  # stored as data, keyed by its hash
         self.metric = check_metric(metric)
         self._wanted_dimension = check_dimension(dimension)
         super().__init__(
