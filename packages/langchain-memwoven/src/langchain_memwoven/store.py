@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import uuid
 from bisect import bisect_left
-from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
@@ -57,6 +57,7 @@ from typing_extensions import Self
 from langchain_memwoven._convert import check_json, thaw
 from langchain_memwoven.embeddings import embed_fn_from_embeddings
 from memwoven import ChatMemory, CorruptMemoryError, InvalidInputError, Message, VectorMemory
+from memwoven._steps import Call, Steps, arun, run
 from memwoven.embed import EmbedFn
 from memwoven.filters import compile_filter
 from memwoven.urls import open_chat_memory, open_vector_memory
@@ -67,42 +68,8 @@ _T = TypeVar("_T")
 Namespace = tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class _Call:
-    """One backend call an operation needs: `target.method(*args, **kwargs)`, or its async twin `a<method>`."""
-
-    target: Any
-    method: str
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-def _call(target: Any, method: str, *args: Any, **kwargs: Any) -> _Call:
-    return _Call(target, method, args, kwargs)
-
-
-_Steps = Generator[_Call, Any, _T]
-
-
-def _run(steps: _Steps[_T]) -> _T:
-    """Run an operation's backend calls through the sync methods."""
-    try:
-        call = next(steps)
-        while True:
-            call = steps.send(getattr(call.target, call.method)(*call.args, **call.kwargs))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-
-
-async def _arun(steps: _Steps[_T]) -> _T:
-    """Run an operation's backend calls through the async twins (`aload`, `aupdate`, `asearch`, ...)."""
-    try:
-        call = next(steps)
-        while True:
-            twin: Callable[..., Awaitable[Any]] = getattr(call.target, "a" + call.method)
-            call = steps.send(await twin(*call.args, **call.kwargs))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+def _call(target: Any, method: str, *args: Any, **kwargs: Any) -> Call:
+    return Call(target, method, args, kwargs)
 
 
 def _json(value: Any) -> str:
@@ -232,19 +199,19 @@ class MemwovenStore(BaseStore):
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Execute operations: reads first (on the state before the batch), then the puts."""
-        return _run(self._batch(list(ops)))
+        return run(self._batch(list(ops)))
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Async twin of `batch`, using the backends' async methods."""
-        return await _arun(self._batch(list(ops)))
+        return await arun(self._batch(list(ops)))
 
     def sweep_ttl(self) -> int:
         """Delete every expired item (and its vectors); returns how many were deleted."""
-        return _run(self._sweep())
+        return run(self._sweep())
 
     async def asweep_ttl(self) -> int:
         """Async twin of `sweep_ttl`."""
-        return await _arun(self._sweep())
+        return await arun(self._sweep())
 
     def close(self) -> None:
         """Close the memories if this store opened them (`from_url`)."""
@@ -286,7 +253,7 @@ class MemwovenStore(BaseStore):
 
     # --- operations ----------------------------------------------------------------------------------------
 
-    def _batch(self, ops: list[Op]) -> _Steps[list[Result]]:
+    def _batch(self, ops: list[Op]) -> Steps[list[Result]]:
         now = _now()
         results: list[Result] = []
         puts: dict[tuple[Namespace, str], PutOp] = {}
@@ -307,7 +274,7 @@ class MemwovenStore(BaseStore):
             yield from self._put(list(puts.values()), now)
         return results
 
-    def _load(self, session_id: str, now: datetime) -> _Steps[_Record | None]:
+    def _load(self, session_id: str, now: datetime) -> Steps[_Record | None]:
         """The live (unexpired) record of an item, or None."""
         record = _Record.parse(session_id, (yield _call(self.items, "load", session_id)))
         return None if record is None or record.expired(now) else record
@@ -318,7 +285,7 @@ class MemwovenStore(BaseStore):
         namespace, key = parsed
         return SearchItem(namespace, key, record.value, record.created_at, record.updated_at, score)
 
-    def _get(self, op: GetOp, now: datetime) -> _Steps[Item | None]:
+    def _get(self, op: GetOp, now: datetime) -> Steps[Item | None]:
         session_id = self._session_id(op.namespace, op.key)
         record = yield from self._load(session_id, now)
         if record is None:
@@ -334,7 +301,7 @@ class MemwovenStore(BaseStore):
             updated_at=item.updated_at,
         )
 
-    def _list(self, op: SearchOp, now: datetime) -> _Steps[list[SearchItem]]:
+    def _list(self, op: SearchOp, now: datetime) -> Steps[list[SearchItem]]:
         """Items under the namespace prefix matching the filter, in (namespace, key) order."""
         predicate = compile_filter(op.filter) if op.filter else None
         wanted = op.offset + op.limit
@@ -353,7 +320,7 @@ class MemwovenStore(BaseStore):
         yield from self._refresh([sid for sid, record in page if record.ttl is not None and op.refresh_ttl], now)
         return [self._item(session_id, record) for session_id, record in page]
 
-    def _semantic_search(self, op: SearchOp, now: datetime) -> _Steps[list[SearchItem]]:
+    def _semantic_search(self, op: SearchOp, now: datetime) -> Steps[list[SearchItem]]:
         """Items ranked by their best-matching vector; fetches more hits until the page is full or all are seen."""
         assert self.vectors is not None and self.embed is not None and op.query is not None
         predicate = compile_filter(op.filter) if op.filter else None
@@ -387,7 +354,7 @@ class MemwovenStore(BaseStore):
         yield from self._refresh([sid for sid, record, _ in page if record.ttl is not None and op.refresh_ttl], now)
         return [self._item(session_id, record, score) for session_id, record, score in page]
 
-    def _list_namespaces(self, op: ListNamespacesOp) -> _Steps[list[Namespace]]:
+    def _list_namespaces(self, op: ListNamespacesOp) -> Steps[list[Namespace]]:
         session_ids: list[str] = yield _call(self.items, "sessions")
         namespaces = {parsed[0] for parsed in map(self._parse, session_ids) if parsed is not None}
         conditions = op.match_conditions or ()
@@ -406,7 +373,7 @@ class MemwovenStore(BaseStore):
             pairs += [(path, texts[0])] if len(texts) == 1 else [(f"{path}.{i}", t) for i, t in enumerate(texts)]
         return pairs
 
-    def _put(self, ops: list[PutOp], now: datetime) -> _Steps[None]:
+    def _put(self, ops: list[PutOp], now: datetime) -> Steps[None]:
         """Write the vectors of every put, then each item (one `update`), then drop the replaced vectors."""
         plans: list[tuple[PutOp, str, list[str]]] = []
         documents: list[dict[str, Any]] = []
@@ -441,7 +408,7 @@ class MemwovenStore(BaseStore):
         if stale and self.vectors is not None:
             yield _call(self.vectors, "delete", stale)
 
-    def _replace(self, session_id: str, new: Callable[[_Record | None], _Record | None]) -> _Steps[_Record | None]:
+    def _replace(self, session_id: str, new: Callable[[_Record | None], _Record | None]) -> Steps[_Record | None]:
         """Atomically replace an item by `new(old)` (None deletes it); returns the record it replaced, if any."""
         replaced: list[_Record | None] = [None]
 
@@ -456,14 +423,14 @@ class MemwovenStore(BaseStore):
         yield _call(self.items, "update", session_id, change)
         return replaced[0]
 
-    def _refresh(self, session_ids: list[str], now: datetime) -> _Steps[None]:
+    def _refresh(self, session_ids: list[str], now: datetime) -> Steps[None]:
         """Push the expiry of these items `ttl` minutes past `now`."""
         for session_id in session_ids:
             yield from self._replace(
                 session_id, lambda old: old.refreshed(now) if old and not old.expired(now) else old
             )
 
-    def _sweep(self) -> _Steps[int]:
+    def _sweep(self) -> Steps[int]:
         now = _now()
         session_ids: list[str] = yield _call(self.items, "sessions")
         removed, stale = 0, []

@@ -40,6 +40,7 @@ from qdrant_client import AsyncQdrantClient, QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 from qdrant_client.local.qdrant_local import QdrantLocal
 
+from memwoven._steps import arun, run
 from memwoven.contracts import (
     CollectionInfo,
     DocumentsIn,
@@ -355,22 +356,8 @@ class QdrantVectorMemory(VectorMemory):
     # Drivers ------------------------------------------------------------------------------------------------
 
     def _run(self, steps: _Steps[_T]) -> _T:
-        try:
-            op = next(steps)
-            while True:
-                try:
-                    result = self._call(op)
-                except Exception as error:  # the steps may handle it (e.g. a creation race)
-                    op = steps.throw(error)
-                else:
-                    op = steps.send(result)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        except Exception as error:
-            failure = self._unavailable(error)
-            if failure is None:
-                raise
-            raise failure from error
+        with self._errors():
+            return run(steps, self._call)  # a failed call is thrown into the steps, which may handle it
 
     def _call(self, op: _Call) -> Any:
         method = getattr(self.client, op.method)
@@ -382,17 +369,15 @@ class QdrantVectorMemory(VectorMemory):
     async def _arun(self, steps: _Steps[_T]) -> _T:
         if self._async_client is None:  # local mode, or no async client given: the sync steps off the event loop
             return await asyncio.to_thread(self._run, steps)
+        client = self._async_client
+        with self._errors():
+            return await arun(steps, lambda op: getattr(client, op.method)(**op.kwargs))
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Raise `BackendUnavailableError` for a failure that means the server could not be reached."""
         try:
-            op = next(steps)
-            while True:
-                try:
-                    result = await getattr(self._async_client, op.method)(**op.kwargs)
-                except Exception as error:
-                    op = steps.throw(error)
-                else:
-                    op = steps.send(result)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            yield
         except Exception as error:
             failure = self._unavailable(error)
             if failure is None:

@@ -1,18 +1,17 @@
-"""What the policies share: conversation structure, the sans-I/O step driver, and the wrapping `ChatMemory`.
+"""What the policies share: conversation structure, calling user callables, and the wrapping `ChatMemory`.
 
-Each policy operation that does I/O is written once, as a generator of `Call`s (a method name on an object and
-its arguments) that receives each call's result (or has its exception thrown in). `run` drives it with the sync
-methods, `arun` with their async twins (``name`` -> ``aname``), so the sync and async APIs share one body.
+Each policy operation that does I/O is written once, as a generator of `Call`s run by the step engine
+(`memwoven._steps`): `run` drives it with the sync methods, `arun` with their async twins.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Callable, Generator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from memwoven._steps import Call, Steps, arun, run
 from memwoven.contracts import ChatMemory, History, MessagesIn, check_id
 from memwoven.errors import ConcurrentModificationError, InvalidInputError
 from memwoven.models import Message
@@ -167,49 +166,6 @@ def not_yet_archived(removed: Sequence[Message], archived: Sequence[Message]) ->
 
 
 # The sans-I/O driver ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Call:
-    """One I/O step: call `target.<method>(*args, **kwargs)`, or its async twin `a<method>`."""
-
-    target: Any
-    method: str
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-
-Steps = Generator[Call, Any, _T]
-
-
-def run(steps: Steps[_T]) -> _T:
-    """Drive `steps` with sync calls and return its result."""
-    try:
-        call = next(steps)
-        while True:
-            try:
-                result = getattr(call.target, call.method)(*call.args, **call.kwargs)
-            except Exception as error:
-                call = steps.throw(error)
-            else:
-                call = steps.send(result)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-
-
-async def arun(steps: Steps[_T]) -> _T:
-    """Drive `steps` with the async twins and return its result."""
-    try:
-        call = next(steps)
-        while True:
-            try:
-                result = await getattr(call.target, "a" + call.method)(*call.args, **call.kwargs)
-            except Exception as error:
-                call = steps.throw(error)
-            else:
-                call = steps.send(result)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
 
 
 # Calling user callables that may be sync or async ------------------------------------------------------------
