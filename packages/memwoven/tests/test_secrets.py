@@ -62,7 +62,7 @@ SERVER_URLS = [
 
 
 def _openers(with_chat: bool) -> list[tuple[str, Callable[[str], Any]]]:
-    vector = ("vector", lambda url: open_vector_memory(url, collection="c", dimension=3))
+    vector = ("vector", lambda url: open_vector_memory(url, collection="c"))  # no dimension: nothing checked at open
     return [("chat", open_chat_memory), vector] if with_chat else [vector]
 
 
@@ -98,6 +98,14 @@ def test_reprs_errors_and_logs_never_show_the_password(
         asyncio.run(_first_async_call(opener(url)))
     _assert_hidden(_everything_about(async_error.value))
     _assert_hidden("\n".join(f"{record.getMessage()} {record.args}" for record in caplog.records))
+
+
+@pytest.mark.filterwarnings("ignore:Api key is used with an insecure connection")
+@pytest.mark.parametrize("url", [url for _, url, _ in SERVER_URLS])
+def test_a_dimension_checked_at_open_never_shows_the_password(url: str) -> None:
+    with pytest.raises(BackendUnavailableError) as raised:  # the stored dimension is read at construction
+        open_vector_memory(url, collection="c", dimension=3)
+    _assert_hidden(_everything_about(raised.value))
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,6 @@ are taken out of the URL before it reaches the driver; every other query paramet
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
@@ -26,6 +25,7 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
+from memwoven._redact import redact_text, redact_url
 from memwoven.contracts import ChatMemory, CollectionInfo, Metric, VectorMemory, check_collection
 from memwoven.errors import InvalidInputError
 
@@ -60,54 +60,6 @@ _EXAMPLES = (
     "memory://, file:///path/to/dir, sqlite:///memwoven.db, postgresql://user@host/db, mysql://user@host/db, "
     "redis://host:6379/0, qdrant+local:///path/to/dir (vectors only)"
 )
-
-
-_SECRET_QUERY = re.compile(
-    r"([?&;](?:password|passwd|pwd|pass|sslpassword|secret|token|auth|api[_-]?key|access[_-]?key)=)([^&;#]*)",
-    re.IGNORECASE,
-)
-
-
-def _secret_spans(text: str) -> list[tuple[int, int]]:
-    """Where a URL holds secrets: the password of its user info, and the values of password-like parameters.
-
-    The password runs from the first ':' of the user info to an '@'. Parsers disagree on which '@' when the
-    password holds an unencoded '@', '/' or '?' (SQLAlchemy takes the first '@', urllib the last one before the
-    path), so the span runs to the last '@' not preceded by a query's '=': redacting a little too much is
-    harmless, printing a password is not.
-    """
-    spans = [match.span(2) for match in _SECRET_QUERY.finditer(text)]
-    scheme_end = text.find("://")
-    if scheme_end < 0:
-        return spans
-    start = scheme_end + 3
-    colon = text.find(":", start)
-    first_at = text.find("@", colon)
-    if colon < 0 or first_at < 0 or any(c in text[start:colon] for c in "/?#@"):
-        return spans
-    equals = text.find("=", start)
-    last_at = text.rfind("@", start, equals if equals >= 0 else len(text))
-    return [(colon + 1, max(first_at, last_at)), *spans]
-
-
-def redact_url(url: str | URL) -> str:
-    """The URL with any password (in its user info or in a query parameter like ?password=) replaced by ***."""
-    text = url.render_as_string(hide_password=False) if isinstance(url, URL) else str(url)
-    for begin, end in sorted(_secret_spans(text), reverse=True):
-        if end > begin:
-            text = text[:begin] + "***" + text[end:]
-    return text
-
-
-def redact_text(message: str, url: str | URL) -> str:
-    """`message` (e.g. a driver's error about `url`) with the URL's secrets, and any piece of them, replaced by ***."""
-    text = url.render_as_string(hide_password=False) if isinstance(url, URL) else str(url)
-    secrets = {text[begin:end] for begin, end in _secret_spans(text)}
-    pieces = {piece for secret in secrets for piece in re.split(r"[/?#@:&;=]", secret) if len(piece) >= 3}
-    for secret in sorted(secrets | pieces | {unquote(s) for s in secrets | pieces}, key=len, reverse=True):
-        if secret:
-            message = message.replace(secret, "***")
-    return message
 
 
 def _resolve(url: str | URL | None, variable: str) -> tuple[str, str | URL]:

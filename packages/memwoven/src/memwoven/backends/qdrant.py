@@ -40,6 +40,7 @@ from qdrant_client import AsyncQdrantClient, QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 from qdrant_client.local.qdrant_local import QdrantLocal
 
+from memwoven._redact import redact_url
 from memwoven._steps import arun, run
 from memwoven.contracts import (
     CollectionInfo,
@@ -54,7 +55,6 @@ from memwoven.contracts import (
 from memwoven.errors import BackendUnavailableError, CorruptMemoryError, DimensionMismatchError, InvalidInputError
 from memwoven.filters import compile_filter
 from memwoven.models import FrozenList, ScoredDocument, VectorDocument, coerce_documents, freeze_json
-from memwoven.urls import redact_url
 from memwoven.vector_index import (
     DocumentBatch,
     VectorIndex,

@@ -41,6 +41,7 @@ import redis.cluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from memwoven._redact import redact_url
 from memwoven.backends.redis import KEY_PREFIX, adrive, as_text, clients_from_url, connect, drive
 from memwoven.contracts import (
     CollectionInfo,
@@ -60,7 +61,6 @@ from memwoven.errors import (
 )
 from memwoven.filters import compile_filter
 from memwoven.models import FrozenDict, ScoredDocument, VectorDocument, freeze_json
-from memwoven.urls import redact_url
 from memwoven.vector_index import DocumentBatch, VectorIndex, as_query, check_search_args, check_stored_dimension
 
 __all__ = ["RedisVectorMemory", "list_collections"]
