@@ -8,6 +8,7 @@ invariants (CM1-CM10, VM1-VM8) are documented in docs/contracts.md and tested by
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import re
 import time
@@ -16,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, NamedTuple, TypeVar
 
+from memwoven._steps import Call, Invoke, Sleep, Steps, arun, run
 from memwoven.errors import ConcurrentModificationError, InvalidInputError
 from memwoven.models import Message, ScoredDocument, VectorDocument
 
@@ -41,6 +43,7 @@ Filter = Mapping[str, Any]
 MAX_ID_BYTES = 65_536
 OPTIMISTIC_TRIES = 2  # conflicts after which a backend with a write lock runs `update` under it
 _T = TypeVar("_T")
+logger = logging.getLogger("memwoven.update")
 _Self = TypeVar("_Self", bound="_Closable")
 
 
@@ -188,13 +191,48 @@ class ChatMemory(_Closable, ABC):
         A backend with a per-session write lock (`_update_locked`) switches to it after `OPTIMISTIC_TRIES`
         conflicts, so a busy session cannot starve the update; `retries` at or below that stays optimistic.
         """
+        return run(self._update_steps(session_id, change, retries))
+
+    async def aupdate(
+        self,
+        session_id: str,
+        change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]],
+        *,
+        retries: int = 16,
+    ) -> int:
+        """`update` from async code; `change` may be a coroutine function."""
+        return await arun(self._update_steps(session_id, change, retries))
+
+    def _update_steps(self, session_id: str, change: Callable[[list[Message]], Any], retries: int) -> Steps[int]:
         locked = self._has_update_lock() and retries > OPTIMISTIC_TRIES
-        version = self._try_update(session_id, change, OPTIMISTIC_TRIES if locked else retries, _backoff)
+        version = yield from self._optimistic_steps(session_id, change, OPTIMISTIC_TRIES if locked else retries)
         if version is not None:
             return version
         if locked:
-            return self._update_locked(session_id, change)
+            logger.info("session %r kept changing: updating it under its write lock", session_id)
+            locked_version: int = yield Call(self, "_update_locked", (session_id, change))
+            return locked_version
         raise ConcurrentModificationError(f"session {session_id!r} kept changing; gave up after {retries} tries")
+
+    def _optimistic_steps(
+        self,
+        session_id: str,
+        change: Callable[[list[Message]], Any],
+        tries: int,
+        pause: Callable[[int], float] = _backoff,
+    ) -> Steps[int | None]:
+        """Up to `tries` optimistic read-modify-writes, pausing `pause(attempt)` after each conflict: the new
+        version, or None if every try conflicted."""
+        for attempt in range(tries):
+            messages, version = yield Call(self, "load_versioned", (session_id,))
+            new = yield Invoke(change, (messages,))
+            try:
+                saved: int = yield Call(self, "save", (session_id, new), {"expected_version": version})
+                return saved
+            except ConcurrentModificationError:
+                logger.debug("session %r changed during update (attempt %d); retrying", session_id, attempt + 1)
+                yield Sleep(pause(attempt))
+        return None
 
     def _try_update(
         self,
@@ -203,15 +241,8 @@ class ChatMemory(_Closable, ABC):
         tries: int,
         pause: Callable[[int], float],
     ) -> int | None:
-        """Up to `tries` optimistic read-modify-writes, sleeping `pause(attempt)` after each conflict: the new
-        version, or None if every try conflicted."""
-        for attempt in range(tries):
-            messages, version = self.load_versioned(session_id)
-            try:
-                return self.save(session_id, change(messages), expected_version=version)
-            except ConcurrentModificationError:
-                time.sleep(pause(attempt))
-        return None
+        """`_optimistic_steps` run from sync code (for a backend's own locked update)."""
+        return run(self._optimistic_steps(session_id, change, tries, pause))
 
     def _has_update_lock(self) -> bool:
         """Whether this backend overrides `_update_locked` (and `_aupdate_locked`)."""
@@ -255,22 +286,6 @@ class ChatMemory(_Closable, ABC):
         """Async twin of `clear`."""
         await self.asave(session_id, [])
 
-    async def aupdate(
-        self,
-        session_id: str,
-        change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]],
-        *,
-        retries: int = 16,
-    ) -> int:
-        """Async twin of `update`; `change` may be a coroutine function."""
-        locked = self._has_update_lock() and retries > OPTIMISTIC_TRIES
-        version = await self._atry_update(session_id, change, OPTIMISTIC_TRIES if locked else retries, _backoff)
-        if version is not None:
-            return version
-        if locked:
-            return await self._aupdate_locked(session_id, change)
-        raise ConcurrentModificationError(f"session {session_id!r} kept changing; gave up after {retries} tries")
-
     async def _atry_update(
         self,
         session_id: str,
@@ -278,17 +293,8 @@ class ChatMemory(_Closable, ABC):
         tries: int,
         pause: Callable[[int], float],
     ) -> int | None:
-        """Async twin of `_try_update`; `change` may be a coroutine function."""
-        for attempt in range(tries):
-            messages, version = await self.aload_versioned(session_id)
-            new = change(messages)
-            if isinstance(new, Awaitable):
-                new = await new
-            try:
-                return await self.asave(session_id, new, expected_version=version)
-            except ConcurrentModificationError:
-                await asyncio.sleep(pause(attempt))
-        return None
+        """`_optimistic_steps` run from async code (for a backend's own locked update)."""
+        return await arun(self._optimistic_steps(session_id, change, tries, pause))
 
 
 class ChatSession:
