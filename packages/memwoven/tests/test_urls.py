@@ -132,3 +132,18 @@ def test_redis_and_qdrant_urls(tmp_path: Path) -> None:
         assert isinstance(vectors, QdrantVectorMemory)
     with pytest.raises(InvalidInputError, match="vectors only"):
         open_chat_memory("qdrant+memory://")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///{dir}/x.db?table_prefix=",
+        "sqlite:///{dir}/x.db?schema=&table_prefix=a_",
+        "postgresql://me@127.0.0.1:1/db?table_prefix=",
+        "redis://127.0.0.1:1/0?prefix=",
+    ],
+)
+def test_an_empty_url_option_is_refused_never_the_default(url: str, tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="is empty in the URL"):
+        open_chat_memory(url.format(dir=tmp_path))
+    assert not (tmp_path / "x.db").exists()

@@ -104,6 +104,9 @@ def _with_url_options(scheme: str, url: str | URL, options: dict[str, Any]) -> t
             value = parsed.query.get(name)
             if value is not None:
                 found[name] = value
+        if isinstance(url, str):  # SQLAlchemy drops a blank parameter: look for one in the text
+            blank = parse_qsl(urlsplit(url).query, keep_blank_values=True)
+            found.update({key: "" for key, value in blank if key in names and not value})
         url = parsed.difference_update_query(names) if found else url
     elif names:
         parts = urlsplit(str(url))
@@ -116,6 +119,8 @@ def _with_url_options(scheme: str, url: str | URL, options: dict[str, Any]) -> t
     for name, value in found.items():
         if not isinstance(value, str):
             raise InvalidInputError(f"{name} appears more than once in the URL {redact_url(url)!r}")
+        if not value:  # never silently the default: an empty prefix would be another tenant's storage
+            raise InvalidInputError(f"{name} is empty in the URL {redact_url(url)!r}; give a value or leave it out")
         if name in options:
             raise InvalidInputError(f"{name} is given both in the URL and as an argument")
     return url, {**options, **found}
