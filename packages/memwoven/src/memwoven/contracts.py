@@ -1,7 +1,8 @@
 """The two storage contracts, `ChatMemory` and `VectorMemory`, and the validation every backend shares.
 
 A backend implements the sync methods marked abstract. The async twins default to running the sync method off
-the event loop (`asyncio.to_thread`); backends whose driver is natively async override them. The numbered
+the event loop (in a worker thread), or directly for a backend whose methods never block (`_blocking = False`);
+backends whose driver is natively async override them. The numbered
 invariants (CM1-CM10, VM1-VM8) are documented in docs/contracts.md and tested by `memwoven.testing`.
 """
 
@@ -15,7 +16,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any, ClassVar, Literal, NamedTuple, ParamSpec, TypeVar
 
 from memwoven._steps import Call, Invoke, Sleep, Steps, arun, run
 from memwoven.errors import ConcurrentModificationError, InvalidInputError
@@ -43,6 +44,8 @@ Filter = Mapping[str, Any]
 MAX_ID_BYTES = 65_536
 OPTIMISTIC_TRIES = 2  # conflicts after which a backend with a write lock runs `update` under it
 _T = TypeVar("_T")
+_R = TypeVar("_R")
+_P = ParamSpec("_P")
 logger = logging.getLogger("memwoven.update")
 _Self = TypeVar("_Self", bound="_Closable")
 
@@ -123,14 +126,24 @@ class CollectionInfo(NamedTuple):
 
 
 class _Closable:
-    """Close and context-manager support shared by every backend."""
+    """Close and context-manager support shared by every backend, and how its default async twins run."""
+
+    _blocking: ClassVar[bool] = True
+    """Whether the sync methods block (I/O, or CPU work like a vector scan): the default async twins then run them
+    in a worker thread, off the event loop. A backend whose methods never block sets False."""
+
+    async def _off_loop(self, method: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        """Run a sync method from async code: in a worker thread, or directly if it never blocks."""
+        if not self._blocking:
+            return method(*args, **kwargs)
+        return await asyncio.to_thread(method, *args, **kwargs)
 
     def close(self) -> None:
         """Release connections and files. The default does nothing."""
 
     async def aclose(self) -> None:
-        """Async twin of `close`."""
-        await asyncio.to_thread(self.close)
+        """`close` from async code."""
+        await self._off_loop(self.close)
 
     def __enter__(self: _Self) -> _Self:
         return self
@@ -264,19 +277,19 @@ class ChatMemory(_Closable, ABC):
 
     async def aload_versioned(self, session_id: str) -> History:
         """Async twin of `load_versioned`."""
-        return await asyncio.to_thread(self.load_versioned, session_id)
+        return await self._off_loop(self.load_versioned, session_id)
 
     async def asave(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
         """Async twin of `save`."""
-        return await asyncio.to_thread(self.save, session_id, messages, expected_version=expected_version)
+        return await self._off_loop(self.save, session_id, messages, expected_version=expected_version)
 
     async def aappend(self, session_id: str, messages: MessagesIn) -> int:
         """Async twin of `append`."""
-        return await asyncio.to_thread(self.append, session_id, messages)
+        return await self._off_loop(self.append, session_id, messages)
 
     async def asessions(self) -> list[str]:
         """Async twin of `sessions`."""
-        return await asyncio.to_thread(self.sessions)
+        return await self._off_loop(self.sessions)
 
     async def aload(self, session_id: str) -> list[Message]:
         """Async twin of `load`."""
@@ -419,7 +432,7 @@ class VectorMemory(_Closable, ABC):
 
     async def astore(self, documents: DocumentsIn) -> None:
         """Async twin of `store`."""
-        await asyncio.to_thread(self.store, documents)
+        await self._off_loop(self.store, documents)
 
     async def asearch(
         self,
@@ -430,24 +443,24 @@ class VectorMemory(_Closable, ABC):
         filter: Filter | None = None,
     ) -> list[ScoredDocument]:
         """Async twin of `search`."""
-        return await asyncio.to_thread(self.search, embedding, top_k=top_k, threshold=threshold, filter=filter)
+        return await self._off_loop(self.search, embedding, top_k=top_k, threshold=threshold, filter=filter)
 
     async def aget(self, ids: Iterable[str]) -> list[VectorDocument]:
         """Async twin of `get`."""
-        return await asyncio.to_thread(self.get, ids)
+        return await self._off_loop(self.get, ids)
 
     async def adelete(self, ids: Iterable[str]) -> None:
         """Async twin of `delete`."""
-        await asyncio.to_thread(self.delete, ids)
+        await self._off_loop(self.delete, ids)
 
     async def acount(self) -> int:
         """Async twin of `count`."""
-        return await asyncio.to_thread(self.count)
+        return await self._off_loop(self.count)
 
     async def aclear(self) -> None:
         """Async twin of `clear`."""
-        await asyncio.to_thread(self.clear)
+        await self._off_loop(self.clear)
 
     async def aids(self) -> list[str]:
         """Async twin of `ids`."""
-        return await asyncio.to_thread(self.ids)
+        return await self._off_loop(self.ids)

@@ -1,6 +1,8 @@
 """In-process backends: nothing persisted, everything exact. Useful for tests, notebooks and caches.
 
-Their operations never block on I/O, so the async twins call the sync bodies directly instead of using a thread.
+The chat memory never blocks, so its async twins call the sync methods directly (`_blocking = False`); the vector
+memory's scans are CPU work, so its twins run them off the event loop in a worker thread, like any blocking
+backend's (the contract's default twins).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ class InMemoryChatMemory(ChatMemory):
     With `ttl` (seconds) a session expires when it has not been written for that long (every write resets it):
     it then reads as absent, and `cleanup_expired()` frees it.
     """
+
+    _blocking = False  # a dict behind a lock: the async twins call the sync methods directly
 
     def __init__(self, *, ttl: float | None = None) -> None:
         if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0):
@@ -128,28 +132,9 @@ class InMemoryChatMemory(ChatMemory):
             )
         return current
 
-    async def aload_versioned(self, session_id: str) -> History:
-        """Async twin of `load_versioned` (no I/O, so no thread)."""
-        return self.load_versioned(session_id)
-
-    async def asave(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
-        """Async twin of `save`."""
-        return self.save(session_id, messages, expected_version=expected_version)
-
-    async def aappend(self, session_id: str, messages: MessagesIn) -> int:
-        """Async twin of `append`."""
-        return self.append(session_id, messages)
-
-    async def asessions(self) -> list[str]:
-        """Async twin of `sessions`."""
-        return self.sessions()
-
     async def acleanup_expired(self) -> int:
-        """Async twin of `cleanup_expired`."""
+        """`cleanup_expired` from async code (it never blocks)."""
         return self.cleanup_expired()
-
-    async def aclose(self) -> None:
-        """Nothing to release."""
 
 
 class InMemoryVectorMemory(VectorMemory):
@@ -214,41 +199,3 @@ class InMemoryVectorMemory(VectorMemory):
         """The ids of every document, sorted."""
         with self._lock:
             return sorted(self._index.ids)
-
-    async def astore(self, documents: DocumentsIn) -> None:
-        """Async twin of `store`."""
-        self.store(documents)
-
-    async def asearch(
-        self,
-        embedding: Sequence[float],
-        *,
-        top_k: int = 4,
-        threshold: float | None = None,
-        filter: Filter | None = None,
-    ) -> list[ScoredDocument]:
-        """Async twin of `search`."""
-        return self.search(embedding, top_k=top_k, threshold=threshold, filter=filter)
-
-    async def aget(self, ids: Iterable[str]) -> list[VectorDocument]:
-        """Async twin of `get`."""
-        return self.get(ids)
-
-    async def adelete(self, ids: Iterable[str]) -> None:
-        """Async twin of `delete`."""
-        self.delete(ids)
-
-    async def acount(self) -> int:
-        """Async twin of `count`."""
-        return self.count()
-
-    async def aclear(self) -> None:
-        """Async twin of `clear`."""
-        self.clear()
-
-    async def aids(self) -> list[str]:
-        """Async twin of `ids`."""
-        return self.ids()
-
-    async def aclose(self) -> None:
-        """Nothing to release."""
