@@ -1,13 +1,17 @@
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
 
+from memwoven import Message
 from memwoven.backends.redis import RedisChatMemory
 from memwoven.contracts import ChatMemory
-from memwoven.errors import BackendUnavailableError
+from memwoven.errors import BackendUnavailableError, CorruptMemoryError
+from memwoven.history import encode_message
 from memwoven.testing import ChatMemoryContract, turn
 from memwoven_test_support import redis_url, unique_name
 from memwoven_test_support.redis_servers import redis_cluster, redis_server
@@ -36,12 +40,19 @@ class TestRedisChatMemory(ChatMemoryContract):
         return RedisChatMemory(redis_url(), prefix=memory.prefix)
 
     def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
-        corrupt_first_message(memory, session_id)
+        forge_first_message(memory, session_id)
 
 
-def corrupt_first_message(memory: ChatMemory, session_id: str) -> None:
+def forge_first_message(memory: ChatMemory, session_id: str) -> None:
+    """Replace the first stored message with another valid one: only the rolling digests can tell."""
     assert isinstance(memory, RedisChatMemory)
-    memory._client.lset(memory._keys(session_id)[1], 0, b"{not json")
+    memory._client.lset(memory._keys(session_id)[1], 0, encode_message(Message(role="user", content="forged")))
+
+
+def evict_meta(memory: ChatMemory, session_id: str) -> None:
+    """Delete the session's meta key and nothing else, as an eviction under memory pressure may."""
+    assert isinstance(memory, RedisChatMemory)
+    memory._client.delete(memory._keys(session_id)[0])
 
 
 def test_a_stranger_object_saves_over_an_existing_session(redis_prefix: tuple[str, str]) -> None:
@@ -55,32 +66,68 @@ def test_a_stranger_object_saves_over_an_existing_session(redis_prefix: tuple[st
         assert [m.text for m in first.load("s")] == ["w-0", "w-1", "w-2", "w-9", "w-10", "w-11"]
 
 
+def _count_written(memory: RedisChatMemory) -> list[int]:
+    """Record how many messages each `save` script call writes."""
+    written: list[int] = []
+    script = memory._scripts["save"]
+
+    def counting(keys: list[str], args: list[Any]) -> Any:
+        written.append(int(args[4]))
+        return script(keys=keys, args=args)
+
+    memory._scripts["save"] = counting
+    return written
+
+
 def test_save_writes_only_the_changed_suffix(redis_prefix: tuple[str, str]) -> None:
     url, prefix = redis_prefix
-    client = redis.Redis.from_url(url)
     with RedisChatMemory(url, prefix=prefix) as memory:
         memory.save("s", [turn(i) for i in range(50)])
-        msgs_key = memory._keys("s")[1]
-        # an equivalent encoding of message 0 that a rewrite would replace with the canonical one
-        marker = b"  " + client.lindex(msgs_key, 0)
-        client.lset(msgs_key, 0, marker)
-        for fresh in (False, True):  # through the cache, and through the stored digests
-            if fresh:
-                memory._cache.drop("s")
-            memory.save("s", [turn(i) for i in range(50 + fresh)] + [turn(99)])
-            assert client.lindex(msgs_key, 0) == marker
-        assert [m.text for m in memory.load("s")][-3:] == ["w-49", "w-50", "w-99"]
-    client.close()
+        written = _count_written(memory)
+        memory.save("s", [turn(i) for i in range(50)] + [turn(99)])  # through the snapshot of the last write
+        memory._cache.drop("s")
+        memory.save("s", [turn(i) for i in range(51)] + [turn(98)])  # through the stored messages and digests
+        assert written == [1, 2]
+        assert [m.text for m in memory.load("s")][-3:] == ["w-49", "w-50", "w-98"]
+
+
+@pytest.mark.parametrize("damage", ["forged", "not-canonical"])
+def test_a_save_keeps_no_stored_message_it_did_not_verify(redis_prefix: tuple[str, str], damage: str) -> None:
+    """A stored message altered behind memwoven's back (even to another valid encoding) is rewritten by the next
+    save of the history from an object that does not remember it, never kept because its digest still fits."""
+    url, prefix = redis_prefix
+    history = [turn(i) for i in range(6)]
+    with RedisChatMemory(url, prefix=prefix) as writer, RedisChatMemory(url, prefix=prefix) as other:
+        writer.save("s", history)
+        msgs = writer._keys("s")[1]
+        body = encode_message(Message(role="user", content="forged")).encode()
+        writer._client.lset(msgs, 2, body if damage == "forged" else b" " + writer._client.lindex(msgs, 2))
+        with pytest.raises(CorruptMemoryError, match="'s'"):
+            other.load("s")
+        written = _count_written(other)
+        other.save("s", [*history, turn(6)])
+        assert written == [5]  # messages 2.. rewritten
+        with RedisChatMemory(url, prefix=prefix) as fresh:
+            assert fresh.load("s") == [*history, turn(6)]
 
 
 def test_ttl_expires_idle_sessions(redis_prefix: tuple[str, str]) -> None:
     url, prefix = redis_prefix
+    client = redis.Redis.from_url(url)
     with RedisChatMemory(url, prefix=prefix, ttl=60) as memory:
-        memory.save("s", [turn(1)])
-        client = redis.Redis.from_url(url)
-        ttls = [client.pttl(key) for key in memory._keys("s")]
-        assert all(0 < ttl <= 60_000 for ttl in ttls)
-        client.close()
+        memory.save("s", [turn(1).model_copy(update={"id": "m1"})])
+        memory.append("s", [turn(2)])
+        deadlines = {client.pexpiretime(key) for key in memory._keys("s")}
+        assert len(deadlines) == 1  # one deadline for all four keys: they expire together
+        assert 0 < deadlines.pop() - time.time() * 1000 <= 60_000
+        memory.clear("s")
+    with RedisChatMemory(url, prefix=prefix, ttl=0.2) as memory:
+        for i in range(20):
+            memory.append(f"s{i}", [turn(i).model_copy(update={"id": f"m{i}"})])
+        time.sleep(0.3)
+        assert memory.sessions() == []  # expired, never reported as damaged
+        assert all(memory.load(f"s{i}") == [] for i in range(20))
+    client.close()
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +147,7 @@ class TestRedisClusterChatMemory(ChatMemoryContract):
         return RedisChatMemory(memory._url, prefix=memory.prefix)
 
     def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
-        corrupt_first_message(memory, session_id)
+        evict_meta(memory, session_id)
 
 
 def test_sessions_spread_over_every_cluster_node(cluster_url: str) -> None:

@@ -1,15 +1,28 @@
 """Chat history on Redis (standalone or Cluster), with no server modules required.
 
-Each session lives in three keys that share one hash tag, so they sit in one cluster slot and a Lua script can
-change them atomically: ``<prefix>:{<sha256 of the id>}:meta`` (a hash: the real id, the version and the message
-count), ``...:msgs`` (a list of message JSON) and ``...:digests`` (a list of per-message digests). Hashing the id
-means no id can collide with, or glob-match, another. Keys altered behind memwoven's back (a list cut short or
-added to, another session's id, keys of the wrong type) raise `CorruptMemoryError`: loads and appends refuse them,
-a plain `save` rewrites the history whole.
+Each session lives in four keys that share one hash tag, so they sit in one cluster slot and a Lua script can
+change them atomically::
 
-`save` is one script call that checks the version the diff was computed against, trims the list to the unchanged
-prefix and pushes only the changed suffix: O(change). Versions come from the server clock (microseconds), so they
-only grow, even across a clear. An optional sliding TTL is reset on every write.
+    <prefix>:{<sha256 of the id>}:meta     hash  the real id, the version, the message count and the seal
+    <prefix>:{<sha256 of the id>}:msgs     list  message JSON
+    <prefix>:{<sha256 of the id>}:digests  list  per message: the rolling digest through it, then ":<its id>"
+    <prefix>:{<sha256 of the id>}:ids      set   the ids the messages carry (CM10: unique within the session)
+
+Hashing the id means no id can collide with, or glob-match, another. The rolling digest is SHA-1 (the one hash
+Lua has) of the digest before it and the message's BLAKE2b digest; the seal is SHA-1 of the id, version, count,
+number of ids and the last rolling digest. Every write keeps all of it in step; an append checks in O(1) that
+the meta key exists unless no key does, and that the counts and the last digest match the seal, and it skips the
+messages whose id is in `ids` (a retried append is stored once). A load that fetches the messages recomputes the
+rolling digests while decoding and compares them and the seal once, so a message altered, forged, moved or
+dropped, a digest changed or added, a lowered version or a meta key gone while the messages stay (eviction)
+raises `CorruptMemoryError` naming the session instead of returning data; `sessions()` raises for sessions left
+without their meta key (their ids are unknown). A plain `save` rewrites a damaged history whole.
+
+`save` is one script call that checks the version the diff was computed against, trims the lists to the
+unchanged prefix and pushes only the changed suffix: O(change). The prefix kept is one this object verified: its
+own snapshot at the stored version, or stored messages equal, body and digest, to the new ones. Versions come
+from the server clock (microseconds), so they only grow, even across a clear. An optional sliding TTL is reset on
+every write, as one deadline for all the session's keys so they expire together.
 
 The sync and async classes share everything but I/O: each operation is a generator that yields `_Op`s
 (script calls, scans) and receives their results; `_run` drives it with a sync client, `_arun` with an async one.
@@ -19,8 +32,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import re
-from collections.abc import Awaitable, Callable, Generator, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -47,15 +61,19 @@ from memwoven.history import (
     decode_message,
     digest,
     encode_message,
+    message_ids,
+    not_stored,
     prepare_edit,
-    stored_prefix,
 )
 from memwoven.models import Message, coerce_messages, same_prefix
 from memwoven.urls import redact_text, redact_url
 
 __all__ = ["RedisChatMemory"]
 
+logger = logging.getLogger("memwoven.redis")
+
 _T = TypeVar("_T")
+_PARTS = ("meta", "msgs", "digests", "ids")  # a session's keys, in the order the scripts take them
 _LOCK_LEASE = 30.0  # seconds an update lock lives if its holder dies
 _LOCK_WAIT = 60.0  # seconds a locked update waits for its turn
 _LOCK_POLL = 0.005  # seconds between attempts to take the lock
@@ -65,87 +83,151 @@ _LOCKED_TRIES = 16  # retries under the lock, against writers that do not take i
 # patterns reach another's, even one it starts ("app", "app:x"). `\Z`, since `$` also matches before a final "\n".
 KEY_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}\Z")
 
-_NEXT_VERSION = """
-local function next_version(current)
+# KEYS of every script but `clear`: meta, msgs, digests, ids (`_PARTS`).
+_COMMON = """
+local function seal(id, version, count, ids, head)
+  return redis.sha1hex(table.concat({id, version, count, ids, head}, '\\n'))
+end
+local function link_at(index)
+  return string.sub(redis.call('LINDEX', KEYS[3], index) or '', 1, 40)
+end
+-- O(1): whether the stored session is whole (or absent: none of its keys), then its version, last rolling digest,
+-- message count and number of ids
+local function intact(id)
+  local stored, version, count, sealed = unpack(redis.call('HMGET', KEYS[1], 'id', 'version', 'count', 'seal'))
+  if not version then return redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) == 0, '0', '', 0, 0 end
+  local n, ids, head = tonumber(count), redis.call('SCARD', KEYS[4]), link_at(-1)
+  local whole = stored == id and sealed and n and redis.call('LLEN', KEYS[2]) == n
+    and redis.call('LLEN', KEYS[3]) == n and seal(id, version, count, ids, head) == sealed
+  return whole, version, head, n, ids
+end
+-- a stamp: the message's 16-byte digest, then ':<its id>' if it has one
+local function id_of(stamp)
+  if #stamp > 16 then return string.sub(stamp, 18) end
+end
+-- Push the messages ARGV[first + i - 1] (their stamps n further on) but those in `skip`, each digest rolled onto
+-- `head`: the last rolling digest, how many messages were pushed and how many ids added.
+local function push(first, n, skip, head)
+  local bodies, links, ids, added = {}, {}, {}, 0
+  for i = 1, n do
+    if not skip[i] then
+      local stamp = ARGV[first + n + i - 1]
+      head = redis.sha1hex(head .. string.sub(stamp, 1, 16))
+      bodies[#bodies + 1] = ARGV[first + i - 1]
+      links[#links + 1] = head .. string.sub(stamp, 17)
+      ids[#ids + 1] = id_of(stamp)
+    end
+  end
+  for i = 1, #bodies, 1000 do
+    local last = math.min(i + 999, #bodies)
+    redis.call('RPUSH', KEYS[2], unpack(bodies, i, last))
+    redis.call('RPUSH', KEYS[3], unpack(links, i, last))
+  end
+  for i = 1, #ids, 1000 do added = added + redis.call('SADD', KEYS[4], unpack(ids, i, math.min(i + 999, #ids))) end
+  return head, #bodies, added
+end
+-- Store the new version (from the server clock, above the old one) and seal; with a TTL, one deadline for every
+-- key (PEXPIREAT) so that they expire together.
+local function seal_and_touch(id, version, count, ids, head, ttl_ms)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  local cur = tonumber(current)
-  if now <= cur then now = cur + 1 end
-  return string.format('%.0f', now)
-end
-local function touch(ttl_ms)
+  local new = string.format('%.0f', math.max(now, tonumber(version) + 1))
+  count = string.format('%d', count)
+  redis.call('HSET', KEYS[1], 'id', id, 'version', new, 'count', count, 'seal', seal(id, new, count, ids, head))
   if ttl_ms ~= '0' then
-    for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, ttl_ms) end
+    local at = string.format('%.0f', math.floor(now / 1000) + tonumber(ttl_ms))
+    for _, key in ipairs(KEYS) do redis.call('PEXPIREAT', key, at) end
   end
-end
-local function intact(id)
-  local stored, count = unpack(redis.call('HMGET', KEYS[1], 'id', 'count'))
-  if stored and stored ~= id then return false end
-  return not count or tonumber(count) == redis.call('LLEN', KEYS[2])
-end
-local function push(first, n)
-  for i = 0, n - 1, 1000 do
-    local last = math.min(i + 1000, n) - 1
-    redis.call('RPUSH', KEYS[2], unpack(ARGV, first + i, first + last))
-    redis.call('RPUSH', KEYS[3], unpack(ARGV, first + n + i, first + n + last))
-  end
+  return new
 end
 """
 
 SCRIPTS = {
-    # KEYS: meta, msgs. ARGV: the version the caller has cached. -> {version, id, changed, messages?, count?}
+    # ARGV: the version the caller has cached ('0': none, never a stored version).
+    # -> {version, id, changed, messages?, count?, digests?, seal?, number of ids?}, or {'0', '', 0, how many of
+    # the session's keys exist} if its meta key has no version
     "load": """
-local version = redis.call('HGET', KEYS[1], 'version')
-if not version then return {'0', '', 0} end
-local id = redis.call('HGET', KEYS[1], 'id')
-if version == ARGV[1] then return {version, id, 0} end
-return {version, id, 1, redis.call('LRANGE', KEYS[2], 0, -1), redis.call('HGET', KEYS[1], 'count') or ''}
+local version, id, count, sealed = unpack(redis.call('HMGET', KEYS[1], 'version', 'id', 'count', 'seal'))
+if not version then return {'0', '', 0, redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4])} end
+if version == ARGV[1] and version ~= '0' then return {version, id or '', 0} end
+return {version, id or '', 1, redis.call('LRANGE', KEYS[2], 0, -1), count or '',
+  redis.call('LRANGE', KEYS[3], 0, -1), sealed or '', redis.call('SCARD', KEYS[4])}
 """,
-    # KEYS: meta, digests. -> {version, id, digests}
-    "digests": """
+    # -> {version, id, messages, digests}
+    "stored": """
 local version = redis.call('HGET', KEYS[1], 'version') or '0'
 local id = redis.call('HGET', KEYS[1], 'id') or ''
-return {version, id, redis.call('LRANGE', KEYS[2], 0, -1)}
+return {version, id, redis.call('LRANGE', KEYS[2], 0, -1), redis.call('LRANGE', KEYS[3], 0, -1)}
 """,
-    # KEYS: meta, msgs, digests. ARGV: base version, id, keep, ttl ms, n, n messages, n digests
-    # -> {1, version}, or {0, version} on a version conflict, or {-1, version} if it would keep damaged messages
-    "save": _NEXT_VERSION
+    # ARGV: base version, id, keep, ttl ms, n, n messages, n stamps
+    # -> {1, version}, or {0, version} on a version conflict, or {-1, version} if it would keep damaged messages,
+    # or {-2, id} if the id of a message to write would be stored twice
+    "save": _COMMON
     + """
-local version = redis.call('HGET', KEYS[1], 'version') or '0'
+local whole, version, head, count = intact(ARGV[2])
 if version ~= ARGV[1] then return {0, version} end
 local keep, n = tonumber(ARGV[3]), tonumber(ARGV[5])
-if keep > 0 and not intact(ARGV[2]) then return {-1, version} end
+if keep > 0 and not (whole and keep <= count) then return {-1, version} end
+local dropped, gone = {}, {}  -- the ids of the messages after `keep`
+if keep > 0 and keep < count then
+  for _, link in ipairs(redis.call('LRANGE', KEYS[3], keep, -1)) do
+    if #link > 40 then
+      dropped[#dropped + 1] = string.sub(link, 42)
+      gone[dropped[#dropped]] = true
+    end
+  end
+end
+local seen = {}
+for i = 1, n do
+  local id = id_of(ARGV[5 + n + i])
+  if id then
+    if seen[id] or (keep > 0 and not gone[id] and redis.call('SISMEMBER', KEYS[4], id) == 1) then return {-2, id} end
+    seen[id] = true
+  end
+end
 if keep + n == 0 then
-  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])
+  redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])
   return {1, '0'}
 end
 if keep == 0 then
-  redis.call('DEL', KEYS[2], KEYS[3])
-else
+  redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
+  head = ''
+elseif keep < count then
   redis.call('LTRIM', KEYS[2], 0, keep - 1)
   redis.call('LTRIM', KEYS[3], 0, keep - 1)
+  for i = 1, #dropped, 1000 do redis.call('SREM', KEYS[4], unpack(dropped, i, math.min(i + 999, #dropped))) end
+  head = link_at(keep - 1)
 end
-push(6, n)
-local new = next_version(version)
-redis.call('HSET', KEYS[1], 'id', ARGV[2], 'version', new, 'count', keep + n)
-touch(ARGV[4])
-return {1, new}
+head = push(6, n, {}, head)
+return {1, seal_and_touch(ARGV[2], version, keep + n, redis.call('SCARD', KEYS[4]), head, ARGV[4])}
 """,
-    # KEYS: meta, msgs, digests.
-    "clear": "return redis.call('DEL', KEYS[1], KEYS[2], KEYS[3])",
-    # KEYS: meta, msgs, digests. ARGV: id, ttl ms, n, n messages, n digests -> {old version, new version}
-    # (new version '-1': the stored messages are damaged, nothing was appended)
-    "append": _NEXT_VERSION
+    "clear": "return redis.call('DEL', KEYS[1], KEYS[2], KEYS[3], KEYS[4])",
+    # ARGV: id, ttl ms, n, n messages, n stamps
+    # -> {old version, new version, the ids already stored (those messages were skipped)}; new = old if nothing
+    # was new, '-1' if the stored session is damaged (nothing was appended)
+    "append": _COMMON
     + """
-local version = redis.call('HGET', KEYS[1], 'version') or '0'
+local whole, version, head, count, ids = intact(ARGV[1])
 local n = tonumber(ARGV[3])
-if n == 0 then return {version, version} end
-if not intact(ARGV[1]) then return {version, '-1'} end
-push(4, n)
-local new = next_version(version)
-redis.call('HSET', KEYS[1], 'id', ARGV[1], 'version', new, 'count', redis.call('LLEN', KEYS[2]))
-touch(ARGV[2])
-return {version, new}
+if n == 0 then return {version, version, {}} end
+if not whole then return {version, '-1', {}} end
+local skip, stored = {}, {}
+for i = 1, n do
+  local id = id_of(ARGV[3 + n + i])
+  if id and redis.call('SISMEMBER', KEYS[4], id) == 1 then
+    skip[i] = true
+    stored[#stored + 1] = id
+  end
+end
+if #stored == n then return {version, version, stored} end
+local pushed, added
+head, pushed, added = push(4, n, skip, head)
+return {version, seal_and_touch(ARGV[1], version, count + pushed, ids + added, head, ARGV[2]), stored}
+""",
+    # -> 1 if some of the session's keys exist but its meta key (or the id in it) does not
+    "orphaned": """
+if redis.call('HGET', KEYS[1], 'id') then return 0 end
+return math.min(redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4]), 1)
 """,
 }
 
@@ -161,13 +243,20 @@ class _Script:
 
 @dataclass(frozen=True)
 class _Scan:
-    """Find the keys matching a pattern (every node of a cluster), and read one hash field of each."""
+    """Find the keys matching a pattern (on every node of a cluster)."""
 
     pattern: str
+
+
+@dataclass(frozen=True)
+class _Fields:
+    """Read one field of each of some hashes (one pipeline)."""
+
+    keys: list[str]
     field: str
 
 
-_Op = _Script | _Scan
+_Op = _Script | _Scan | _Fields
 _Steps = Generator[_Op, Any, _T]
 
 
@@ -210,29 +299,41 @@ class RedisChatMemory(ChatMemory):
 
     def _keys(self, session_id: str) -> list[str]:
         tag = hashlib.sha256(session_id.encode("utf-8")).hexdigest()
-        return [f"{self.prefix}:{{{tag}}}:{part}" for part in ("meta", "msgs", "digests")]
+        return [f"{self.prefix}:{{{tag}}}:{part}" for part in _PARTS]
 
     def _lock_key(self, session_id: str) -> str:
-        """The key of the session's update lock (same hash tag as its data; `sessions()` only scans `:meta`)."""
+        """The key of the session's update lock (same hash tag as its data; not one of `_PARTS`)."""
         return self._keys(check_id(session_id))[0][: -len("meta")] + "lock"
 
     # Operations as I/O-free steps ---------------------------------------------------------------------------
 
     def _load_steps(self, session_id: str) -> _Steps[History]:
-        meta, msgs, _ = self._keys(check_id(session_id))
+        keys = self._keys(check_id(session_id))
         cached = self._cache.get(session_id) or EMPTY
-        version_raw, stored_id, changed, *rest = yield _Script("load", [meta, msgs], [str(cached.version)])
-        version = int(version_raw)
-        if version == 0:
+        version_raw, stored_id, changed, *rest = yield _Script("load", keys, [str(cached.version)])
+        if len(rest) == 1:  # no meta key (or no version in it): absent, unless some other key remains
             self._cache.drop(session_id)
+            if rest[0]:
+                raise _corrupt(session_id, "its meta key is gone (evicted or deleted) while its other keys remain")
             return History([], 0)
+        version = int(version_raw)
         if as_text(stored_id) != session_id:
-            raise CorruptMemoryError(f"session {session_id!r}: its keys hold another session's data")
+            raise _corrupt(session_id, f"its meta key names another session ({as_text(stored_id)!r})")
         if changed:
-            raws, count = rest
-            if count and int(count) != len(raws):  # a message list cut short or added to behind memwoven's back
-                raise CorruptMemoryError(f"session {session_id!r} should have {int(count)} messages; found {len(raws)}")
-            cached = Snapshot(version, [decode_message(session_id, i, raw) for i, raw in enumerate(raws)])
+            raws, count, links, sealed, ids = rest
+            if not count or int(count) != len(raws):  # a message list cut short or added to behind memwoven's back
+                raise _corrupt(session_id, f"it should have {as_text(count) or '?'} messages; found {len(raws)}")
+            bodies = [as_text(raw) for raw in raws]
+            messages = [decode_message(session_id, i, body) for i, body in enumerate(bodies)]
+            try:
+                carried = len(message_ids(messages))
+            except InvalidInputError as error:
+                raise _corrupt(session_id, str(error)) from None
+            chain = _chain([_stamp(body, m) for body, m in zip(bodies, messages)])
+            last = chain[-1] if chain else b""
+            if chain != links or ids != carried or sealed != _seal(session_id, version, len(chain), carried, last):
+                raise _corrupt(session_id, "its messages, digests, ids or version are not as written")
+            cached = Snapshot(version, messages)
             self._cache.put(session_id, cached)
         return History(list(cached.messages), version)
 
@@ -240,6 +341,7 @@ class RedisChatMemory(ChatMemory):
         keys = self._keys(check_id(session_id))
         edit = prepare_edit(messages, self._cache.get(session_id))  # validated before anything is written
         new = edit.messages
+        message_ids(new[edit.same :])  # CM10; the script checks the ids written against those kept
         trust_cache, damaged_at = True, None  # damaged_at: the version of a damaged history being replaced
         while True:
             cached = self._cache.get(session_id) if trust_cache else None
@@ -249,47 +351,68 @@ class RedisChatMemory(ChatMemory):
                 base = cached.version
                 keep = edit.same if cached is edit.base else same_prefix(new, cached.messages)
                 bodies = [encode_message(m) for m in new[keep:]]
-            else:  # nothing remembered at the right version: compare with the stored digests
-                version_raw, _, stored = yield _Script("digests", [keys[0], keys[2]], [])
+            else:  # nothing remembered at the right version: keep the stored messages equal to the new ones
+                version_raw, _, raws, links = yield _Script("stored", keys[:3], [])
                 base = int(version_raw)
                 if expected_version is not None and base != expected_version:
                     raise self._conflict(session_id, base, expected_version)
-                all_bodies = [encode_message(m) for m in new]
-                keep = stored_prefix([bytes(d) for d in stored], all_bodies)
-                bodies = all_bodies[keep:]
+                bodies = [encode_message(m) for m in new]
+                keep = _verified_prefix(raws, links, bodies, _chain(map(_stamp, bodies, new)))
+                bodies = bodies[keep:]
             args: list[str | bytes | int] = [str(base), session_id, keep, self._ttl_ms, len(bodies)]
-            ok, version_raw = yield _Script("save", keys, [*args, *bodies, *(digest(b) for b in bodies)])
+            stamps = map(_stamp, bodies, new[keep:])
+            ok, reply = yield _Script("save", keys, [*args, *bodies, *stamps])
             if ok == 1:
-                version = int(version_raw)
+                version = int(reply)
                 self._cache.put(session_id, Snapshot(version, new))
                 return version
+            if ok == -2:  # an id written is one kept or written twice: name it (CM10)
+                message_ids(new)
+                raise _corrupt(session_id, f"its ids key holds {as_text(reply)!r}, which none of its messages carries")
             if ok == -1 and expected_version is not None:
-                raise CorruptMemoryError(
-                    f"session {session_id!r}: its stored messages are damaged; save without a version to replace them"
-                )
+                raise _corrupt(session_id, "its stored messages are damaged; save without a version to replace them")
             if ok == -1:
-                damaged_at = int(version_raw)  # a plain save replaces a damaged history: the way to repair it
+                logger.warning("session %r: replacing its damaged history whole", session_id)
+                damaged_at = int(reply)  # a plain save replaces a damaged history: the way to repair it
                 continue
             if expected_version is not None:
-                raise self._conflict(session_id, int(version_raw), expected_version)
-            trust_cache = False  # another writer got in between: diff again, against the stored digests
+                raise self._conflict(session_id, int(reply), expected_version)
+            logger.debug("session %r: changed by another writer during a save; comparing again", session_id)
+            trust_cache = False  # another writer got in between: compare again, with the stored messages
 
     def _append_steps(self, session_id: str, messages: MessagesIn) -> _Steps[int]:
         keys = self._keys(check_id(session_id))
         added = coerce_messages(messages)
+        message_ids(added)  # CM10: two messages with one id are refused before anything is sent
         bodies = [encode_message(m) for m in added]
         args: list[str | bytes | int] = [session_id, self._ttl_ms, len(bodies)]
-        old_raw, new_raw = yield _Script("append", keys, [*args, *bodies, *(digest(b) for b in bodies)])
+        old_raw, new_raw, stored = yield _Script("append", keys, [*args, *bodies, *map(_stamp, bodies, added)])
         old, new = int(old_raw), int(new_raw)
         if new == -1:
-            raise CorruptMemoryError(f"session {session_id!r}: its stored messages are damaged; nothing was appended")
+            raise _corrupt(session_id, "its stored messages are damaged; nothing was appended")
         cached = self._cache.get(session_id)
         if cached is not None and cached.version == old and old != new:  # nobody else wrote in between
-            self._cache.put(session_id, Snapshot(new, cached.messages + added))
+            written = not_stored(added, {as_text(i) for i in stored})
+            self._cache.put(session_id, Snapshot(new, cached.messages + written))
         return new
 
     def _sessions_steps(self) -> _Steps[list[str]]:
-        ids = yield _Scan(f"{self.prefix}:{{*}}:meta", "id")
+        keys = [as_text(key) for key in (yield _Scan(f"{self.prefix}:{{*}}:*"))]
+        metas = [key for key in keys if key.endswith(":meta")]
+        ids = yield _Fields(metas, "id")
+        named = {meta[: -len("meta")] for meta, i in zip(metas, ids) if i is not None}
+        unnamed = {key[: key.rindex(":") + 1] for key in keys if key.rpartition(":")[2] in _PARTS} - named
+        lost = []
+        for base in sorted(unnamed):  # confirmed atomically: a session being cleared or expiring is not damage
+            if (yield _Script("orphaned", [base + part for part in _PARTS], [])):
+                lost.append(base + "*")
+        if lost:
+            logger.warning("prefix %r: sessions without their meta key: %s", self.prefix, lost)
+            raise CorruptMemoryError(
+                f"prefix {self.prefix!r}: {len(lost)} session(s) lost their meta key (evicted or deleted) while "
+                f"their messages remain, so their ids are unknown: {', '.join(lost)}; clear(session_id) or delete "
+                "those keys"
+            )
         return sorted(as_text(i) for i in ids if i is not None)
 
     def _clear_steps(self, session_id: str) -> _Steps[None]:
@@ -309,9 +432,10 @@ class RedisChatMemory(ChatMemory):
     def _execute(self, op: _Op) -> Any:
         if isinstance(op, _Script):
             return self._scripts[op.name](keys=op.keys, args=op.args)
-        keys = list(self._client.scan_iter(match=op.pattern, count=1000))
+        if isinstance(op, _Scan):
+            return list(self._client.scan_iter(match=op.pattern, count=1000))
         pipe = self._client.pipeline(transaction=False)
-        for key in keys:
+        for key in op.keys:
             pipe.hget(key, op.field)
         return pipe.execute()
 
@@ -322,9 +446,10 @@ class RedisChatMemory(ChatMemory):
         assert self._async_client is not None and self._async_scripts is not None
         if isinstance(op, _Script):
             return await self._async_scripts[op.name](keys=op.keys, args=op.args)
-        keys = [key async for key in self._async_client.scan_iter(match=op.pattern, count=1000)]
+        if isinstance(op, _Scan):
+            return [key async for key in self._async_client.scan_iter(match=op.pattern, count=1000)]
         pipe = self._async_client.pipeline(transaction=False)
-        for key in keys:
+        for key in op.keys:
             pipe.hget(key, op.field)
         return await pipe.execute()
 
@@ -439,6 +564,7 @@ def _redis_errors(url: str, subject: str) -> Iterator[None]:
     try:
         yield
     except (RedisConnectionError, RedisTimeoutError, OSError) as error:
+        logger.info("Redis at %s is unavailable (%s); the next call connects again", url, error)
         raise BackendUnavailableError(f"Redis at {url} is unavailable: {error}") from error
     except MemwovenError:
         raise
@@ -472,6 +598,46 @@ async def adrive(
 
 def _subject(session_id: str | None) -> str:
     return "a session" if session_id is None else f"session {session_id!r}"
+
+
+def _corrupt(session_id: str, what: str) -> CorruptMemoryError:
+    """The error for a damaged session, logged (its keys need a look, or a plain save to replace them)."""
+    logger.warning("session %r: %s", session_id, what)
+    return CorruptMemoryError(f"session {session_id!r}: {what}")
+
+
+def _stamp(body: str, message: Message) -> bytes:
+    """What the scripts are sent with each message: the digest of its `body`, then ':<its id>' if it has one."""
+    body_digest = digest(body)
+    return body_digest if message.id is None else body_digest + b":" + message.id.encode("utf-8")
+
+
+def _chain(stamps: Iterable[bytes]) -> list[bytes]:
+    """The `digests` list of messages with these stamps, as the scripts' `push` writes it: for each, the SHA-1
+    (hex) of the rolling digest before it and its own digest, then ':<its id>' if it has one."""
+    links, head = [], b""
+    for stamp in stamps:
+        head = hashlib.sha1(head + stamp[:16], usedforsecurity=False).hexdigest().encode()
+        links.append(head + stamp[16:])
+    return links
+
+
+def _seal(session_id: str, version: int, count: int, ids: int, last: bytes) -> bytes:
+    """The scripts' `seal` of a session whose last `digests` entry is `last`."""
+    text = f"{session_id}\n{version}\n{count}\n{ids}\n".encode() + last[:40]
+    return hashlib.sha1(text, usedforsecurity=False).hexdigest().encode()
+
+
+def _verified_prefix(
+    raws: Sequence[bytes], links: Sequence[bytes], bodies: Sequence[str], chain: Sequence[bytes]
+) -> int:
+    """How many leading stored messages equal the new ones, body and rolling digest (so are worth keeping)."""
+    kept = 0
+    for raw, link, body, mine in zip(raws, links, bodies, chain):
+        if link != mine or as_text(raw) != body:
+            break
+        kept += 1
+    return kept
 
 
 def _pause_under_lock(attempt: int) -> float:
