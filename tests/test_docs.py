@@ -28,7 +28,7 @@ OUTPUTS = {
         "notes = EncryptedVectorMemory(stored, key=key)": [
             "My locker code is 4711\n",
             "Alice is allergic to peanuts\n",  # the hit, decrypted
-            "mwe1:",  # while the store holds a token
+            "mwe2:",  # while the store holds a token
         ],
     },
 }

@@ -260,7 +260,7 @@ def test_the_wrapped_message_keeps_only_its_role_in_the_clear() -> None:
     assert [m.role for m in stored] == [m.role for m in sample_conversation()]
     for message in stored:
         assert message.model_dump(exclude_defaults=True).keys() == {"role", "metadata"}
-        assert list(message.metadata) == [MARKER] and message.metadata[MARKER].startswith("mwe1:")
+        assert list(message.metadata) == [MARKER] and message.metadata[MARKER].startswith("mwe2:")
     assert len({m.metadata[MARKER] for m in stored}) == len(stored)  # equal messages, different ciphertexts
 
 
@@ -368,7 +368,10 @@ def test_a_flipped_byte_in_the_sqlite_file_is_detected(tmp_path: Path) -> None:
         connection.execute(sa.update(messages).where(messages.c.body == body).values(body=json.dumps(stored)))
     engine.dispose()
     reader = EncryptedChatMemory(SQLChatMemory(url), key=KEY)
-    with pytest.raises(CorruptMemoryError, match="session 'victim': stored message 1 fails authentication"):
+    # Caught by AES-GCM, or before it by the backend's own digest (which SQL may check on read).
+    with pytest.raises(
+        CorruptMemoryError, match=r"session 'victim': stored message 1 fails (authentication|its digest)"
+    ):
         reader.load("victim")
     assert reader.load("bystander") == [turn(2)]
 
@@ -413,6 +416,30 @@ def test_vector_tampering_and_swaps_are_detected(hashed: bool) -> None:
         vectors.get(["a"])
 
 
+def test_tokens_are_bound_to_the_collection_name(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/vectors.db"
+    file_notes = EncryptedVectorMemory(FileVectorMemory(tmp_path / "notes.npz"), key=KEY)
+    sql_notes = EncryptedVectorMemory(SQLVectorMemory(url, collection="notes"), key=KEY)
+    sql_other = EncryptedVectorMemory(SQLVectorMemory(url, collection="other"), key=KEY)
+    assert file_notes.collection == sql_notes.collection == "notes" and sql_other.collection == "other"
+    file_notes.store([VectorDocument(id="d", content="secret", embedding=[1.0, 0.0])])
+    raw = file_notes.inner.get(["d"])
+    sql_notes.inner.store(raw)  # copied under its own collection name, as `memwoven migrate` does: still readable
+    assert sql_notes.get(["d"])[0].content == "secret"
+    sql_other.inner.store(raw)
+    with pytest.raises(CorruptMemoryError, match="document 'd' fails authentication"):
+        sql_other.get(["d"])
+    assert EncryptedVectorMemory(sql_other.inner, key=KEY, collection="notes").get(["d"])[0].content == "secret"
+    unnamed = EncryptedVectorMemory(InMemoryVectorMemory(2), key=KEY)
+    unnamed.inner.store(raw)  # the file's token, bound to "notes"
+    with pytest.raises(CorruptMemoryError, match="document 'd'"):
+        unnamed.get(["d"])
+    assert unnamed.collection is None and "collection=None" in repr(unnamed)
+    for bad in ("", "a\x00b"):
+        with pytest.raises(InvalidInputError, match="collection name"):
+            EncryptedVectorMemory(InMemoryVectorMemory(2), key=KEY, collection=bad)
+
+
 # Hashed ids ------------------------------------------------------------------------------------------------------
 
 
@@ -428,9 +455,31 @@ def test_hashed_ids_hide_the_ids_and_still_list_them(tmp_path: Path) -> None:
     assert chat.sessions() == ["alice/work", "bob", "caf\u00e9"]
     assert asyncio.run(chat.asessions()) == ["alice/work", "bob", "caf\u00e9"]
     other = EncryptedChatMemory(chat.inner, key=KEY, id_key=generate_key())  # another id key finds nothing
-    assert other.load("bob") == []
-    with pytest.raises(CorruptMemoryError):
-        other.sessions()
+    assert other.load("bob") == [] and other.sessions() == []
+    unlisted = other.unlisted_sessions()
+    assert sorted(unlisted) == sorted(stored)
+    assert all("holds another session's id" in why for why in unlisted.values())
+
+
+def test_sessions_lists_what_it_can_and_names_what_it_cannot(caplog: pytest.LogCaptureFixture) -> None:
+    chat = EncryptedChatMemory(InMemoryChatMemory(), key=KEY, id_key=ID_KEY)
+    for name in ("alice", "bob", "carol"):
+        chat.save(name, [turn(1, name)])
+    plain, unhashed, bob = "ab" * 32, "cd" * 32, chat.stored_id("bob")
+    chat.inner.save(plain, [turn(0)])  # a plain session named like a hash
+    EncryptedChatMemory(chat.inner, key=KEY).save(unhashed, [turn(0)])  # encrypted, but its id is not hashed
+    _tamper_session(chat, "bob")
+    with caplog.at_level("WARNING", logger="memwoven.encryption"):
+        assert chat.sessions() == ["alice", "carol"]
+    assert all(stored_id in caplog.text for stored_id in (plain, unhashed, bob))
+    unlisted = chat.unlisted_sessions()
+    assert sorted(unlisted) == sorted([plain, unhashed, bob])
+    assert "is not encrypted" in unlisted[plain]
+    assert "holds another session's id" in unlisted[unhashed]
+    assert "fails authentication" in unlisted[bob]
+    assert asyncio.run(chat.asessions()) == ["alice", "carol"]
+    assert asyncio.run(chat.aunlisted_sessions()) == unlisted
+    assert EncryptedChatMemory(chat.inner, key=KEY).unlisted_sessions() == {}  # without id_key, nothing is decrypted
 
 
 def test_corruption_under_a_hashed_id_names_the_session(tmp_path: Path) -> None:
@@ -440,8 +489,67 @@ def test_corruption_under_a_hashed_id_names_the_session(tmp_path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[-20] ^= 0x01
     path.write_bytes(bytes(data))
+    reader = EncryptedChatMemory(FileChatMemory(tmp_path), key=KEY, id_key=ID_KEY)
     with pytest.raises(CorruptMemoryError, match="session 'victim'"):
-        EncryptedChatMemory(FileChatMemory(tmp_path), key=KEY, id_key=ID_KEY).load("victim")
+        reader.load("victim")
+    with pytest.raises(CorruptMemoryError, match="session 'victim'"):
+        reader._update_locked("victim", lambda messages: [*messages, turn(1)])
+    assert reader.sessions() == [] and list(reader.unlisted_sessions()) == [reader.stored_id("victim")]
+
+
+# Updates under the inner memory's write lock -----------------------------------------------------------------
+
+
+def _locked_inner(backend: str, directory: Path) -> ChatMemory:
+    """A chat memory with a per-session write lock, over `directory`."""
+    return FileChatMemory(directory / "chat") if backend == "file" else SQLChatMemory(f"sqlite:///{directory}/c.db")
+
+
+@pytest.mark.parametrize("backend", ["file", "sqlite"])
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_update_falls_back_to_the_inner_write_lock(
+    tmp_path: Path, backend: str, asynchronous: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    inner = _locked_inner(backend, tmp_path)
+    chat = EncryptedChatMemory(inner, key=KEY, id_key=ID_KEY)
+    rival = EncryptedChatMemory(_locked_inner(backend, tmp_path), key=KEY, id_key=ID_KEY)
+    assert chat._has_update_lock() and not EncryptedChatMemory(InMemoryChatMemory(), key=KEY)._has_update_lock()
+    locked: list[str] = []
+    hook = "_aupdate_locked" if asynchronous else "_update_locked"
+    original = getattr(inner, hook)
+
+    def spy(stored_id: str, change: Callable[[list[Message]], Any]) -> Any:
+        locked.append(stored_id)
+        return original(stored_id, change)
+
+    monkeypatch.setattr(inner, hook, spy)
+    mine = Message(role="user", content="mine")
+
+    def change(messages: list[Message]) -> list[Message]:
+        if not locked:  # an optimistic try: another writer gets in first, every time
+            rival.append("s", [turn(9)])
+        return [*messages, mine]
+
+    async def achange(messages: list[Message]) -> list[Message]:
+        if not locked:
+            await rival.aappend("s", [turn(9)])
+        return [*messages, mine]
+
+    version = asyncio.run(chat.aupdate("s", achange)) if asynchronous else chat.update("s", change)
+    assert locked == [chat.stored_id("s")]
+    assert version == rival.load_versioned("s").version
+    assert rival.load("s") == chat.load("s") == [turn(9), turn(9), mine]  # two optimistic tries lost, then locked
+    assert all(list(m.metadata) == [MARKER] for m in inner.load(chat.stored_id("s")))
+
+
+def test_a_locked_update_of_a_tampered_session_names_it_once(tmp_path: Path) -> None:
+    chat = EncryptedChatMemory(FileChatMemory(tmp_path), key=KEY, id_key=ID_KEY)
+    chat.save("victim", [turn(0)])
+    _tamper_session(chat, "victim")
+    with pytest.raises(CorruptMemoryError) as caught:
+        chat._update_locked("victim", lambda messages: [*messages, turn(1)])
+    assert str(caught.value).startswith("session 'victim': stored message 0 fails authentication")
+    assert str(caught.value).count("victim") == 1
 
 
 # Search with filters after decryption -------------------------------------------------------------------------

@@ -22,13 +22,21 @@ and document ids unless `id_key` is given (then it sees their keyed hashes, HMAC
 
 Tokens and tampering
 --------------------
-A token is ``mwe1:<key id>:<base64url(nonce || ciphertext || tag)>``: AES-GCM with a fresh random 96-bit nonce per
+A token is ``mwe2:<key id>:<base64url(nonce || ciphertext || tag)>``: AES-GCM with a fresh random 96-bit nonce per
 value. The associated data binds it to its kind (chat or vector), its key id and the id it is stored under (the
-session id, or the document id), so a token copied to another session or document does not decrypt. Any value
-that does not decrypt, or is not a token at all, raises `CorruptMemoryError` naming the session (or document);
-nothing is ever returned unverified. The binding is to the session, not to a position in it: someone who can
-write to the store can still drop, repeat or reorder one session's messages, or roll a session back to an
-older state, without being detected; they cannot read, forge, alter or move one.
+session id, or the collection name and the document id), so a token copied to another session, document or
+collection does not decrypt. Any value that does not decrypt, or is not a token at all, raises
+`CorruptMemoryError` naming the session (or document); nothing is ever returned unverified. The binding is to
+the session, not to a position in it: someone who can write to the store can still drop, repeat or reorder one
+session's messages, or roll a session back to an older state, without being detected; they cannot read, forge,
+alter or move one.
+
+The collection is the wrapper's `collection`: by default the inner memory's collection name (its `collection`
+attribute; for a `FileVectorMemory`, the file's name without `.npz`, as `open_vector_memory` names it). Only the
+name counts, not the database, table prefix or server, so a collection copied under its own name (`memwoven
+migrate`) still decrypts, and one renamed in storage needs `collection=<old name>`. An `InMemoryVectorMemory`
+has no name: its tokens are bound to none unless `collection=` is given (nor are those of another backend
+without a `collection` name, which logs a warning).
 
 Keys and rotation
 -----------------
@@ -44,6 +52,9 @@ With `id_key` (a separate key, never rotated: changing it loses access to every 
 ids are stored as their HMAC-SHA256, so the store does not reveal them. The original id is kept inside each
 encrypted value, which is how `sessions()` and `ids()` still return the original ids — but they then read and
 decrypt every session (its whole history) or every document, O(everything stored), instead of one listing.
+A stored session whose id is shaped like a hash but does not open with this key and `id_key` (a plain session
+named like one, another `id_key`'s or key's session, or damage) is left out of `sessions()` with a logged
+warning rather than hiding every other session; `unlisted_sessions()` returns each such stored id with why.
 
 Filters
 -------
@@ -61,11 +72,12 @@ import binascii
 import hashlib
 import hmac
 import json
+import logging
 import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple, Union
 
@@ -73,6 +85,8 @@ import numpy as np
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
+from memwoven.backends.file import FileVectorMemory
+from memwoven.backends.memory import InMemoryVectorMemory
 from memwoven.contracts import (
     ChatMemory,
     DocumentsIn,
@@ -111,12 +125,14 @@ KeyLike = Union[bytes, str]
 """A key: 16, 24 or 32 raw bytes, or the same bytes in URL-safe base64 (what `generate_key` returns)."""
 MARKER = "memwoven_encrypted"
 """The metadata key under which an encrypted message keeps its token."""
-_VERSION = "mwe1"
+_VERSION = "mwe2"
 _NONCE_BYTES = 12
 _KEY_SIZES = (16, 24, 32)
 _HASHED_ID = re.compile(r"[0-9a-f]{64}")
 _PAGE = 16  # the first page of hits a filtered search asks for (at least 2 * top_k)
 _CHUNK = 256  # documents read per `get` when a whole collection is decrypted
+
+logger = logging.getLogger("memwoven.encryption")
 
 
 def generate_key(size: int = 32) -> str:
@@ -192,7 +208,9 @@ class Keyring:
             data = _unb64(body)
             return cipher.decrypt(data[:_NONCE_BYTES], data[_NONCE_BYTES:], self._associated(key_id, context))
         except (InvalidTag, ValueError, UnicodeEncodeError):
-            raise ValueError("fails authentication: altered, or moved from another session or document") from None
+            raise ValueError(
+                "fails authentication: altered, or moved from another session, document or collection"
+            ) from None
 
     @staticmethod
     def key_id(token: str) -> str:
@@ -226,6 +244,10 @@ def _utf8(text: str, what: str) -> bytes:
 
 
 # Chat ----------------------------------------------------------------------------------------------------------
+
+
+class _Undecryptable(CorruptMemoryError):
+    """A stored message this wrapper cannot decrypt; the error already names the session by its own id."""
 
 
 class _Sealed(NamedTuple):
@@ -264,10 +286,11 @@ class _SealedCache:
 class EncryptedChatMemory(ChatMemory):
     """A `ChatMemory` that keeps every message of `inner` encrypted with AES-GCM (see the module docs).
 
-    Versions, atomicity, isolation and concurrency are `inner`'s: the wrapper only transforms messages. For the
-    last `cache_size` sessions it read or wrote, it remembers which ciphertext holds which message, so a save
-    re-encrypts only the messages that changed and the backend's O(change) saves stay O(change) (a session it
-    does not remember is re-encrypted whole: a fresh nonce per message, so equal messages never look equal).
+    Versions, atomicity, isolation and concurrency are `inner`'s: the wrapper only transforms messages (`update`
+    falls back to `inner`'s per-session write lock as `inner`'s own `update` does). For the last `cache_size`
+    sessions it read or wrote, it remembers which ciphertext holds which message, so a save re-encrypts only the
+    messages that changed and the backend's O(change) saves stay O(change) (a session it does not remember is
+    re-encrypted whole: a fresh nonce per message, so equal messages never look equal).
     """
 
     def __init__(
@@ -369,7 +392,7 @@ class EncryptedChatMemory(ChatMemory):
                 if decoded.role != message.role:
                     raise ValueError("has had its role changed")
             except (ValueError, ValidationError) as error:  # JSON and Unicode errors are ValueErrors
-                raise CorruptMemoryError(f"session {name!r}: stored message {position} {error}") from None
+                raise _Undecryptable(f"session {name!r}: stored message {position} {error}") from None
             plain.append(decoded)
             bodies.append(body)
         if cache:
@@ -382,9 +405,28 @@ class EncryptedChatMemory(ChatMemory):
         try:
             yield
         except CorruptMemoryError as error:
-            if stored_id == session_id:
+            if stored_id == session_id or isinstance(error, _Undecryptable):
                 raise
             raise CorruptMemoryError(f"session {session_id!r} (stored as {stored_id}): {error}") from error
+
+    def _sealing(
+        self, session_id: str, stored_id: str, change: Callable[[list[Message]], Any], written: list[_Sealed]
+    ) -> Callable[[list[Message]], Any]:
+        """`change` as the inner memory's locked update runs it: on the stored messages decrypted, its result
+        encrypted (and appended to `written`). A coroutine's result is encrypted once awaited (async `update`)."""
+
+        def seal(result: MessagesIn) -> list[Message]:
+            written.append(self._seal(session_id, stored_id, result, reuse=True))
+            return list(written[-1].stored)
+
+        async def seal_awaited(result: Awaitable[MessagesIn]) -> list[Message]:
+            return seal(await result)
+
+        def sealing(stored: list[Message]) -> Any:
+            result = change(self._open(session_id, stored_id, History(stored, 0))[1].messages)
+            return seal_awaited(result) if isinstance(result, Awaitable) else seal(result)
+
+        return sealing
 
     def _reencrypt_steps(self, session_id: str, retries: int) -> Steps[int]:
         stored_id = self.stored_id(session_id)
@@ -404,19 +446,38 @@ class EncryptedChatMemory(ChatMemory):
             return version
         raise ConcurrentModificationError(f"session {session_id!r} kept changing; gave up after {retries} tries")
 
-    def _sessions_steps(self) -> Steps[list[str]]:
+    def _listing_steps(self) -> Steps[tuple[list[str], dict[str, str]]]:
+        """The ids of the stored sessions, and (with `id_key`) the hash-shaped stored ids that do not open as a
+        session of this wrapper, each with why."""
         stored_ids: list[str] = yield Call(self.inner, "sessions")
         if not self._hash:
-            return stored_ids
+            return stored_ids, {}
         found: list[str] = []
+        unlisted: dict[str, str] = {}
         for stored_id in stored_ids:
             if not _HASHED_ID.fullmatch(stored_id):
                 continue  # not written by a wrapper that hashes ids
-            history = yield Call(self.inner, "load_versioned", (stored_id,))
-            session_id, _ = self._open(None, stored_id, History(history.messages[:1], history.version), False)
-            if session_id is not None:
+            try:
+                history = yield Call(self.inner, "load_versioned", (stored_id,))
+                session_id, _ = self._open(None, stored_id, History(history.messages[:1], history.version), False)
+            except CorruptMemoryError as error:
+                unlisted[stored_id] = str(error)
+                continue
+            if session_id is not None:  # None: emptied since it was listed
                 found.append(session_id)
-        return sorted(found)
+        return sorted(found), unlisted
+
+    @staticmethod
+    def _listed(listing: tuple[list[str], dict[str, str]]) -> list[str]:
+        found, unlisted = listing
+        if unlisted:
+            logger.warning(
+                "sessions(): %d stored sessions do not open with this key and id_key and are left out, stored as %s "
+                "(see unlisted_sessions())",
+                len(unlisted),
+                ", ".join(sorted(unlisted)),
+            )
+        return found
 
     # ChatMemory ------------------------------------------------------------------------------------------------
 
@@ -441,12 +502,33 @@ class EncryptedChatMemory(ChatMemory):
         return self.inner.append(stored_id, list(self._seal(session_id, stored_id, messages, reuse=False).stored))
 
     def sessions(self) -> list[str]:
-        """The stored sessions' ids; with `id_key`, recovered by decrypting every session (slow, see module docs)."""
-        return run(self._sessions_steps())
+        """The stored sessions' ids, sorted.
+
+        With `id_key` they are recovered by decrypting every session (slow, see the module docs), and a stored
+        session whose id cannot be recovered is left out with a logged warning: `unlisted_sessions()` names it.
+        """
+        return self._listed(run(self._listing_steps()))
+
+    def unlisted_sessions(self) -> dict[str, str]:
+        """With `id_key`: the stored sessions `sessions()` leaves out, stored id -> why (see the module docs)."""
+        return run(self._listing_steps())[1]
 
     def clear(self, session_id: str) -> None:
         """Remove the session."""
         self.inner.clear(self.stored_id(session_id))
+
+    def _has_update_lock(self) -> bool:
+        """`update` takes the inner memory's per-session write lock, when it has one."""
+        return self.inner._has_update_lock()
+
+    def _update_locked(self, session_id: str, change: Callable[[list[Message]], MessagesIn]) -> int:
+        """Run `change` on the decrypted session under the inner memory's write lock, and write it encrypted."""
+        stored_id = self.stored_id(session_id)
+        written: list[_Sealed] = []
+        with self._naming(session_id, stored_id):
+            version = self.inner._update_locked(stored_id, self._sealing(session_id, stored_id, change, written))
+        self._cache.put(stored_id, written[-1])
+        return version
 
     def reencrypt(self, session_id: str, *, retries: int = 16) -> int:
         """Rewrite the whole session with the newest key (under its optimistic version); returns the new version."""
@@ -479,11 +561,26 @@ class EncryptedChatMemory(ChatMemory):
 
     async def asessions(self) -> list[str]:
         """Async twin of `sessions`."""
-        return await arun(self._sessions_steps())
+        return self._listed(await arun(self._listing_steps()))
+
+    async def aunlisted_sessions(self) -> dict[str, str]:
+        """Async twin of `unlisted_sessions`."""
+        return (await arun(self._listing_steps()))[1]
 
     async def aclear(self, session_id: str) -> None:
         """Async twin of `clear`."""
         await self.inner.aclear(self.stored_id(session_id))
+
+    async def _aupdate_locked(
+        self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
+    ) -> int:
+        """Async twin of `_update_locked`; `change` may be a coroutine function."""
+        stored_id = self.stored_id(session_id)
+        written: list[_Sealed] = []
+        with self._naming(session_id, stored_id):
+            version = await self.inner._aupdate_locked(stored_id, self._sealing(session_id, stored_id, change, written))
+        self._cache.put(stored_id, written[-1])
+        return version
 
     async def areencrypt(self, session_id: str, *, retries: int = 16) -> int:
         """Async twin of `reencrypt`."""
@@ -497,11 +594,24 @@ class EncryptedChatMemory(ChatMemory):
 # Vectors -------------------------------------------------------------------------------------------------------
 
 
+def _collection_name(inner: VectorMemory) -> str | None:
+    """The name of the collection `inner` holds, or None if it has none."""
+    name = getattr(inner, "collection", None)
+    if isinstance(name, str):
+        return name
+    if isinstance(inner, FileVectorMemory):
+        return inner.path.stem  # the name `open_vector_memory` and `vector_collections` give a file collection
+    if not isinstance(inner, InMemoryVectorMemory):
+        logger.warning("%r has no collection name: pass collection= to bind its tokens to one", inner)
+    return None
+
+
 class EncryptedVectorMemory(VectorMemory):
     """A `VectorMemory` that keeps the content and metadata of `inner`'s documents encrypted (see the module docs).
 
     Embeddings stay in the clear by default, so that the backend can rank; with `encrypt_embeddings=True` the
     backend stores a constant unit vector instead and every search decrypts and ranks the whole collection here.
+    Tokens are bound to `collection`, by default the name of `inner`'s collection (see the module docs).
     """
 
     def __init__(
@@ -511,8 +621,10 @@ class EncryptedVectorMemory(VectorMemory):
         key: KeyLike | Sequence[KeyLike] | Keyring,
         id_key: KeyLike | None = None,
         encrypt_embeddings: bool = False,
+        collection: str | None = None,
     ) -> None:
-        """Wrap `inner`; `key`: a key or keys oldest first; `id_key`: hash document ids with this separate key."""
+        """Wrap `inner`; `key`: a key or keys oldest first; `id_key`: hash document ids with this separate key;
+        `collection`: the name tokens are bound to, instead of `inner`'s own."""
         if not isinstance(inner, VectorMemory):
             raise TypeError(f"inner must be a VectorMemory, got {type(inner).__name__}")
         self.inner = inner
@@ -520,6 +632,10 @@ class EncryptedVectorMemory(VectorMemory):
         self.keyring = _keyring(key)
         self.encrypt_embeddings = bool(encrypt_embeddings)
         self._hash = _IdHasher(id_key) if id_key is not None else None
+        self.collection = _collection_name(inner) if collection is None else collection
+        name = "" if self.collection is None else check_id(self.collection, "collection name")
+        # Neither a collection name nor an id holds a NUL, so the context names exactly one (collection, id) pair.
+        self._context = b"vector\x00" + name.encode("utf-8") + b"\x00"
 
     @property
     def hashed_ids(self) -> bool:
@@ -528,7 +644,10 @@ class EncryptedVectorMemory(VectorMemory):
 
     def __repr__(self) -> str:
         options = (", hashed ids" if self._hash else "") + (", encrypted embeddings" if self.encrypt_embeddings else "")
-        return f"EncryptedVectorMemory({self.inner!r}, key_ids={self.keyring.key_ids}{options})"
+        return (
+            f"EncryptedVectorMemory({self.inner!r}, collection={self.collection!r}, key_ids={self.keyring.key_ids}"
+            f"{options})"
+        )
 
     @property
     def dimension(self) -> int | None:
@@ -556,15 +675,16 @@ class EncryptedVectorMemory(VectorMemory):
                 embedding = [1.0] + [0.0] * (len(embedding) - 1)
             stored_id = self.stored_id(doc_id)
             plaintext = json.dumps(payload, separators=(",", ":")).encode("ascii")  # ASCII keeps lone surrogates
-            token = self.keyring.seal(plaintext, b"vector\x00" + stored_id.encode("utf-8"))
+            token = self.keyring.seal(plaintext, self._context + stored_id.encode("utf-8"))
             sealed.append(VectorDocument(id=stored_id, content=token, embedding=embedding))
         return sealed
 
     def _open(self, stored: VectorDocument, name: str | None = None) -> VectorDocument:
         """Decrypt a stored document (`name`: its original id when known, for errors)."""
-        name = stored.id if name is None else name
+        if name is None:
+            name = f"(stored as {stored.id})" if self._hash else stored.id
         try:
-            payload = json.loads(self.keyring.open(stored.content, b"vector\x00" + stored.id.encode("utf-8")))
+            payload = json.loads(self.keyring.open(stored.content, self._context + stored.id.encode("utf-8")))
             if not isinstance(payload, dict) or not {"content", "metadata"} <= payload.keys():
                 raise ValueError("does not hold a document")
             if ("embedding" in payload) != self.encrypt_embeddings:
