@@ -586,3 +586,23 @@ def test_embeddings_opened_with_the_other_setting_are_refused() -> None:
     EncryptedVectorMemory(inner, key=KEY).store(_secret_documents())
     with pytest.raises(CorruptMemoryError, match="encrypt_embeddings=False"):
         EncryptedVectorMemory(inner, key=KEY, encrypt_embeddings=True).search([1.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("id_key", [None, ID_KEY], ids=["plain-ids", "hashed-ids"])
+def test_message_ids_reach_the_inner_memory_so_appends_stay_idempotent(id_key: str | None) -> None:
+    inner = InMemoryChatMemory()
+    memory = EncryptedChatMemory(inner, key=KEY, id_key=id_key)
+    first = [turn(0).model_copy(update={"id": "m0"}), turn(1).model_copy(update={"id": "m1"})]
+    version = memory.append("s", first)
+    assert memory.append("s", first) == version  # a retry stores nothing
+    assert memory.load("s") == first
+    [stored_id] = inner.sessions()
+    stored = inner.load(stored_id)
+    if id_key is None:
+        assert [m.id for m in stored] == ["m0", "m1"]
+    else:  # keyed hashes within the session: unique, and nothing about the ids shows
+        assert all(m.id is not None and len(m.id) == 64 and "m0" not in m.id for m in stored)
+        assert len({m.id for m in stored}) == 2
+    inner.save(stored_id, [stored[0].model_copy(update={"id": stored[1].id}), stored[1].model_copy(update={"id": "x"})])
+    with pytest.raises(CorruptMemoryError, match="id changed"):
+        EncryptedChatMemory(inner, key=KEY, id_key=id_key).load("s")

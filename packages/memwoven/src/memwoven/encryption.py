@@ -17,8 +17,10 @@ What is encrypted
   content and metadata, and its embedding when `encrypt_embeddings=True`.
 
 What the store still sees: the role and position of every message and how many there are, the approximate
-size of every value, versions and write times, the embeddings (unless `encrypt_embeddings`), and the session
-and document ids unless `id_key` is given (then it sees their keyed hashes, HMAC-SHA256).
+size of every value, versions and write times, the embeddings (unless `encrypt_embeddings`), and the session,
+message and document ids unless `id_key` is given (then it sees their keyed hashes, HMAC-SHA256). Message ids stay
+visible to the inner memory (as given, or hashed within their session) so that it keeps them unique and its
+appends idempotent (CM10); an id changed in the store is detected on read.
 
 Tokens and tampering
 --------------------
@@ -85,6 +87,7 @@ import numpy as np
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
+from memwoven._steps import Call, Steps, arun, run
 from memwoven.backends.file import FileVectorMemory
 from memwoven.backends.memory import InMemoryVectorMemory
 from memwoven.contracts import (
@@ -99,9 +102,8 @@ from memwoven.contracts import (
 )
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 from memwoven.filters import compile_filter
-from memwoven.history import encode_message
+from memwoven.history import encode_message, message_ids
 from memwoven.models import Message, ScoredDocument, VectorDocument, coerce_messages, same_prefix
-from memwoven.policies._base import Call, Steps, arun, run
 from memwoven.vector_index import VectorIndex, as_query, check_search_args
 
 try:
@@ -325,6 +327,14 @@ class EncryptedChatMemory(ChatMemory):
         session_id = check_id(session_id)
         return self._hash(session_id) if self._hash else session_id
 
+    def _stored_message_id(self, stored_id: str, message_id: str | None) -> str | None:
+        """The id a message is stored with, so that the inner memory keeps ids unique and appends idempotent
+        (CM10): the id itself, or with `id_key` its keyed hash within the session (equal ids stay equal, and
+        nothing else about them shows)."""
+        if message_id is None or self._hash is None:
+            return message_id
+        return self._hash(f"message\x00{stored_id}\x00{message_id}")
+
     def _seal(self, session_id: str, stored_id: str, messages: MessagesIn, reuse: bool) -> _Sealed:
         """Validate and encrypt `messages`, reusing the ciphertext of unchanged messages at the same position."""
         cached = self._cache.get(stored_id) if reuse else None
@@ -337,6 +347,7 @@ class EncryptedChatMemory(ChatMemory):
                 raise
         else:
             plain = coerce_messages(messages)
+        message_ids(plain)  # unique (CM10), refused naming the id itself rather than its stored form
         context = b"chat\x00" + _utf8(stored_id, "session id")
         prefix = json.dumps(session_id).encode("utf-8") + b"\n" if self._hash else b""
         stored: list[Message] = []
@@ -355,7 +366,8 @@ class EncryptedChatMemory(ChatMemory):
                 stored.append(cached.stored[position])
             else:
                 token = self.keyring.seal(prefix + encoded, context)
-                stored.append(Message(role=message.role, metadata={MARKER: token}))
+                stored_message_id = self._stored_message_id(stored_id, message.id)
+                stored.append(Message(role=message.role, id=stored_message_id, metadata={MARKER: token}))
             bodies.append(body)
         return _Sealed(tuple(stored), tuple(plain), tuple(bodies))
 
@@ -391,6 +403,8 @@ class EncryptedChatMemory(ChatMemory):
                 decoded = Message.model_validate_json(body)
                 if decoded.role != message.role:
                     raise ValueError("has had its role changed")
+                if message.id != self._stored_message_id(stored_id, decoded.id):
+                    raise ValueError("has had its id changed")
             except (ValueError, ValidationError) as error:  # JSON and Unicode errors are ValueErrors
                 raise _Undecryptable(f"session {name!r}: stored message {position} {error}") from None
             plain.append(decoded)
