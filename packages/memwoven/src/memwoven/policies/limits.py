@@ -18,20 +18,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from memwoven._steps import Steps, arun, run
 from memwoven.contracts import ChatMemory, check_id
 from memwoven.errors import InvalidInputError
 from memwoven.models import Message
-from memwoven.policies._base import (
-    Steps,
-    WrappingChatMemory,
-    archive_id,
-    arun,
-    group_end,
-    group_start,
-    head_end,
-    rewrite_steps,
-    run,
-)
+from memwoven.policies._base import WrappingChatMemory, archive_id, group_end, group_start, head_end, rewrite_steps
 
 __all__ = ["TrimmingChatMemory", "acleanup_expired", "atrim", "cleanup_expired", "plan_trim", "trim"]
 

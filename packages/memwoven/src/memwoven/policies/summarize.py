@@ -36,17 +36,15 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Union
 
+from memwoven._steps import Call, Steps, arun, run
 from memwoven.contracts import ChatMemory, check_id
 from memwoven.errors import ConcurrentModificationError, InvalidInputError, MemwovenError
 from memwoven.models import ImagePart, Message, OpaquePart, TextPart
 from memwoven.policies._base import (
     SUMMARIZER_SUFFIX,
     SUMMARY_KEY,
-    Call,
-    Steps,
     WrappingChatMemory,
     archive_id,
-    arun,
     call_async,
     call_sync,
     group_end,
@@ -54,7 +52,6 @@ from memwoven.policies._base import (
     is_summary,
     not_yet_archived,
     pending_call_start,
-    run,
 )
 from memwoven.policies.tokens import MessageTokenCounter, TokenizerLike, token_counter
 from memwoven.policies.window import ContextWindow

@@ -19,11 +19,12 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
+from memwoven._steps import Steps, arun, run
 from memwoven.contracts import ChatMemory, check_id
 from memwoven.errors import InvalidInputError
 from memwoven.models import Message
 from memwoven.namespaces import check_namespace, namespaced_id
-from memwoven.policies._base import Steps, archive_id, arun, call_async, call_sync, rewrite_steps, run, unwrap
+from memwoven.policies._base import archive_id, call_async, call_sync, rewrite_steps, unwrap
 
 __all__ = ["FACT_KEY", "UserMemory", "normalize_fact"]
 
