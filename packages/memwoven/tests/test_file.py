@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from memwoven import Message, VectorDocument
-from memwoven.backends import file as file_backend
 from memwoven.backends.file import FileChatMemory, FileVectorMemory
+from memwoven.backends.file import chat as file_chat
 from memwoven.contracts import ChatMemory, VectorMemory
 from memwoven.errors import (
     BackendUnavailableError,
@@ -354,13 +354,13 @@ def test_a_held_lock_times_out_as_backend_unavailable_and_readers_never_wait(tmp
 
 def test_async_twins_do_their_file_io_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     threads: set[int] = set()
-    real = file_backend._atomic_write
+    real = file_chat.atomic_write
 
     def spy(*args: Any, **kwargs: Any) -> Any:
         threads.add(threading.get_ident())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(file_backend, "_atomic_write", spy)
+    monkeypatch.setattr(file_chat, "atomic_write", spy)
 
     async def main() -> list[Message]:
         memory = FileChatMemory(tmp_path)

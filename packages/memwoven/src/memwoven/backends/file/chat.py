@@ -1,0 +1,424 @@
+"""`FileChatMemory`: one crash-safe JSON Lines file per chat session (format in `memwoven.backends.file`)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import os
+import re
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+from pydantic import TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
+
+from memwoven.backends.file._fs import (
+    DEFAULT_LOCK_TIMEOUT,
+    FORMAT,
+    StatKey,
+    atomic_write,
+    awaited,
+    dumps,
+    is_int,
+    loads,
+    remove,
+    short,
+    stat_key,
+    write_lock,
+)
+from memwoven.contracts import (
+    MAX_ID_BYTES,
+    ChatMemory,
+    History,
+    MessagesIn,
+    check_id,
+    next_version,
+)
+from memwoven.errors import (
+    ConcurrentModificationError,
+    CorruptMemoryError,
+    InvalidInputError,
+)
+from memwoven.history import message_ids, not_stored
+from memwoven.models import (
+    Message,
+    coerce_messages,
+    coerce_messages_after,
+)
+
+__all__ = ["FileChatMemory"]
+
+# Chat memory -----------------------------------------------------------------------------------------------------
+
+_SUFFIX = ".session.jsonl"
+_SESSION_FILE = re.compile(r"[0-9a-f]{64}" + re.escape(_SUFFIX))
+_LOCKS = ".locks"
+_MAX_HEADER_BYTES = 8 * MAX_ID_BYTES + 4096  # the id JSON-escaped, at worst 6 bytes per byte, plus the rest
+_MESSAGE_LIST = TypeAdapter(list[Message])
+_MESSAGE = TypeAdapter(Message)
+
+
+def _file_stem(session_id: str) -> str:
+    """The file name stem of a session: the SHA-256 of its UTF-8 id (safe and case-insensitive-proof)."""
+    return hashlib.sha256(session_id.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Header:
+    session_id: str
+    version: int
+    count: int
+    digest: str
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    """A parsed session file, valid while the file's header line and stat key are unchanged.
+
+    `body` is the file's message lines, kept so that a write re-encodes only the messages after the ones it shares
+    (by identity) with `messages`. It is kept in a few pieces, so that adding lines does not copy the others (a
+    fresh copy of a large body costs page faults, not just a memcpy).
+    """
+
+    header: bytes
+    key: StatKey
+    messages: tuple[Message, ...]
+    version: int
+    body: tuple[bytes, ...]
+
+    @functools.cached_property
+    def ids(self) -> frozenset[str]:
+        """The ids of `messages` (CM10), computed on first use."""
+        return frozenset(message.id for message in self.messages if message.id is not None)
+
+
+_NO_SNAPSHOT = _Snapshot(b"", StatKey(0, 0, 0, 0), (), 0, ())
+_MAX_PIECES = 32  # a body in more pieces is joined into one
+
+
+def _session_error(session_id: str | None, path: Path, reason: str) -> CorruptMemoryError:
+    what = f"session {short(session_id)}" if session_id is not None else "a session"
+    return CorruptMemoryError(f"{what} is corrupt: {reason} (file {path})")
+
+
+def _parse_header(line: bytes, session_id: str | None, path: Path) -> _Header:
+    """Decode and check a session file's header line (against `session_id` when given)."""
+    if not line.endswith(b"\n"):
+        raise _session_error(session_id, path, "the header line is truncated or missing")
+    try:
+        raw = loads(line)
+    except ValueError as error:
+        raise _session_error(session_id, path, f"the header is not JSON ({error})") from None
+    if not isinstance(raw, dict) or raw.keys() != {"format", "session_id", "version", "count", "sha256"}:
+        raise _session_error(session_id, path, "the header does not have the expected fields")
+    if raw["format"] != FORMAT or type(raw["format"]) is not int:
+        raise _session_error(session_id, path, f"unknown format {raw['format']!r}")
+    stored_id, version, count, digest = raw["session_id"], raw["version"], raw["count"], raw["sha256"]
+    if not isinstance(stored_id, str) or not is_int(version, 1) or not is_int(count, 1):
+        raise _session_error(session_id, path, "the header has a bad id, version or count")
+    if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+        raise _session_error(session_id, path, "the header has a bad checksum field")
+    if session_id is not None and stored_id != session_id:
+        raise _session_error(session_id, path, f"the file holds session {short(stored_id)}")
+    if path.name != _file_stem(stored_id) + _SUFFIX:
+        raise _session_error(stored_id, path, "the file name does not match the session id it holds")
+    return _Header(stored_id, version, count, digest)
+
+
+def _session_digest(session_id: str, version: int, count: int, chunks: Iterable[bytes]) -> str:
+    """The checksum of a session file: SHA-256 of its other header fields (as one JSON line), then the body."""
+    digest = hashlib.sha256(dumps({"format": FORMAT, "session_id": session_id, "version": version, "count": count}))
+    digest.update(b"\n")
+    for chunk in chunks:
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _check_body(body: bytes, header: _Header, path: Path) -> None:
+    """Verify the header and body against the header's checksum and message count."""
+    if _session_digest(header.session_id, header.version, header.count, [body]) != header.digest:
+        raise _session_error(header.session_id, path, "checksum mismatch (the file was truncated or altered)")
+    if not body.endswith(b"\n") or body.count(b"\n") != header.count:
+        raise _session_error(header.session_id, path, f"expected {header.count} message lines")
+
+
+def _decode_body(body: bytes, header: _Header, path: Path) -> list[Message]:
+    _check_body(body, header, path)
+    try:
+        messages = _MESSAGE_LIST.validate_json(b"[" + body[:-1].replace(b"\n", b",") + b"]")
+    except ValidationError as error:
+        raise _session_error(header.session_id, path, f"undecodable message ({error.errors()[0]['msg']})") from None
+    if len(messages) != header.count:
+        raise _session_error(header.session_id, path, f"expected {header.count} messages, found {len(messages)}")
+    return messages
+
+
+def _message_line(message: Message) -> bytes:
+    """A message's line in a session file (`InvalidInputError` if it has no UTF-8 form: a lone surrogate)."""
+    try:
+        return _MESSAGE.dump_json(message) + b"\n"
+    except PydanticSerializationError as error:
+        raise InvalidInputError(f"a message cannot be encoded as UTF-8 JSON ({error})") from None
+
+
+def _body_after(base: _Snapshot, same: int, new: Sequence[Message]) -> tuple[bytes, ...]:
+    """The body of a session holding `new`, whose first `same` messages are `base`'s first `same`: their lines are
+    taken from `base.body`, only the rest is encoded."""
+    added = b"".join([_message_line(message) for message in new[same:]])
+    if same == len(base.messages):
+        return _pieces(*base.body, added) if added else base.body
+    if same == 0:
+        return (added,)
+    body = b"".join(base.body)  # the end of line `same`, found at C speed
+    newlines = np.flatnonzero(np.frombuffer(body, dtype=np.uint8) == ord("\n"))
+    return (body[: int(newlines[same - 1]) + 1], added)
+
+
+def _pieces(*pieces: bytes) -> tuple[bytes, ...]:
+    return pieces if len(pieces) <= _MAX_PIECES else (b"".join(pieces),)
+
+
+def _read_header_line(stream: IO[bytes]) -> bytes:
+    return stream.readline(_MAX_HEADER_BYTES)
+
+
+class FileChatMemory(ChatMemory):
+    """Chat histories in a directory, one crash-safe, checksummed file per session; safe across processes.
+
+    File names are the SHA-256 of the session id, so any id stays inside `directory`; the id itself is stored in
+    the file and checked on read. Loads are cached per session while the file is unchanged (`cache_sessions`
+    sessions at most). A writer waits at most `lock_timeout` seconds (None: forever) for the session's lock,
+    then raises `BackendUnavailableError`. With `ttl` (seconds) a session expires when its file has not been
+    written for that long (judged by its modification time; every write resets it): it then reads as absent, and
+    `cleanup_expired()` deletes its file.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
+        cache_sessions: int = 64,
+        ttl: float | None = None,
+    ) -> None:
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0):
+            raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")
+        self.ttl = ttl
+        self.directory = Path(directory).absolute()
+        self._locks = self.directory / _LOCKS
+        try:
+            self._locks.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise InvalidInputError(f"{self.directory} is not a directory") from None
+        self.lock_timeout = lock_timeout
+        self._cache_size = max(0, cache_sessions)
+        self._cache: OrderedDict[str, _Snapshot] = OrderedDict()
+        self._cache_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"FileChatMemory({str(self.directory)!r})"
+
+    def path_of(self, session_id: str) -> Path:
+        """The file that holds (or would hold) a session."""
+        return self.directory / (_file_stem(check_id(session_id)) + _SUFFIX)
+
+    def load_versioned(self, session_id: str) -> History:
+        """Return the session's messages and version, read from its file (or the cache if it is unchanged)."""
+        found = self._read(session_id, self.path_of(session_id))
+        return History([], 0) if found is None else History(list(found.messages), found.version)
+
+    def save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
+        """Replace the session's history atomically (compare-and-swap with `expected_version`)."""
+        path = self.path_of(session_id)
+        cached = self._cached(path.name) or _NO_SNAPSHOT  # its lines encode its messages, whatever the file holds now
+        checked, same = coerce_messages_after(messages, cached.messages)
+        message_ids(checked)
+        new, body = tuple(checked), _body_after(cached, same, checked)
+        with self._writing(session_id, path):
+            current = self._stored_version(session_id, path, repairable=expected_version is None)
+            if expected_version is not None and expected_version != current:
+                raise ConcurrentModificationError(
+                    f"session {short(session_id)} is at version {current}, not {expected_version}; reload and retry"
+                )
+            if not new:
+                remove(path)
+                self._forget(path.name)
+                return 0
+            return self._write(session_id, path, current, body, new)
+
+    def append(self, session_id: str, messages: MessagesIn) -> int:
+        """Atomically add messages at the end of the session (across threads and processes)."""
+        path = self.path_of(session_id)
+        batch = coerce_messages(messages)
+        message_ids(batch)
+        if not batch:
+            return self.load_versioned(session_id).version
+        lines = {id(message): _message_line(message) for message in batch}  # encoded before taking the lock
+        with self._writing(session_id, path):
+            old = self._read(session_id, path) or _NO_SNAPSHOT  # fully checked: never extend a damaged history
+            added = not_stored(batch, old.ids)
+            if not added:
+                return old.version
+            body = _pieces(*old.body, b"".join([lines[id(message)] for message in added]))
+            return self._write(session_id, path, old.version, body, old.messages + tuple(added))
+
+    def _update_locked(self, session_id: str, change: Callable[[list[Message]], MessagesIn]) -> int:
+        """Run `change` and write its result while holding the session's write lock (see `ChatMemory.update`)."""
+        return self._locked_update(session_id, change, None)
+
+    async def _aupdate_locked(
+        self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
+    ) -> int:
+        """Async twin of `_update_locked`: the locked work runs in a thread; a coroutine `change` runs on this loop."""
+        return await asyncio.to_thread(self._locked_update, session_id, change, asyncio.get_running_loop())
+
+    def _locked_update(
+        self, session_id: str, change: Callable[[list[Message]], Any], loop: asyncio.AbstractEventLoop | None
+    ) -> int:
+        path = self.path_of(session_id)
+        with self._writing(session_id, path):
+            current = self._read(session_id, path) or _NO_SNAPSHOT  # fully checked: never rewrite a damaged history
+            result = change(list(current.messages))
+            if isinstance(result, Awaitable):
+                if loop is None:
+                    raise InvalidInputError("update's change returned an awaitable; use aupdate for a coroutine")
+                result = asyncio.run_coroutine_threadsafe(awaited(result), loop).result()
+            new, same = coerce_messages_after(result, current.messages)
+            message_ids(new)
+            if not new:
+                remove(path)
+                self._forget(path.name)
+                return 0
+            return self._write(session_id, path, current.version, _body_after(current, same, new), tuple(new))
+
+    def sessions(self) -> list[str]:
+        """The stored session ids, sorted, read from the file headers (a damaged header raises `CorruptMemoryError`)."""
+        ids = []
+        with os.scandir(self.directory) as entries:
+            names = [entry.name for entry in entries if _SESSION_FILE.fullmatch(entry.name)]
+        for name in names:
+            path = self.directory / name
+            try:
+                with open(path, "rb") as stream:
+                    if self._expired(os.fstat(stream.fileno()).st_mtime_ns):
+                        continue
+                    line = _read_header_line(stream)
+            except FileNotFoundError:  # cleared meanwhile
+                continue
+            ids.append(_parse_header(line, None, path).session_id)
+        return sorted(ids)
+
+    def cleanup_expired(self) -> int:
+        """Delete the files of the sessions whose TTL ran out (they already read as absent); return how many."""
+        if self.ttl is None:
+            return 0
+        removed = 0
+        with os.scandir(self.directory) as entries:
+            names = [entry.name for entry in entries if _SESSION_FILE.fullmatch(entry.name)]
+        for name in names:
+            path = self.directory / name
+            with self._writing(name, path):
+                try:
+                    if not self._expired(os.stat(path).st_mtime_ns):
+                        continue
+                except FileNotFoundError:
+                    continue
+                remove(path)
+                self._forget(name)
+                removed += 1
+        return removed
+
+    async def acleanup_expired(self) -> int:
+        """Async twin of `cleanup_expired`."""
+        return await asyncio.to_thread(self.cleanup_expired)
+
+    def _expired(self, mtime_ns: int) -> bool:
+        return self.ttl is not None and time.time_ns() - mtime_ns >= self.ttl * 1e9
+
+    def close(self) -> None:
+        """Drop the cache (there is nothing else to release)."""
+        with self._cache_lock:
+            self._cache.clear()
+
+    def _writing(self, session_id: str, path: Path) -> AbstractContextManager[None]:
+        lock_path = self._locks / (path.name.removesuffix(_SUFFIX) + ".lock")
+        return write_lock(lock_path, self.lock_timeout, f"session {short(session_id)}")
+
+    def _read(self, session_id: str, path: Path) -> _Snapshot | None:
+        """Read and check a session file (None if absent).
+
+        The snapshot comes from the cache when the file's stat key and header line are unchanged (the header holds
+        the version, unique per write, and the checksum), so an unchanged file is not parsed again.
+        """
+        try:
+            stream = open(path, "rb")  # noqa: SIM115 (a `with` follows at once)
+        except FileNotFoundError:
+            return None
+        with stream:
+            key = stat_key(os.fstat(stream.fileno()))
+            if self._expired(key.mtime_ns):
+                return None
+            line = _read_header_line(stream)
+            cached = self._cached(path.name)
+            if cached is not None and cached.key == key and cached.header == line:
+                return cached
+            body = stream.read()
+        header = _parse_header(line, session_id, path)
+        snapshot = _Snapshot(line, key, tuple(_decode_body(body, header, path)), header.version, (body,))
+        self._remember(path.name, snapshot)
+        return snapshot
+
+    def _stored_version(self, session_id: str, path: Path, *, repairable: bool) -> int:
+        """The session's version from its header (0 if absent; also 0 if damaged and `repairable`)."""
+        try:
+            with open(path, "rb") as stream:
+                if self._expired(os.fstat(stream.fileno()).st_mtime_ns):
+                    return 0
+                line = _read_header_line(stream)
+        except FileNotFoundError:
+            return 0
+        try:
+            return _parse_header(line, session_id, path).version
+        except CorruptMemoryError:
+            if repairable:  # a plain save replaces a damaged history: the way to repair it
+                return 0
+            raise
+
+    def _write(
+        self, session_id: str, path: Path, current: int, body: tuple[bytes, ...], messages: tuple[Message, ...]
+    ) -> int:
+        """Write the session file holding `messages` (encoded as `body`) over version `current`; cache it and
+        return the new version."""
+        version, count = next_version(current), len(messages)  # one line per message: JSON escapes newlines
+        digest = _session_digest(session_id, version, count, body)
+        fields = {"format": FORMAT, "session_id": session_id, "version": version, "count": count, "sha256": digest}
+        line = dumps(fields) + b"\n"
+        key = atomic_write(path, lambda stream: stream.writelines([line, *body]))
+        self._remember(path.name, _Snapshot(line, key, messages, version, body))
+        return version
+
+    def _cached(self, name: str) -> _Snapshot | None:
+        with self._cache_lock:
+            snapshot = self._cache.get(name)
+            if snapshot is not None:
+                self._cache.move_to_end(name)
+            return snapshot
+
+    def _remember(self, name: str, snapshot: _Snapshot) -> None:
+        with self._cache_lock:
+            self._cache[name] = snapshot
+            self._cache.move_to_end(name)
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+
+    def _forget(self, name: str) -> None:
+        with self._cache_lock:
+            self._cache.pop(name, None)
