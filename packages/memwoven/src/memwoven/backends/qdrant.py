@@ -24,12 +24,10 @@ import asyncio
 import contextlib
 import hashlib
 import itertools
-import math
-import re
 import threading
 import uuid
 import weakref
-from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -42,6 +40,7 @@ from qdrant_client.local.qdrant_local import QdrantLocal
 
 from memwoven._redact import redact_url
 from memwoven._steps import arun, run
+from memwoven.backends._qdrant_filters import SAFE_KEY, as_filter, translate_filter
 from memwoven.contracts import (
     CollectionInfo,
     DocumentsIn,
@@ -68,10 +67,8 @@ from memwoven.vector_index import (
 __all__ = ["QdrantVectorMemory", "list_collections", "point_id", "translate_filter"]
 
 _T = TypeVar("_T")
-_SAFE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")  # usable in a Qdrant key path without quoting
 _NAMESPACE = uuid.UUID("8a0f6f4e-3c55-5a8e-9a4b-6d656d776561")  # fixed forever: point ids depend on it
 _DISTANCES: dict[str, models.Distance] = {"cosine": models.Distance.COSINE, "dot": models.Distance.DOT}
-_EXACT_FLOAT_INT = 2**53  # larger ints do not survive Qdrant's float comparisons
 _LOCAL_LOCKS: weakref.WeakKeyDictionary[QdrantClient, threading.Lock] = weakref.WeakKeyDictionary()
 _LOCAL_LOCKS_GUARD = threading.Lock()
 
@@ -179,8 +176,8 @@ class QdrantVectorMemory(VectorMemory):
         return True
 
     def _create_payload_index_steps(self, key: str, field_type: str | models.PayloadSchemaType) -> _Steps[None]:
-        if not isinstance(key, str) or not _SAFE_KEY.match(key):
-            raise InvalidInputError(f"payload indexes need a metadata key matching {_SAFE_KEY.pattern}, got {key!r}")
+        if not isinstance(key, str) or not SAFE_KEY.fullmatch(key):
+            raise InvalidInputError(f"payload indexes need a metadata key matching {SAFE_KEY.pattern}, got {key!r}")
         try:
             schema = models.PayloadSchemaType(field_type)
         except ValueError:
@@ -256,7 +253,7 @@ class QdrantVectorMemory(VectorMemory):
         request: dict[str, Any] = {
             "collection_name": self.collection,
             "query": query.tolist(),
-            "query_filter": None if prefilter is True else _as_filter(prefilter),
+            "query_filter": None if prefilter is True else as_filter(prefilter),
             "score_threshold": None if threshold is None else threshold - 1e-6 * max(1.0, abs(threshold)),
             "search_params": self._search_params,
             "with_payload": True,
@@ -521,104 +518,6 @@ def list_collections(location_or_client: str | QdrantClient, **client_options: A
         if isinstance(location_or_client, str):
             client.close()
     return found
-
-
-# Filters ----------------------------------------------------------------------------------------------------
-
-_Translated = models.Condition | bool  # True: no constraint; False: matches nothing
-
-
-def translate_filter(spec: Mapping[str, Any]) -> _Translated:
-    """A Qdrant condition every document matching the memwoven filter `spec` satisfies (it may admit more).
-
-    `spec` must be valid (`compile_filter` accepts it). Returns True when nothing useful can be said, False when
-    no document can match. Conditions apply to the payload's ``metadata`` object.
-    """
-    return _translate(spec, superset=True)
-
-
-def _translate(spec: Mapping[str, Any], superset: bool) -> _Translated:
-    """With `superset`, a condition implied by `spec`; without, a condition that implies `spec`."""
-    parts: list[_Translated] = []
-    for key, condition in spec.items():
-        if key == "$and":
-            parts += [_translate(clause, superset) for clause in condition]
-        elif key == "$or":
-            parts.append(_any([_translate(clause, superset) for clause in condition]))
-        elif key == "$not":
-            parts.append(_negate(_translate(condition, not superset)))
-        elif isinstance(condition, Mapping) and condition and all(str(op).startswith("$") for op in condition):
-            parts += [_field(key, op, operand, superset) for op, operand in condition.items()]
-        else:
-            parts.append(_field(key, "$eq", condition, superset))
-    return _all(parts)
-
-
-def _field(key: str, op: str, operand: Any, superset: bool) -> _Translated:
-    """One field operator, as a condition implied by it (`superset`) or implying it."""
-    if not _SAFE_KEY.match(key):
-        return superset
-    path = f"metadata.{key}"
-    if superset:
-        if op in ("$eq", "$contains"):  # Qdrant also matches arrays holding the value: a superset either way
-            return _equal(path, operand) or True
-        if op == "$in":
-            return _any([_equal(path, value) or True for value in operand])
-        if op in ("$gt", "$gte", "$lt", "$lte") and _number(operand):
-            return models.FieldCondition(key=path, range=models.Range(**{op[1:]: operand}))
-        if op == "$exists" and operand is False:  # missing, null or []: a superset of missing
-            return models.IsEmptyCondition(is_empty=models.PayloadField(key=path))
-        return True
-    if op == "$ne":  # no value (nor array element) equals the operand: then the field is missing or differs
-        return _negate(_equal(path, operand) or True)
-    if op == "$nin":
-        return _all([_negate(_equal(path, value) or True) for value in operand])
-    if op == "$exists" and operand is True:  # a non-null, non-empty value exists
-        return _negate(models.IsEmptyCondition(is_empty=models.PayloadField(key=path)))
-    return False
-
-
-def _equal(path: str, value: Any) -> models.Condition | None:
-    """A condition true whenever the field equals `value` (memwoven equality), or None if Qdrant cannot say."""
-    if isinstance(value, (str, bool)):
-        return models.FieldCondition(key=path, match=models.MatchValue(value=value))
-    if _number(value):  # a range, not a match: 1 and 1.0 are equal, and Qdrant never matches floats
-        return models.FieldCondition(key=path, range=models.Range(gte=value, lte=value))
-    if value is None:
-        return models.IsNullCondition(is_null=models.PayloadField(key=path))
-    return None
-
-
-def _number(value: Any) -> bool:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    return math.isfinite(value) and abs(value) <= _EXACT_FLOAT_INT
-
-
-def _all(parts: list[_Translated]) -> _Translated:
-    if any(part is False for part in parts):
-        return False
-    conditions = [part for part in parts if not isinstance(part, bool)]
-    if len(conditions) <= 1:
-        return conditions[0] if conditions else True
-    return models.Filter(must=conditions)
-
-
-def _any(parts: list[_Translated]) -> _Translated:
-    if any(part is True for part in parts):
-        return True
-    conditions = [part for part in parts if not isinstance(part, bool)]
-    if len(conditions) <= 1:
-        return conditions[0] if conditions else False
-    return models.Filter(should=conditions)
-
-
-def _negate(part: _Translated) -> _Translated:
-    return (not part) if isinstance(part, bool) else models.Filter(must_not=[part])
-
-
-def _as_filter(condition: models.Condition) -> models.Filter:
-    return condition if isinstance(condition, models.Filter) else models.Filter(must=[condition])
 
 
 # Clients ----------------------------------------------------------------------------------------------------
