@@ -3,8 +3,10 @@
 The conformance suite already damages one message per backend (its `corrupt_session` hooks), the file tests a
 dozen ways of damaging a session file, and the SQL tests message rows and embeddings. This module adds what those
 leave out: Redis keys altered in every way a person or another program can (a version that is not a number, a
-message list cut short or added to, keys of the wrong type), and SQL document rows with unreadable metadata or a
-collection row naming another collection. After the damage a fresh object must refuse the damaged data (never a
+message list cut short or added to, keys of the wrong type), SQL chat sessions altered in every way that leaves
+each row valid on its own (a body replaced by another message, rows swapped, removed, added or copied from
+another session, the session row deleted), and SQL document rows with unreadable metadata or a collection row
+naming another collection. After the damage a fresh object must refuse the damaged data (never a
 silent `[]` or a partial history), keep serving everything else, and a plain save (or `clear`) must repair it.
 """
 
@@ -20,10 +22,12 @@ import redis
 import sqlalchemy as sa
 from reliability_stores import Store, fresh_store
 
-from memwoven import Message, SQLVectorMemory, VectorDocument
+from memwoven import Message, SQLChatMemory, SQLVectorMemory, VectorDocument
 from memwoven.backends.redis import RedisChatMemory
 from memwoven.backends.sql._schema import Tables, key_of
+from memwoven.backends.sql.chat import _chain
 from memwoven.errors import CorruptMemoryError
+from memwoven.history import encode_message
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -86,6 +90,105 @@ async def _refused_async(memory: Any, call: Callable[[Any], Any], name: str) -> 
             await call(memory)
     finally:
         await memory.aclose()
+
+
+# SQL chat sessions ------------------------------------------------------------------------------------------
+
+SQL_HISTORY = [Message(role="user", content=f"turn {i}", id=f"h{i}") for i in range(3)]
+FORGED = Message(role="assistant", content="words never said", id="h1")
+
+
+def _message_rows(connection: sa.Connection, tables: Tables, key: str) -> list[Any]:
+    messages = tables.messages
+    query = sa.select(messages).where(messages.c.session_key == key).order_by(messages.c.seq)
+    return list(connection.execute(query))
+
+
+def _set_row(connection: sa.Connection, tables: Tables, key: str, seq: int, **values: Any) -> None:
+    messages = tables.messages
+    connection.execute(sa.update(messages).where(messages.c.session_key == key, messages.c.seq == seq).values(**values))
+
+
+def _set_session(connection: sa.Connection, tables: Tables, key: str, **values: Any) -> None:
+    connection.execute(sa.update(tables.sessions).where(tables.sessions.c.session_key == key).values(**values))
+
+
+def _rechain_forgery(connection: sa.Connection, tables: Tables, key: str) -> None:
+    """Replace message 1 and recompute its digest from message 0's, as a forger who knows the scheme would."""
+    body = encode_message(FORGED)
+    previous = bytes(_message_rows(connection, tables, key)[0].chain)
+    _set_row(connection, tables, key, 1, body=body, chain=_chain(previous, body))
+
+
+def _swap_rows(connection: sa.Connection, tables: Tables, key: str) -> None:
+    first, second = _message_rows(connection, tables, key)[:2]
+    _set_row(connection, tables, key, 0, message_key=None)  # the unique index on ids holds during the swap
+    _set_row(connection, tables, key, 1, body=first.body, chain=first.chain, message_key=first.message_key)
+    _set_row(connection, tables, key, 0, body=second.body, chain=second.chain, message_key=second.message_key)
+
+
+def _copy_history(connection: sa.Connection, tables: Tables, key: str, source: str) -> None:
+    """Make session `key` hold exactly the rows of session `source`, session row included (except its id)."""
+    messages, sessions = tables.messages, tables.sessions
+    connection.execute(sa.delete(messages).where(messages.c.session_key == key))
+    rows = [{**row._asdict(), "session_key": key} for row in _message_rows(connection, tables, source)]
+    connection.execute(sa.insert(messages), rows)
+    source_row = connection.execute(sa.select(sessions).where(sessions.c.session_key == source)).one()
+    _set_session(connection, tables, key, message_count=source_row.message_count, chain=source_row.chain)
+
+
+def _add_row(connection: sa.Connection, tables: Tables, key: str) -> None:
+    last = _message_rows(connection, tables, key)[-1]
+    connection.execute(sa.insert(tables.messages).values({**last._asdict(), "seq": last.seq + 1, "message_key": None}))
+
+
+# Each leaves every row valid on its own: only the rolling digests and the session row can tell.
+SQL_CHAT_DAMAGES: dict[str, Callable[[sa.Connection, Tables, str, str], Any]] = {
+    "session-row-deleted": lambda c, t, k, _: c.execute(sa.delete(t.sessions).where(t.sessions.c.session_key == k)),
+    "body-replaced-by-another-message": lambda c, t, k, _: _set_row(c, t, k, 1, body=encode_message(FORGED)),
+    "body-and-its-digest-replaced": lambda c, t, k, _: _rechain_forgery(c, t, k),
+    "rows-swapped": lambda c, t, k, _: _swap_rows(c, t, k),
+    "last-row-removed-and-count-lowered": lambda c, t, k, _: (
+        c.execute(sa.delete(t.messages).where(t.messages.c.session_key == k, t.messages.c.seq == 2)),
+        _set_session(c, t, k, message_count=2),
+    ),
+    "row-added-past-the-count": lambda c, t, k, _: _add_row(c, t, k),
+    "count-raised": lambda c, t, k, _: _set_session(c, t, k, message_count=4),
+    "session-digest-changed": lambda c, t, k, _: _set_session(c, t, k, chain=bytes(16)),
+    "history-copied-from-another-session": lambda c, t, k, other: _copy_history(c, t, k, other),
+}
+# An append reads the session row, not the messages: it refuses what that row (or the insert) reveals.
+SQL_APPEND_REFUSES = ("session-row-deleted", "row-added-past-the-count")
+
+
+@pytest.mark.parametrize("damage", list(SQL_CHAT_DAMAGES))
+def test_damaged_sql_sessions(sql_store: Store, damage: str) -> None:
+    opened = [sql_store.chat() for _ in range(3)]
+    writer, reader, repairer = opened
+    writer.save("victim", SQL_HISTORY)
+    writer.save("bystander", OTHER)
+    assert isinstance(writer, SQLChatMemory)
+    with writer.engine.begin() as connection:
+        SQL_CHAT_DAMAGES[damage](
+            connection, Tables.build(sql_store.prefix, None), key_of("victim"), key_of("bystander")
+        )
+    with pytest.raises(CorruptMemoryError, match="victim"):
+        reader.load("victim")
+    asyncio.run(_refused_async(sql_store.chat(), lambda memory: memory.aload("victim"), "victim"))
+    with pytest.raises(CorruptMemoryError, match="victim"):
+        reader.update("victim", lambda messages: [*messages, Message(role="user", content="never")])
+    more = [Message(role="user", content="never on a damaged history", id="h9")]
+    if damage in SQL_APPEND_REFUSES:  # a CorruptMemoryError, never the database's IntegrityError
+        with pytest.raises(CorruptMemoryError, match="victim"):
+            reader.append("victim", more)
+        asyncio.run(_refused_async(sql_store.chat(), lambda memory: memory.aappend("victim", more), "victim"))
+    assert reader.load("bystander") == OTHER and "bystander" in reader.sessions()
+    # The original history saved by an object that never read the session: it must not keep what it cannot verify.
+    repairer.save("victim", SQL_HISTORY)
+    with sql_store.chat() as fresh:
+        assert fresh.load("victim") == SQL_HISTORY
+    for memory in opened:
+        memory.close()
 
 
 # SQL document rows ------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import multiprocessing
 import socket
 import threading
@@ -26,8 +27,9 @@ from memwoven import (
     Message,
 )
 from memwoven.backends.sql import SQLChatMemory, SQLVectorMemory
-from memwoven.backends.sql._schema import Tables, key_of
+from memwoven.backends.sql._schema import SCHEMA_VERSION, Tables, key_of
 from memwoven.contracts import ChatMemory, VectorMemory
+from memwoven.history import encode_message
 from memwoven.testing import HOSTILE_IDS, ChatMemoryContract, VectorMemoryContract, turn
 from memwoven.urls import open_vector_memory
 from memwoven_test_support import mysql_url, postgres_url, unique_name
@@ -307,7 +309,7 @@ def test_tables_follow_the_prefix_and_record_the_schema_version(place: Place) ->
     assert {f"{place.prefix}meta", f"{place.prefix}sessions", f"{place.prefix}messages"} <= names
     meta = Tables.build(place.prefix, None).meta
     with memory.engine.connect() as connection:
-        assert connection.execute(sa.select(meta.c.value)).scalar() == "1"
+        assert connection.execute(sa.select(meta.c.value)).scalar() == SCHEMA_VERSION
     memory.close()
 
 
@@ -494,7 +496,10 @@ def test_hostile_session_ids_stay_apart(place: Place) -> None:
 # Corruption ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("damage", ["bad json", "not a message", "missing row", "other session id"])
+@pytest.mark.parametrize(
+    "damage",
+    ["bad json", "not a message", "another message", "missing row", "session row missing", "other session id"],
+)
 def test_damaged_rows_raise_corrupt_memory_naming_the_session(place: Place, damage: str) -> None:
     memory = place.chat()
     memory.save("victim", [turn(0), turn(1), turn(2)])
@@ -505,7 +510,9 @@ def test_damaged_rows_raise_corrupt_memory_naming_the_session(place: Place, dama
     statement = {
         "bad json": rows.values(body="{truncated"),
         "not a message": rows.values(body='{"role": "wizard"}'),
+        "another message": rows.values(body=encode_message(turn(7))),  # valid, with the digest column untouched
         "missing row": sa.delete(tables.messages).where(tables.messages.c.session_key == key),
+        "session row missing": sa.delete(tables.sessions).where(tables.sessions.c.session_key == key),
         "other session id": sa.update(tables.sessions)
         .where(tables.sessions.c.session_key == key)
         .values(session_id="someone else"),
@@ -528,13 +535,98 @@ def test_damaged_rows_raise_corrupt_memory_naming_the_session(place: Place, dama
     asyncio.run(load_async())
 
 
-def test_a_newer_schema_version_is_refused(place: Place) -> None:
+@pytest.mark.parametrize("version", ["1", "99"], ids=["older", "newer"])
+def test_tables_of_another_schema_version_are_refused(place: Place, version: str) -> None:
     memory = place.chat()
     memory.save("s", [turn(1)])
     meta = Tables.build(place.prefix, None).meta
-    _execute(memory, sa.update(meta).values(value="99"))
-    with pytest.raises(CorruptMemoryError, match="schema version 99"):
+    _execute(memory, sa.update(meta).values(value=version))
+    with pytest.raises(CorruptMemoryError, match=f"schema version {version}; .*memwoven export"):
         place.chat().load("s")
+
+
+def test_message_rows_left_without_their_session_row(place: Place, caplog: pytest.LogCaptureFixture) -> None:
+    """Reads and appends refuse them (never an IntegrityError from the database, never `[]`), and say so in the
+    log; a save replaces them, as it replaces any history."""
+    memory = place.chat()
+    memory.save("victim", [turn(0), turn(1)])
+    sessions = Tables.build(place.prefix, None).sessions
+    _execute(memory, sa.delete(sessions).where(sessions.c.session_key == key_of("victim")))
+    fresh = place.chat()
+    for write in (
+        lambda: fresh.append("victim", [turn(2)]),
+        lambda: asyncio.run(fresh.aappend("victim", [turn(2)])),
+        lambda: fresh.update("victim", lambda messages: [*messages, turn(2)]),
+    ):
+        with caplog.at_level(logging.WARNING, logger="memwoven.sql"), pytest.raises(CorruptMemoryError):
+            write()
+    assert "session 'victim': its message rows remain but its session row is missing" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="memwoven.sql"):
+        fresh.save("victim", [turn(5)])
+    assert "replaced 2 message rows left without their session row" in caplog.text
+    assert place.chat().load("victim") == [turn(5)]
+
+
+def test_a_save_never_keeps_a_stored_row_it_did_not_verify(place: Place) -> None:
+    """An object that has not read the session compares the stored bodies, not only their digests."""
+    original = [turn(i) for i in range(5)]
+    place.chat().save("victim", original)
+    messages = Tables.build(place.prefix, None).messages
+    forged = sa.update(messages).where(messages.c.session_key == key_of("victim"), messages.c.seq == 3)
+    _execute(place.chat(), forged.values(body=encode_message(turn(30))))
+    assert place.chat().save("victim", original) > 0
+    with place.chat().engine.connect() as connection:
+        bodies = connection.execute(
+            sa.select(messages.c.body).where(messages.c.session_key == key_of("victim")).order_by(messages.c.seq)
+        ).scalars()
+        assert list(bodies) == [encode_message(m) for m in original]
+    assert place.chat().load("victim") == original
+
+
+# Message ids (CM10) ----------------------------------------------------------------------------------------
+
+
+def _with_ids(messages: list[Message], prefix: str = "m") -> list[Message]:
+    return [m.model_copy(update={"id": f"{prefix}{i}"}) for i, m in enumerate(messages)]
+
+
+def test_a_unique_index_keeps_ids_apart_whatever_the_writer(place: Place) -> None:
+    """The safety net under the locked lookup: the database itself refuses a second row with a stored id."""
+    memory = place.chat()
+    memory.save("s", _with_ids([turn(0), turn(1)]))
+    memory.save("other", _with_ids([turn(0)]))  # the same id in another session is another message
+    messages = Tables.build(place.prefix, None).messages
+    with memory.engine.connect() as connection:
+        row = connection.execute(sa.select(messages).where(messages.c.seq == 1).limit(1)).one()
+    twin = {**row._asdict(), "seq": 2}
+    with pytest.raises(sa.exc.IntegrityError):
+        _execute(memory, sa.insert(messages).values(twin))
+    _execute(memory, sa.insert(messages).values({**twin, "message_key": None}))  # rows without an id never collide
+
+
+def test_appends_and_saves_with_ids_cost_what_changed(place: Place) -> None:
+    """A retried append writes nothing; a save or append of ids looks up only those ids, never the history."""
+    history = _with_ids([turn(i) for i in range(200)])
+    place.chat().save("s", history)
+    memory = place.chat()  # has not read the session: no snapshot to lean on
+    statements: list[str] = []
+    sa.event.listen(memory.engine, "before_cursor_execute", lambda *args: statements.append(" ".join(args[2].split())))
+    version = memory.load_versioned("s").version
+    statements.clear()
+    assert memory.append("s", history[-3:]) == version  # all stored: nothing written, the version unchanged
+    writes = (f"INSERT INTO {place.prefix}messages", f"UPDATE {place.prefix}sessions", "DELETE")
+    assert not [s for s in statements if s.startswith(writes)]
+    more = _with_ids([turn(200), turn(201)], prefix="n")
+    statements.clear()
+    memory.save("s", [*history, *more])
+    inserts = [s for s in statements if s.startswith(f"INSERT INTO {place.prefix}messages")]
+    assert len(inserts) == 1 and not [s for s in statements if s.startswith("DELETE")]
+    assert not [s for s in statements if ".body" in s and s.startswith("SELECT")]  # no stored message read
+    statements.clear()
+    assert memory.append("s", [history[5], *_with_ids([turn(202)], prefix="x")]) > version
+    assert not [s for s in statements if ".body" in s and s.startswith("SELECT")]
+    assert place.chat().load("s") == [*history, *more, *_with_ids([turn(202)], prefix="x")]
 
 
 # Vector memory --------------------------------------------------------------------------------------------

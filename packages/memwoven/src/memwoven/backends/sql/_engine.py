@@ -13,6 +13,7 @@ become durable at the next WAL checkpoint). Transactions are begun explicitly, `
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import random
 import threading
@@ -34,6 +35,8 @@ from memwoven.errors import BackendUnavailableError, InvalidInputError, Memwoven
 from memwoven.urls import redact_url
 
 __all__ = ["Database", "Work"]
+
+logger = logging.getLogger("memwoven.sql")
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -215,7 +218,8 @@ class _PinnedReader:
                     self._connection = self._engine.connect()
                 result = work.run(self._connection)
                 self._connection.commit()  # autocommit: ends SQLAlchemy's transaction, no round trip
-            except (DBAPIError, PoolTimeoutError):
+            except (DBAPIError, PoolTimeoutError) as error:
+                logger.info("dropped the kept read connection (%s); reading through the pool", _error_text(error))
                 self._discard()
                 return None
             return (result,)
@@ -343,9 +347,12 @@ class Database:
     def _retry(self, error: DBAPIError, work: Work[Any, Any], attempt: int) -> bool:
         if error.connection_invalidated:
             return False
-        if work.ddl:
-            return attempt < _DDL_ATTEMPTS
-        return attempt < _ATTEMPTS and _is_transient(error)
+        retry = attempt < _DDL_ATTEMPTS if work.ddl else attempt < _ATTEMPTS and _is_transient(error)
+        if retry:
+            logger.debug(
+                "%s: transaction attempt %d failed (%s); running it again", self.where, attempt, _error_text(error)
+            )
+        return retry
 
     def run(self, work: Work[R, Any]) -> R:
         """Run `work.run` in one transaction on the sync engine, retrying deadlocks; return its result."""

@@ -3,8 +3,9 @@
 All tables of one store share a name prefix (``memwoven_`` by default; lowercase, see `check_identifier`)::
 
     {prefix}meta        (name PK, value)                          -- one row: the schema version
-    {prefix}sessions    (session_key PK, session_id, version, message_count, updated_at, expires_at_ms)
-    {prefix}messages    (session_key, seq, digest, body)          -- PK (session_key, seq)
+    {prefix}sessions    (session_key PK, session_id, version, message_count, chain, updated_at, expires_at_ms)
+    {prefix}messages    (session_key, seq, message_key, chain, body)  -- PK (session_key, seq),
+                                                                      -- UNIQUE (session_key, message_key)
     {prefix}collections (collection_key PK, name, dimension, metric, version, generation)
     {prefix}vectors     (collection_key, doc_key, doc_id, content, metadata, embedding, version, deleted)
 
@@ -12,7 +13,8 @@ No table name ends with another, so prefixes that start one another (``a_``, ``a
 
 Ids and names are stored as data, never used in SQL text or compared by the database: rows are keyed by the
 SHA-256 of the id (`key_of`), so ids of any length and characters stay apart whatever the collation
-(case twins, trailing spaces, NFC/NFD twins). Message bodies are stored as the exact
+(case twins, trailing spaces, NFC/NFD twins); a message's `id`, when it has one, is keyed the same way
+(`message_key`, NULL without an id: NULLs never collide). Message bodies are stored as the exact
 `Message.model_dump_json()` text and document metadata as JSON text (PostgreSQL's `json` type, which keeps the text
 verbatim; plain text elsewhere), so what is read back is exactly what was written.
 """
@@ -37,7 +39,7 @@ from memwoven.errors import CorruptMemoryError, InvalidInputError
 
 __all__ = ["SCHEMA_VERSION", "Tables", "check_identifier", "create_tables", "insert_ignoring", "key_of", "upsert"]
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"  # 2: message ids unique per session, rolling digests (1 was never published)
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,40}")
 _MYSQL = ("mysql", "mariadb")
 _MYSQL_TABLE: dict[str, Any] = {
@@ -121,6 +123,15 @@ class Tables:
             sa.Column("deleted", sa.Boolean, nullable=False),  # a tombstone, so other objects see the delete
         )
         sa.Index(f"{prefix}vectors_by_version", vectors.c.collection_key, vectors.c.version)
+        messages = table(
+            "messages",
+            sa.Column("session_key", KEY, primary_key=True),
+            sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
+            sa.Column("message_key", KEY, nullable=True),  # key_of(message.id); NULL when it has no id
+            sa.Column("chain", DIGEST, nullable=False),  # the session's rolling digest through this message
+            sa.Column("body", JSON_TEXT, nullable=False),
+        )
+        sa.Index(f"{prefix}messages_by_id", messages.c.session_key, messages.c.message_key, unique=True)
         return cls(
             meta=table(
                 "meta",
@@ -133,16 +144,11 @@ class Tables:
                 sa.Column("session_id", ID_TEXT, nullable=False),
                 sa.Column("version", sa.BigInteger, nullable=False),
                 sa.Column("message_count", sa.Integer, nullable=False),
+                sa.Column("chain", DIGEST, nullable=False),  # the rolling digest through its last message
                 sa.Column("updated_at", sa.DateTime(timezone=True), nullable=True),
                 sa.Column("expires_at_ms", sa.BigInteger, nullable=True, index=True),  # sliding TTL, epoch ms
             ),
-            messages=table(
-                "messages",
-                sa.Column("session_key", KEY, primary_key=True),
-                sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
-                sa.Column("digest", DIGEST, nullable=False),
-                sa.Column("body", JSON_TEXT, nullable=False),
-            ),
+            messages=messages,
             collections=table(
                 "collections",
                 sa.Column("collection_key", KEY, primary_key=True),
@@ -173,7 +179,8 @@ def create_tables(connection: Connection, tables: Tables, wanted: Sequence[sa.Ta
     if stored != SCHEMA_VERSION:
         raise CorruptMemoryError(
             f"tables {tables.meta.name.removesuffix('meta')}* have schema version {stored}; "
-            f"this memwoven reads version {SCHEMA_VERSION}"
+            f"this memwoven reads version {SCHEMA_VERSION} (move the data with `memwoven export` from the release "
+            "that wrote it and `memwoven import`, or use another table_prefix)"
         )
 
 

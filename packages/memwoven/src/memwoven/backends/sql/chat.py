@@ -1,24 +1,36 @@
 """`SQLChatMemory`: chat histories in SQLite, PostgreSQL or MariaDB/MySQL, with O(change) saves.
 
-One row per message (``seq`` 0..n-1, the exact JSON text and a 16-byte digest of it) and one row per session
-(its id, version and message count). Every write locks the session row first, so writers of one session queue
-while other sessions proceed.
+One row per message (``seq`` 0..n-1, the exact JSON text, the key of its `id` and the session's rolling digest
+through it) and one row per session (its id, version, message count and rolling digest). Every write locks the
+session row first, so writers of one session queue while other sessions proceed.
+
+Message ids are unique within a session (CM10): an append skips the messages whose id is stored (looked up under
+the session's lock, with a unique index on (session, message id) as the safety net), so a retried append is
+stored once.
+
+What is read is verified. The rolling digest starts from the session's key and takes in each body in turn
+(`_chain`); a load recomputes it while decoding and compares it with every row's and the session row's, so a
+body altered, replaced by another valid message, moved or copied from another session, or a row removed, raises
+`CorruptMemoryError`, as do message rows left without their session row.
 
 Saves cost what changed, not the history's length. Messages are deeply immutable, so each object remembers the
-last snapshot it read or wrote of recent sessions (an LRU of `cache_size` sessions). When the stored version
-still equals the remembered one, the unchanged prefix of a save is found by identity against the snapshot
-(without encoding those messages), and only the changed suffix is deleted and re-inserted. Otherwise (another
-object wrote meanwhile) the stored digests are compared with the new messages'. Loads likewise return the
-remembered snapshot when the stored version still matches, without fetching the rows.
+last snapshot it read (verified) or wrote of recent sessions (an LRU of `cache_size` sessions). When the stored
+version still equals the remembered one, the unchanged prefix of a save is found by identity against the
+snapshot (without encoding those messages), and only the changed suffix is deleted and re-inserted. Otherwise
+(another object wrote meanwhile) a stored row is kept only if it equals, body and digest, what the save would
+write: a stored prefix is never trusted unverified. Loads likewise return the remembered snapshot when the
+stored version still matches, without fetching the rows.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -37,16 +49,19 @@ from memwoven.history import (
     Snapshot,
     SnapshotCache,
     decode_message,
-    digest,
     encode_message,
+    message_ids,
+    not_stored,
     prepare_edit,
-    stored_prefix,
 )
 from memwoven.models import Message, coerce_messages, same_prefix
 
 __all__ = ["SQLChatMemory"]
 
-_MESSAGE_COLUMNS = ("session_key", "seq", "digest", "body")
+logger = logging.getLogger("memwoven.sql")
+
+_MESSAGE_COLUMNS = ("session_key", "seq", "message_key", "chain", "body")
+_IN_CHUNK = 500  # ids per IN (...) lookup: far below every driver's parameter limit
 
 
 class SQLChatMemory(SQLBackend, ChatMemory):
@@ -90,7 +105,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         self._sessions = self._tables.sessions
         self._messages = self._tables.messages
         self._insert_statements: dict[sa.Dialect, tuple[str, bool]] = {}  # one per engine's dialect
-        self._statements = _Statements(self._sessions)
+        self._statements = _Statements(self._sessions, self._messages)
 
     def __repr__(self) -> str:
         return f"SQLChatMemory({self._options_repr()})"
@@ -165,13 +180,12 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         key = key_of(session_id)
 
         def run(connection: Connection) -> Snapshot:
-            sessions = self._sessions
-            row = connection.execute(
-                sa.select(sessions.c.session_id, sessions.c.version, sessions.c.expires_at_ms).where(
-                    sessions.c.session_key == key
-                )
-            ).first()
-            if row is None or _expired(row.expires_at_ms):
+            row = connection.execute(self._statements.probe, {"key": key}).one()
+            if row.session_id is None:
+                if row.has_rows:  # one statement: a writer cannot have created the session in between
+                    raise _damaged(session_id, "its message rows remain but its session row is missing")
+                return EMPTY
+            if _expired(row.expires_at_ms):
                 return EMPTY
             self._check_owner(row.session_id, session_id)
             cached = self._cache.get(session_id)
@@ -179,7 +193,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
                 return cached
             # One statement, so the version and the rows come from the same consistent read.
             rows = connection.execute(self._rows_query(key)).all()
-            return self._decode(session_id, rows)
+            return self._decode(session_id, key, rows)
 
         def done(snapshot: Snapshot) -> History:
             if snapshot.version:
@@ -195,22 +209,24 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         key = key_of(session_id)
 
         def run(connection: Connection) -> int:
-            version, stored_count = self._lock_session(connection, session_id, key)
-            if expected_version is not None and expected_version != version:
+            locked = self._lock_session(connection, session_id, key)
+            if expected_version is not None and expected_version != locked.version:
                 raise ConcurrentModificationError(
-                    f"session {session_id!r} is at version {version}, not {expected_version}; reload and retry"
+                    f"session {session_id!r} is at version {locked.version}, not {expected_version}; reload and retry"
                 )
             if not new:
-                connection.execute(sa.delete(self._messages).where(self._messages.c.session_key == key))
-                connection.execute(sa.delete(self._sessions).where(self._sessions.c.session_key == key))
+                self._delete_session(connection, key)
                 return 0
-            kept, stored_rows, bodies = self._unchanged(connection, session_id, key, version, stored_count, edit)
+            if locked.version == 0:
+                self._drop_orphans(connection, session_id, key)
+            kept, stored_rows, bodies, chain = self._unchanged(connection, session_id, key, locked, edit)
+            rest = new[kept:]
+            message_ids(rest, self._stored_ids(connection, key, rest, below=kept))  # unique in the whole history
             if kept < stored_rows:
-                connection.execute(
-                    sa.delete(self._messages).where(self._messages.c.session_key == key, self._messages.c.seq >= kept)
-                )
-            self._insert(connection, key, kept, bodies or [encode_message(m) for m in new[kept:]])
-            return self._set_version(connection, key, next_version(version), len(new))
+                self._delete_from(connection, key, kept)
+            bodies = bodies if bodies is not None else [encode_message(m) for m in rest]
+            chain = self._insert(connection, session_id, key, kept, chain, rest, bodies)
+            return self._set_version(connection, key, next_version(locked.version), len(new), chain)
 
         def done(version: int) -> int:
             if version:
@@ -226,19 +242,35 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         added = coerce_messages(messages)
         if not added:
             return self._version_work(session_id)
+        carry_ids = bool(message_ids(added))  # refuses two messages with one id before anything is written
         key = key_of(session_id)
         bodies = [encode_message(m) for m in added]
 
-        def run(connection: Connection) -> tuple[int, int]:
-            version, stored_count = self._lock_session(connection, session_id, key)
-            self._insert(connection, key, stored_count, bodies)
-            return version, self._set_version(connection, key, next_version(version), stored_count + len(added))
+        def run(connection: Connection) -> tuple[int, int, list[Message]]:
+            locked = self._lock_session(connection, session_id, key)
+            if locked.version == 0:
+                self._refuse_orphans(connection, session_id, key)
+            written, written_bodies = added, bodies
+            if carry_ids and locked.version:
+                stored = self._stored_ids(connection, key, added, below=locked.message_count)
+                if stored:  # a retry, or another writer's copy: only what is not stored yet
+                    written = not_stored(added, stored)
+                    if not written:
+                        return locked.version, locked.version, written
+                    body_of = {id(message): body for message, body in zip(added, bodies)}
+                    written_bodies = [body_of[id(message)] for message in written]
+            chain = self._insert(
+                connection, session_id, key, locked.message_count, locked.chain, written, written_bodies
+            )
+            new_version = next_version(locked.version)
+            self._set_version(connection, key, new_version, locked.message_count + len(written), chain)
+            return locked.version, new_version, written
 
-        def done(versions: tuple[int, int]) -> int:
-            old, new = versions
+        def done(result: tuple[int, int, list[Message]]) -> int:
+            old, new, written = result
             cached = self._cache.get(session_id)
-            if cached is not None and cached.version == old:
-                self._cache.put(session_id, Snapshot(new, cached.messages + added))
+            if new != old and cached is not None and cached.version == old:
+                self._cache.put(session_id, Snapshot(new, cached.messages + written))
             return new
 
         return Work(run, done, write=True)
@@ -251,27 +283,30 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         key = key_of(session_id)
 
         def run(connection: Connection) -> tuple[int, list[Message]]:
-            version, stored_count = self._lock_session(connection, session_id, key)
+            locked = self._lock_session(connection, session_id, key)
             cached = self._cache.get(session_id)
             current = EMPTY
-            if cached is not None and cached.version == version:
+            if locked.version == 0:
+                self._refuse_orphans(connection, session_id, key)
+            elif cached is not None and cached.version == locked.version:
                 current = cached
-            elif version:
-                current = self._decode(session_id, connection.execute(self._rows_query(key)).all())
+            else:
+                current = self._decode(session_id, key, connection.execute(self._rows_query(key)).all())
             result = change(list(current.messages))
             edit = prepare_edit(awaiter(result) if isinstance(result, Awaitable) else result, current)
             new = edit.messages
             if not new:
-                connection.execute(sa.delete(self._messages).where(self._messages.c.session_key == key))
-                connection.execute(sa.delete(self._sessions).where(self._sessions.c.session_key == key))
+                self._delete_session(connection, key)
                 return 0, new
+            message_ids(new)  # the whole history is in hand: check it all
             kept = edit.same
-            if kept < stored_count:
-                connection.execute(
-                    sa.delete(self._messages).where(self._messages.c.session_key == key, self._messages.c.seq >= kept)
-                )
-            self._insert(connection, key, kept, [encode_message(m) for m in new[kept:]])
-            return self._set_version(connection, key, next_version(version), len(new)), new
+            chain = self._chain_at(connection, session_id, key, kept, locked)
+            if kept < locked.message_count:
+                self._delete_from(connection, key, kept)
+            chain = self._insert(
+                connection, session_id, key, kept, chain, new[kept:], [encode_message(m) for m in new[kept:]]
+            )
+            return self._set_version(connection, key, next_version(locked.version), len(new), chain), new
 
         def done(written: tuple[int, list[Message]]) -> int:
             version, new = written
@@ -321,79 +356,155 @@ class SQLChatMemory(SQLBackend, ChatMemory):
 
     # Helpers run inside a transaction -----------------------------------------------------------------------
 
-    def _lock_session(self, connection: Connection, session_id: str, key: str) -> tuple[int, int]:
-        """Create the session's row if missing and lock it; return its (version, message count)."""
+    def _lock_session(self, connection: Connection, session_id: str, key: str) -> _Locked:
+        """Create the session's row if missing (version 0, no messages) and lock it; return what it holds."""
         sessions = self._sessions
-        new_row = {"session_key": key, "session_id": session_id, "version": 0, "message_count": 0}
+        seed = _seed(key)
+        new_row = {"session_key": key, "session_id": session_id, "version": 0, "message_count": 0, "chain": seed}
         for _ in range(3):  # the row can vanish between the two statements if another writer clears it
             if connection.dialect.name == "sqlite":
                 # SQLite locks the whole database for a transaction's writes (memwoven begins them IMMEDIATE), so
                 # no row lock is needed: a no-op upsert returning the row creates or reads it in one statement.
-                row = connection.execute(self._statements.sqlite_lock, {"key": key, "id": session_id}).first()
+                row = connection.execute(
+                    self._statements.sqlite_lock, {"key": key, "id": session_id, "seed": seed}
+                ).first()
             else:
                 connection.execute(insert_ignoring(connection, sessions, new_row))
                 row = connection.execute(
                     sa.select(*_locked_columns(sessions)).where(sessions.c.session_key == key).with_for_update()
                 ).first()
             if row is not None and _expired(row.expires_at_ms):  # an expired session is absent: purge it first
-                connection.execute(sa.delete(self._messages).where(self._messages.c.session_key == key))
-                connection.execute(sa.delete(sessions).where(sessions.c.session_key == key))
+                self._delete_session(connection, key)
                 continue
             if row is not None:
                 self._check_owner(row.session_id, session_id)
-                return int(row.version), int(row.message_count)
+                return _Locked(int(row.version), int(row.message_count), bytes(row.chain))
         raise ConcurrentModificationError(f"session {session_id!r} kept being cleared while writing; retry")
+
+    def _delete_session(self, connection: Connection, key: str) -> None:
+        connection.execute(sa.delete(self._messages).where(self._messages.c.session_key == key))
+        connection.execute(sa.delete(self._sessions).where(self._sessions.c.session_key == key))
+
+    def _delete_from(self, connection: Connection, key: str, seq: int) -> None:
+        messages = self._messages
+        connection.execute(sa.delete(messages).where(messages.c.session_key == key, messages.c.seq >= seq))
+
+    def _refuse_orphans(self, connection: Connection, session_id: str, key: str) -> None:
+        """Raise if message rows remain for a session whose row was missing (appending would build on them)."""
+        if connection.execute(sa.select(sa.exists().where(self._messages.c.session_key == key))).scalar():
+            raise _damaged(session_id, "its message rows remain but its session row is missing")
+
+    def _drop_orphans(self, connection: Connection, session_id: str, key: str) -> None:
+        """Delete message rows left without their session row: a save replaces the whole history anyway."""
+        deleted = connection.execute(sa.delete(self._messages).where(self._messages.c.session_key == key)).rowcount
+        if deleted:
+            logger.warning(
+                "session %r: a save replaced %d message rows left without their session row", session_id, deleted
+            )
 
     def _rows_query(self, key: str) -> sa.Select[Any]:
         """The session row joined with its message rows, in order."""
         sessions, messages = self._sessions, self._messages
         return (
-            sa.select(sessions.c.version, sessions.c.message_count, messages.c.seq, messages.c.body)
+            sa.select(
+                sessions.c.version,
+                sessions.c.message_count,
+                sessions.c.chain.label("head"),
+                messages.c.seq,
+                messages.c.chain,
+                messages.c.body,
+            )
             .select_from(sessions.outerjoin(messages, messages.c.session_key == sessions.c.session_key))
             .where(sessions.c.session_key == key)
             .order_by(messages.c.seq)
         )
 
     def _unchanged(
+        self, connection: Connection, session_id: str, key: str, locked: _Locked, edit: Edit
+    ) -> tuple[int, int, list[str] | None, bytes]:
+        """What a save can leave in place: (kept, stored rows, bodies of new[kept:] if already encoded, the rolling
+        digest through new[kept - 1])."""
+        new, cached = edit.messages, self._cache.get(session_id)
+        if locked.version == 0:  # `_lock_session` just created the session's row (committed rows have a version > 0)
+            return 0, 0, None, _seed(key)
+        if cached is not None and cached.version == locked.version:  # our own verified snapshot is current
+            kept = edit.same if cached is edit.base else same_prefix(new, cached.messages)
+            return kept, locked.message_count, None, self._chain_at(connection, session_id, key, kept, locked)
+        # Another object wrote meanwhile: keep only the rows equal, body and digest, to what this save would write.
+        messages = self._messages
+        stored = connection.execute(
+            sa.select(messages.c.seq, messages.c.chain, messages.c.body)
+            .where(messages.c.session_key == key)
+            .order_by(messages.c.seq)
+        ).all()
+        bodies = [encode_message(m) for m in new]
+        chains = _chains(_seed(key), bodies)
+        kept = 0
+        for row, body, chain in zip(stored, bodies, chains):
+            if row.seq != kept or row.body != body or bytes(row.chain) != chain:
+                break
+            kept += 1
+        return kept, len(stored), bodies[kept:], chains[kept - 1] if kept else _seed(key)
+
+    def _chain_at(self, connection: Connection, session_id: str, key: str, kept: int, locked: _Locked) -> bytes:
+        """The stored rolling digest through message `kept - 1` (the session's, after all its messages)."""
+        if kept == locked.message_count:
+            return locked.chain
+        if kept == 0:
+            return _seed(key)
+        messages = self._messages
+        chain = connection.execute(
+            sa.select(messages.c.chain).where(messages.c.session_key == key, messages.c.seq == kept - 1)
+        ).scalar()
+        if chain is None:
+            raise _damaged(session_id, f"stored message {kept - 1} is missing")
+        return bytes(chain)
+
+    def _stored_ids(self, connection: Connection, key: str, messages: Sequence[Message], below: int) -> set[str]:
+        """Which ids of `messages` the session's first `below` rows hold."""
+        by_key = {key_of(m.id): m.id for m in messages if m.id is not None}
+        if not by_key or below == 0:
+            return set()
+        keys, found = list(by_key), set[str]()
+        for start in range(0, len(keys), _IN_CHUNK):
+            rows = connection.execute(self._statements.stored_ids, {"key": key, "ids": keys[start : start + _IN_CHUNK]})
+            found.update(by_key[k] for k, seq in rows if seq < below)
+        return found
+
+    def _insert(
         self,
         connection: Connection,
         session_id: str,
         key: str,
-        version: int,
-        stored_count: int,
-        edit: Edit,
-    ) -> tuple[int, int, list[str] | None]:
-        """Return (kept, stored rows, bodies of new[kept:] if already encoded): what a save can leave in place."""
-        new, cached = edit.messages, self._cache.get(session_id)
-        if version == 0:  # `_lock_session` just created the session's row (committed rows have a version > 0)
-            return 0, 0, None
-        if cached is not None and cached.version == version:
-            return edit.same if cached is edit.base else same_prefix(new, cached.messages), stored_count, None
-        stored = connection.execute(
-            sa.select(self._messages.c.seq, self._messages.c.digest)
-            .where(self._messages.c.session_key == key)
-            .order_by(self._messages.c.seq)
-        ).all()
-        if [row.seq for row in stored] != list(range(len(stored))):
-            raise CorruptMemoryError(f"session {session_id!r}: its message rows are not numbered 0..{len(stored) - 1}")
-        bodies = [encode_message(m) for m in new]
-        kept = stored_prefix([bytes(row.digest) for row in stored], bodies)
-        return kept, len(stored), bodies[kept:]
+        first_seq: int,
+        chain: bytes,
+        messages: Sequence[Message],
+        bodies: Sequence[str],
+    ) -> bytes:
+        """Insert message rows `first_seq`.. after the rolling digest `chain`: one driver-level executemany.
+        Return the rolling digest through the last one.
 
-    def _insert(self, connection: Connection, key: str, first_seq: int, bodies: list[str]) -> None:
-        """Insert message rows `first_seq`.. with these bodies: one driver-level executemany.
-
-        The values are already what every driver takes as is (str, int, bytes), so the rows skip SQLAlchemy's
-        per-row parameter processing, which cost as much as the database's own work.
+        The values are already what every driver takes as is (str, int, bytes, None), so the rows skip
+        SQLAlchemy's per-row parameter processing, which cost as much as the database's own work.
         """
         if not bodies:
-            return
+            return chain
+        rows = []
+        for seq, (message, body) in enumerate(zip(messages, bodies), first_seq):
+            chain = _chain(chain, body)
+            rows.append((key, seq, None if message.id is None else key_of(message.id), chain, body))
         sql, positional = self._insert_sql(connection.dialect)
-        rows = [(key, seq, digest(body), body) for seq, body in enumerate(bodies, first_seq)]
-        if positional:
-            connection.exec_driver_sql(sql, rows)
-        else:
-            connection.exec_driver_sql(sql, [dict(zip(_MESSAGE_COLUMNS, row)) for row in rows])
+        try:
+            if positional:
+                connection.exec_driver_sql(sql, rows)
+            else:
+                connection.exec_driver_sql(sql, [dict(zip(_MESSAGE_COLUMNS, row)) for row in rows])
+        except sa.exc.IntegrityError as error:
+            # Writers hold the session's lock and look up what is stored first, so only rows the session row
+            # does not account for (a damaged session) can be in the way.
+            detail = str(error.orig).strip().splitlines()[0]
+            raise _damaged(session_id, f"stored message rows its session row does not account for ({detail})") from None
+        return chain
 
     def _insert_sql(self, dialect: sa.Dialect) -> tuple[str, bool]:
         """The message INSERT in `dialect`'s SQL and whether it takes positional parameters (in column order)."""
@@ -406,13 +517,14 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             known = self._insert_statements[dialect] = (str(compiled), positional)
         return known
 
-    def _set_version(self, connection: Connection, key: str, version: int, message_count: int) -> int:
+    def _set_version(self, connection: Connection, key: str, version: int, message_count: int, chain: bytes) -> int:
         connection.execute(
             self._statements.set_version,
             {
                 "key": key,
                 "new_version": version,
                 "new_count": message_count,
+                "new_chain": chain,
                 "now": datetime.now(timezone.utc),
                 "expires": None if self.ttl is None else _now_ms() + int(self.ttl * 1000),
             },
@@ -421,12 +533,10 @@ class SQLChatMemory(SQLBackend, ChatMemory):
 
     def _check_owner(self, stored_id: str, session_id: str) -> None:
         if stored_id != session_id:
-            raise CorruptMemoryError(
-                f"session {session_id!r}: its row holds session id {stored_id[:80]!r} (tampered or a key collision)"
-            )
+            raise _damaged(session_id, f"its row holds session id {stored_id[:80]!r} (tampered or a key collision)")
 
-    def _decode(self, session_id: str, rows: Sequence[Any]) -> Snapshot:
-        """Decode the joined (version, message_count, seq, body) rows of one session."""
+    def _decode(self, session_id: str, key: str, rows: Sequence[Any]) -> Snapshot:
+        """Decode and verify the joined (version, message_count, head, seq, chain, body) rows of one session."""
         if not rows:
             return EMPTY  # cleared between the two statements
         version, expected = int(rows[0].version), int(rows[0].message_count)
@@ -435,36 +545,100 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             return EMPTY
         if seqs != list(range(expected)):
             found = "no message rows" if seqs == [None] else f"{len(seqs)} message rows"
-            raise CorruptMemoryError(f"session {session_id!r} should have {expected} messages; found {found}")
-        return Snapshot(version, [decode_message(session_id, row.seq, row.body) for row in rows])
+            raise _damaged(session_id, f"should have {expected} messages; found {found}")
+        chain, messages = _seed(key), []
+        for _, _, _, seq, stored, body in rows:  # unpacked: a Row's attributes cost more than the hash
+            chain = _chain(chain, body)
+            if chain != stored:
+                raise _damaged(
+                    session_id, f"stored message {seq} fails its digest (altered, replaced, moved or copied)"
+                )
+            messages.append(decode_message(session_id, seq, body))
+        if chain != bytes(rows[0].head):
+            raise _damaged(session_id, "its messages fail the session's digest (a message was removed or replaced)")
+        return Snapshot(version, messages)
+
+
+class _Locked(NamedTuple):
+    """What a writer reads from the session row it locked."""
+
+    version: int
+    message_count: int
+    chain: bytes  # the rolling digest through its last message
+
+
+def _seed(key: str) -> bytes:
+    """The rolling digest of a session without messages: derived from its key, so rows copied from another
+    session never verify."""
+    return bytes.fromhex(key)[:16]
+
+
+def _chain(previous: bytes, body: str) -> bytes:
+    """The rolling digest after one more message: BLAKE2b of the digest before it (16 bytes), then its body."""
+    return hashlib.blake2b(previous + body.encode("utf-8"), digest_size=16).digest()
+
+
+def _chains(previous: bytes, bodies: Sequence[str]) -> list[bytes]:
+    """The rolling digests after each of `bodies`."""
+    chains = []
+    for body in bodies:
+        previous = _chain(previous, body)
+        chains.append(previous)
+    return chains
+
+
+def _damaged(session_id: str, what: str) -> CorruptMemoryError:
+    """The error for damaged storage of one session (logged: the rows need a look, or a save to replace them)."""
+    logger.warning("session %r: %s", session_id, what)
+    return CorruptMemoryError(f"session {session_id!r}: {what}")
 
 
 def _locked_columns(sessions: sa.Table) -> tuple[sa.Column[Any], ...]:
     """What a writer reads from the session row it locked."""
-    return (sessions.c.session_id, sessions.c.version, sessions.c.message_count, sessions.c.expires_at_ms)
+    return (
+        sessions.c.session_id,
+        sessions.c.version,
+        sessions.c.message_count,
+        sessions.c.chain,
+        sessions.c.expires_at_ms,
+    )
 
 
 class _Statements:
     """The statements every write runs, built once with bound parameters (building one costs more than running it
     through SQLAlchemy's compiled cache)."""
 
-    def __init__(self, sessions: sa.Table) -> None:
+    def __init__(self, sessions: sa.Table, messages: sa.Table) -> None:
+        key: sa.BindParameter[str] = sa.bindparam("key")
         upsert = sqlite_insert(sessions).values(
-            session_key=sa.bindparam("key"), session_id=sa.bindparam("id"), version=0, message_count=0
+            session_key=key, session_id=sa.bindparam("id"), version=0, message_count=0, chain=sa.bindparam("seed")
         )
         self.sqlite_lock = upsert.on_conflict_do_update(
             index_elements=[sessions.c.session_key], set_={"session_key": upsert.excluded.session_key}
         ).returning(*_locked_columns(sessions))
         self.set_version = (
             sa.update(sessions)
-            .where(sessions.c.session_key == sa.bindparam("key"))
+            .where(sessions.c.session_key == key)
             .values(
                 version=sa.bindparam("new_version"),
                 message_count=sa.bindparam("new_count"),
+                chain=sa.bindparam("new_chain"),
                 updated_at=sa.bindparam("now"),
                 expires_at_ms=sa.bindparam("expires"),
             )
         )
+        # Without a condition on seq, which would lead the planner to scan the session's rows instead of the index.
+        self.stored_ids = sa.select(messages.c.message_key, messages.c.seq).where(
+            messages.c.session_key == key, messages.c.message_key.in_(sa.bindparam("ids", expanding=True))
+        )
+        # A load's first read: one row whether or not the session row exists, saying whether message rows do.
+        one_row = sa.select(sa.literal_column("1").label("one")).subquery("one_row")
+        self.probe = sa.select(
+            sessions.c.session_id,
+            sessions.c.version,
+            sessions.c.expires_at_ms,
+            sa.exists().where(messages.c.session_key == key).label("has_rows"),
+        ).select_from(one_row.outerjoin(sessions, sessions.c.session_key == key))
 
 
 def _refuse_awaitable(result: Awaitable[Any]) -> Any:
