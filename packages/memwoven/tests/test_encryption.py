@@ -253,13 +253,15 @@ def test_files_at_rest_hold_no_plaintext_and_no_ids(tmp_path: Path) -> None:
     assert vectors.search([1.0, 2.0, 0.5], top_k=1)[0].document.id == f"doc-2-{SECRET}"
 
 
-def test_the_wrapped_message_keeps_only_its_role_in_the_clear() -> None:
+def test_the_wrapped_message_keeps_only_its_role_and_id_in_the_clear() -> None:
     chat = EncryptedChatMemory(InMemoryChatMemory(), key=KEY)
     chat.save("s", sample_conversation())
     stored = chat.inner.load("s")
     assert [m.role for m in stored] == [m.role for m in sample_conversation()]
-    for message in stored:
-        assert message.model_dump(exclude_defaults=True).keys() == {"role", "metadata"}
+    assert [m.id for m in stored] == [m.id for m in sample_conversation()]  # CM10: the inner memory keeps them unique
+    for message, original in zip(stored, sample_conversation()):
+        clear = {"role", "metadata"} | ({"id"} if original.id is not None else set())
+        assert message.model_dump(exclude_defaults=True).keys() == clear
         assert list(message.metadata) == [MARKER] and message.metadata[MARKER].startswith("mwe2:")
     assert len({m.metadata[MARKER] for m in stored}) == len(stored)  # equal messages, different ciphertexts
 
