@@ -73,7 +73,10 @@ def test_damaged_redis_sessions(redis_store: Store, damage: str) -> None:
         with pytest.raises(CorruptMemoryError, match="victim"):
             reader.append("victim", [Message(role="user", content="never on a damaged history")])
     assert reader.load("bystander") == OTHER
-    if damage != "meta-wrong-type":  # the listing reads every session's meta; that one cannot be read
+    if damage in ("meta-wrong-type", "id-missing"):  # the listing reads each session's id from its meta: it
+        with pytest.raises(CorruptMemoryError):  # refuses to hide a session it cannot name
+            reader.sessions()
+    else:
         assert "bystander" in reader.sessions()
     if damage.endswith("wrong-type") or damage == "version-not-a-number":
         reader.clear("victim")  # a damaged version or key type cannot be compared or written over: clear, then save

@@ -1,4 +1,4 @@
-"""`ChatMemoryContract`: the conformance tests of invariants CM1-CM9, for any `ChatMemory`."""
+"""`ChatMemoryContract`: the conformance tests of invariants CM1-CM10, for any `ChatMemory`."""
 
 from __future__ import annotations
 
@@ -22,6 +22,10 @@ __all__ = ["ChatMemoryContract"]
 
 def _texts(messages: list[Message]) -> list[str]:
     return [m.text for m in messages]
+
+
+def _with_id(message: Message, message_id: str) -> Message:
+    return message.model_copy(update={"id": message_id})
 
 
 class ChatMemoryContract:
@@ -331,6 +335,69 @@ class ChatMemoryContract:
         assert versions == sorted(set(versions))
         assert memory.append("s", []) == versions[-1]
         assert memory.load("s") == [turn(0), turn(1), turn(2)]
+
+    # CM10 ----------------------------------------------------------------------------------------------------
+
+    def test_cm10_an_append_retried_with_the_same_ids_is_stored_once(self, memory: Driver) -> None:
+        first = [_with_id(turn(0), "m0"), _with_id(turn(1), "m1")]
+        version = memory.append("s", first)
+        assert memory.append("s", first) == version  # nothing new: nothing written, the version unchanged
+        assert memory.load_versioned("s") == (first, version)
+        later = memory.append("s", [first[1], _with_id(turn(2), "m2"), turn(3), turn(3)])
+        assert later > version
+        assert memory.load("s") == [*first, _with_id(turn(2), "m2"), turn(3), turn(3)]  # no id: no dedupe (CM3)
+
+    def test_cm10_a_stored_id_wins_over_a_different_message_with_that_id(self, memory: Driver) -> None:
+        memory.append("s", [_with_id(turn(0), "m0")])
+        memory.append("s", [_with_id(Message(role="user", content="other text"), "m0")])
+        assert memory.load("s") == [_with_id(turn(0), "m0")]
+
+    def test_cm10_ids_are_per_session(self, memory: Driver) -> None:
+        memory.append("a", [_with_id(turn(0), "m0")])
+        memory.append("b", [_with_id(turn(0), "m0")])
+        assert memory.load("a") == memory.load("b") == [_with_id(turn(0), "m0")]
+
+    @pytest.mark.parametrize("write", ["save", "append", "update"])
+    def test_cm10_two_messages_with_one_id_are_refused(self, memory: Driver, write: str) -> None:
+        memory.save("s", [_with_id(turn(0), "m0")])
+        twins = [_with_id(turn(1), "x"), _with_id(turn(2), "x")]
+        with pytest.raises(InvalidInputError, match="'x'"):
+            if write == "update":
+                memory.update("s", lambda messages: [*messages, *twins])
+            else:
+                getattr(memory, write)("s", twins)
+        assert memory.load("s") == [_with_id(turn(0), "m0")]
+        with pytest.raises(InvalidInputError, match="'m0'"):
+            memory.save("s", [_with_id(turn(0), "m0"), turn(1), _with_id(turn(2), "m0")])
+        assert memory.load("s") == [_with_id(turn(0), "m0")]
+
+    def test_cm10_a_save_may_move_or_drop_an_id(self, memory: Driver) -> None:
+        memory.save("s", [_with_id(turn(i), f"m{i}") for i in range(4)])
+        reordered = [_with_id(turn(3), "m3"), _with_id(turn(0), "m0")]
+        memory.save("s", reordered)
+        assert memory.load("s") == reordered
+        memory.append("s", [_with_id(turn(1), "m1")])  # dropped by the save: a new message again
+        assert memory.load("s") == [*reordered, _with_id(turn(1), "m1")]
+        memory.clear("s")
+        memory.append("s", [_with_id(turn(3), "m3")])
+        assert memory.load("s") == [_with_id(turn(3), "m3")]
+
+    def test_cm10_concurrent_appends_of_one_message_store_it_once(self, memory: Driver) -> None:
+        batches = [[_with_id(turn(i), f"m{i}") for i in range(start, start + 5)] for start in (0, 3, 6, 0, 3)]
+        if memory.is_async:
+
+            async def all_writers() -> None:
+                await asyncio.gather(*(memory.target.aappend("s", batch) for batch in batches))
+
+            memory.run(all_writers())
+        else:
+            threads = [threading.Thread(target=memory.append, args=("s", batch)) for batch in batches]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        stored = [m.id for m in memory.load("s")]
+        assert sorted(stored, key=lambda i: int(i[1:])) == [f"m{i}" for i in range(11)]
 
     # A second object over the same storage ------------------------------------------------------------------
 
