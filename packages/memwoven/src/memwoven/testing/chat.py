@@ -15,7 +15,7 @@ from memwoven.contracts import ChatMemory
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 from memwoven.models import Message
 from memwoven.testing._driver import MODES, Driver, driving
-from memwoven.testing.samples import HOSTILE_IDS, sample_conversation, turn
+from memwoven.testing.samples import HOSTILE_IDS, OVER_THE_LIMITS, sample_conversation, turn, values_at_the_limits
 
 __all__ = ["ChatMemoryContract"]
 
@@ -161,6 +161,30 @@ class ChatMemoryContract:
         with pytest.raises(InvalidInputError):
             memory.append("s", bad)
         assert memory.load_versioned("s") == (before, version)
+
+    def test_cm4_every_accepted_value_reads_back_equal(self, memory: Driver) -> None:
+        values = values_at_the_limits()
+        message = Message(
+            role="assistant",
+            content=[{"type": "text", "text": values["text"]}, {"type": "opaque", "kind": "k", "data": values}],
+            tool_calls=[{"id": "c", "name": "f", "arguments": values}],
+            metadata=values,
+            extras={"framework": values},
+        )
+        memory.save("s", [message])
+        assert [m.model_dump_json() for m in memory.load("s")] == [message.model_dump_json()]
+        second = self.reopen(memory.target)
+        if second is not None:  # and from a fresh object, which decodes what was stored
+            with second:
+                assert [m.model_dump_json() for m in second.load("s")] == [message.model_dump_json()]
+
+    @pytest.mark.parametrize("over", OVER_THE_LIMITS, ids=["int-digits", "negative-int-digits", "depth"])
+    def test_cm4_values_past_the_limits_are_refused(self, memory: Driver, over: dict[str, Any]) -> None:
+        memory.save("s", [turn(0)])
+        for bad in ({"metadata": over}, {"tool_calls": [{"id": "c", "name": "f", "arguments": over}]}):
+            with pytest.raises(InvalidInputError):
+                memory.append("s", [{"role": "assistant", **bad}])
+        assert memory.load("s") == [turn(0)]
 
     def test_cm4_readers_see_the_old_or_the_new_history_never_a_mix(self, memory: Driver) -> None:
         old = [turn(i, "old") for i in range(20)]

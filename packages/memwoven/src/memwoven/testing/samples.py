@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
-from memwoven.models import ImagePart, Message, OpaquePart, TextPart, ToolCall
+from memwoven.models import MAX_INT_DIGITS, MAX_JSON_DEPTH, ImagePart, Message, OpaquePart, TextPart, ToolCall
 
-__all__ = ["HOSTILE_IDS", "sample_conversation", "turn"]
+__all__ = ["HOSTILE_IDS", "OVER_THE_LIMITS", "sample_conversation", "turn", "values_at_the_limits"]
 
 HOSTILE_IDS: tuple[str, ...] = (
     "plain",
@@ -83,3 +84,35 @@ def sample_conversation() -> list[Message]:
         Message(role="user", content="Thanks!"),  # duplicates are kept (CM3)
         Message(role="assistant", content='Multi-line\nreply with "quotes", back\\slashes and \u0000-free text.'),
     ]
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "bottom"
+    for _ in range(depth):
+        value = {"d": value}
+    return value
+
+
+def values_at_the_limits() -> dict[str, Any]:
+    """A JSON object at every documented limit (`models.MAX_INT_DIGITS`, `models.MAX_JSON_DEPTH`) and at the edges
+    of JSON's values: stored as metadata (or anywhere a message holds JSON) it must read back exactly."""
+    return {
+        "biggest": 10**MAX_INT_DIGITS - 1,
+        "smallest": -(10**MAX_INT_DIGITS - 1),
+        "past 2**64": 2**64 + 1,
+        "deep": _nested(MAX_JSON_DEPTH - 1),  # inside the object itself: exactly MAX_JSON_DEPTH levels
+        "tiny": 5e-324,
+        "huge": 1.7976931348623157e308,
+        "negative zero": -0.0,
+        "bool and int": [True, 1, 1.0, False, 0, None],
+        "text": "NUL \x00, controls \x1b[31m, \u2028, é, 👩\u200d👩\u200d👧, \U0010ffff",
+        "": {"": ""},
+    }
+
+
+OVER_THE_LIMITS: list[dict[str, Any]] = [
+    {"n": 10**MAX_INT_DIGITS},
+    {"n": [-(10**MAX_INT_DIGITS)]},
+    {"deep": _nested(MAX_JSON_DEPTH)},
+]
+"""JSON objects past a documented limit, refused with `InvalidInputError` before anything is written."""

@@ -13,6 +13,7 @@ from memwoven.contracts import VectorMemory
 from memwoven.errors import DimensionMismatchError, InvalidInputError
 from memwoven.models import VectorDocument
 from memwoven.testing._driver import MODES, Driver, driving
+from memwoven.testing.samples import OVER_THE_LIMITS, values_at_the_limits
 
 __all__ = ["VectorMemoryContract"]
 
@@ -332,6 +333,24 @@ class VectorMemoryContract:
             exported = json.loads(stored.model_dump_json(exclude={"embedding"}))
             assert exported["id"] == stored.id and exported["metadata"] == stored.metadata
             assert VectorDocument.model_validate_json(stored.model_dump_json()) == stored
+
+    def test_vm8_every_accepted_value_reads_back_equal(self, memory: Driver) -> None:
+        values = values_at_the_limits()
+        stored = VectorDocument(id="limits", content=values["text"], embedding=axis(0), metadata=values)
+        memory.store([stored])
+        exact = stored.model_dump_json(exclude={"embedding"})
+        assert [d.model_dump_json(exclude={"embedding"}) for d in memory.get(["limits"])] == [exact]
+        second = self.reopen(memory.target)
+        if second is not None:  # and from a fresh object, which decodes what was stored
+            with second:
+                assert [d.model_dump_json(exclude={"embedding"}) for d in second.get(["limits"])] == [exact]
+
+    @pytest.mark.parametrize("over", OVER_THE_LIMITS, ids=["int-digits", "negative-int-digits", "depth"])
+    def test_vm8_values_past_the_limits_are_refused(self, memory: Driver, over: dict[str, Any]) -> None:
+        memory.store([doc("kept", axis(0))])
+        with pytest.raises(InvalidInputError):
+            memory.store([doc("new", axis(1)), {"id": "bad", "embedding": axis(2), "metadata": over}])
+        assert memory.ids() == ["kept"]
 
     def test_vm8_ids_list_every_document_so_a_collection_can_be_read_whole(self, memory: Driver) -> None:
         assert memory.ids() == []
