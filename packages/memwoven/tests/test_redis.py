@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -38,6 +39,16 @@ class TestRedisChatMemory(ChatMemoryContract):
     def reopen(self, memory: ChatMemory) -> ChatMemory:
         assert isinstance(memory, RedisChatMemory)
         return RedisChatMemory(redis_url(), prefix=memory.prefix)
+
+    @contextlib.contextmanager
+    def neighbour(self, memory: ChatMemory) -> Iterator[ChatMemory]:
+        assert isinstance(memory, RedisChatMemory)
+        with RedisChatMemory(redis_url(), prefix=memory.prefix + "s") as neighbour:
+            try:
+                yield neighbour
+            finally:
+                for session_id in neighbour.sessions():
+                    neighbour.clear(session_id)
 
     def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
         forge_first_message(memory, session_id)
@@ -145,6 +156,16 @@ class TestRedisClusterChatMemory(ChatMemoryContract):
     def reopen(self, memory: ChatMemory) -> ChatMemory:
         assert isinstance(memory, RedisChatMemory)
         return RedisChatMemory(memory._url, prefix=memory.prefix)
+
+    @contextlib.contextmanager
+    def neighbour(self, memory: ChatMemory) -> Iterator[ChatMemory]:
+        assert isinstance(memory, RedisChatMemory)
+        with RedisChatMemory(memory._url, prefix=memory.prefix + "s") as neighbour:
+            try:
+                yield neighbour
+            finally:
+                for session_id in neighbour.sessions():
+                    neighbour.clear(session_id)
 
     def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
         evict_meta(memory, session_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import logging
 import multiprocessing
@@ -109,6 +110,15 @@ class _ChatContract(ChatMemoryContract):
         assert isinstance(memory, SQLChatMemory)
         return SQLChatMemory(memory.engine.url, table_prefix=memory.table_prefix)
 
+    @contextlib.contextmanager
+    def neighbour(self, memory: ChatMemory) -> Iterator[ChatMemory]:
+        assert isinstance(memory, SQLChatMemory)
+        with SQLChatMemory(memory.engine.url, table_prefix=memory.table_prefix + "s_") as neighbour:
+            try:
+                yield neighbour
+            finally:
+                neighbour.drop_tables()
+
     def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
         assert isinstance(memory, SQLChatMemory)
         messages = Tables.build(memory.table_prefix, None).messages
@@ -132,6 +142,14 @@ class _VectorContract(VectorMemoryContract):
         return SQLVectorMemory(
             memory.engine.url, table_prefix=memory.table_prefix, collection=memory.collection, metric=memory.metric
         )
+
+    @contextlib.contextmanager
+    def neighbour(self, memory: VectorMemory) -> Iterator[VectorMemory]:
+        assert isinstance(memory, SQLVectorMemory)
+        with SQLVectorMemory(
+            memory.engine.url, table_prefix=memory.table_prefix, collection=memory.collection + "s"
+        ) as neighbour:
+            yield neighbour
 
 
 class TestSQLiteChat(_ChatContract):

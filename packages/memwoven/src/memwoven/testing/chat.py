@@ -48,6 +48,12 @@ class ChatMemoryContract:
         """Return a second object over the same storage, or None if storage is private to the object."""
         return None
 
+    @contextlib.contextmanager
+    def neighbour(self, memory: ChatMemory) -> Iterator[ChatMemory | None]:
+        """A memory on the same storage under another prefix or namespace that starts with this one's (CM8:
+        prefixes are boundaries), removed afterwards; None if the backend has no such option."""
+        yield None
+
     def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
         """Damage the stored data of `session_id` so that it cannot be decoded."""
         pytest.skip(f"{type(self).__name__} provides no corrupt_session hook (storage cannot be damaged)")
@@ -299,6 +305,18 @@ class ChatMemoryContract:
         assert memory.load("other") == []
         bound.clear()
         assert memory.sessions() == []
+
+    def test_cm8_a_prefix_is_a_boundary(self, memory: Driver) -> None:
+        with self.neighbour(memory.target) as neighbour:
+            if neighbour is None:
+                pytest.skip(f"{type(memory.target).__name__} has no prefix or namespace option")
+            memory.save("s", [turn(0)])
+            memory.save("x", [turn(1)])
+            assert neighbour.sessions() == [] and neighbour.load("s") == []
+            neighbour.clear("s")
+            neighbour.save("x", [turn(9)])  # the same session id, under the other prefix
+            assert memory.load("s") == [turn(0)] and memory.load("x") == [turn(1)]
+            assert memory.sessions() == ["s", "x"] and neighbour.sessions() == ["x"]
 
     # CM9 -----------------------------------------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Callable, Iterator
@@ -84,6 +85,12 @@ class VectorMemoryContract:
     def reopen(self, memory: VectorMemory) -> VectorMemory | None:
         """Return a second object over the same storage, or None if storage is private to the object."""
         return None
+
+    @contextlib.contextmanager
+    def neighbour(self, memory: VectorMemory) -> Iterator[VectorMemory | None]:
+        """A memory on the same storage whose collection name (or prefix) starts with this one's (prefixes and
+        names are boundaries), removed afterwards; None if the backend has no such option."""
+        yield None
 
     @pytest.fixture(params=MODES)
     def mode(self, request: pytest.FixtureRequest) -> str:
@@ -333,6 +340,17 @@ class VectorMemoryContract:
             exported = json.loads(stored.model_dump_json(exclude={"embedding"}))
             assert exported["id"] == stored.id and exported["metadata"] == stored.metadata
             assert VectorDocument.model_validate_json(stored.model_dump_json()) == stored
+
+    def test_vm8_a_name_or_prefix_is_a_boundary(self, memory: Driver) -> None:
+        with self.neighbour(memory.target) as neighbour:
+            if neighbour is None:
+                pytest.skip(f"{type(memory.target).__name__} has no collection name or prefix option")
+            memory.store([doc("a", axis(0)), doc("b", axis(1))])
+            assert neighbour.ids() == [] and neighbour.get(["a"]) == [] and neighbour.search(axis(0)) == []
+            neighbour.delete(["a"])
+            neighbour.store([doc("b", axis(2), other=True)])
+            assert memory.ids() == ["a", "b"] and memory.get(["b"])[0].metadata == {}
+            assert neighbour.ids() == ["b"]
 
     def test_vm8_every_accepted_value_reads_back_equal(self, memory: Driver) -> None:
         values = values_at_the_limits()
