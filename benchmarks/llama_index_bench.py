@@ -103,7 +103,7 @@ def query(report: Report, *, count: int, dimension: int = 384) -> None:
 
     ids, vectors, queries = _corpus(count, dimension)
     nodes = [TextNode(id_=i, text=i, embedding=v) for i, v in zip(ids, vectors.tolist())]
-    ours = MemwovenVectorStore(InMemoryVectorMemory(dimension))
+    ours = MemwovenVectorStore(InMemoryVectorMemory(dimension=dimension))
     for start in range(0, count, 10_000):
         ours.add(nodes[start : start + 10_000])
     theirs = SimpleVectorStore()

@@ -51,7 +51,7 @@ def _corpus(count: int, dimension: int, seed: int = 7) -> tuple[list[str], Array
 
 
 def _memwoven(ids: list[str], vectors: Array) -> InMemoryVectorMemory:
-    memory = InMemoryVectorMemory(vectors.shape[1])
+    memory = InMemoryVectorMemory(dimension=vectors.shape[1])
     _store(memory, ids, vectors)
     return memory
 
@@ -161,14 +161,14 @@ class InMemory(MemwovenSubject):
     name = "memwoven InMemoryVectorMemory"
 
     def make(self, dimension: int) -> Any:
-        return InMemoryVectorMemory(dimension)
+        return InMemoryVectorMemory(dimension=dimension)
 
 
 class InMemoryBfloat16(MemwovenSubject):
     name = "memwoven InMemoryVectorMemory (bfloat16 scan)"
 
     def make(self, dimension: int) -> Any:
-        return InMemoryVectorMemory(dimension, scan="bfloat16")
+        return InMemoryVectorMemory(dimension=dimension, scan="bfloat16")
 
 
 class SQLite(MemwovenSubject):

@@ -54,7 +54,7 @@ class Store:
         """A new object over the vector collection `collection` of this place."""
         if self.kind == "memory":
             key = f"{self.location}:vector:{collection}"
-            return _IN_PROCESS.setdefault(key, InMemoryVectorMemory(dimension, **options))  # type: ignore[no-any-return]
+            return _IN_PROCESS.setdefault(key, InMemoryVectorMemory(dimension=dimension, **options))  # type: ignore[no-any-return]
         if self.kind == "qdrant":  # Qdrant's local in-memory mode: each object has its own private client
             from memwoven.backends.qdrant import QdrantVectorMemory
 

@@ -72,7 +72,7 @@ def test_a_writer_killed_at_random_moments_leaves_a_whole_earlier_or_later_state
     zygote: Zygote, store: Store, tmp_path: Path
 ) -> None:
     rng = random.Random(f"crash-{store.kind}")
-    cache_off = {"cache_sessions": 0} if store.kind == "file" else {"cache_size": 0}
+    cache_off = {"cache_size": 0}
     with store.chat() as memory:
         memory.load(SESSION)  # create the tables before the first kill
     chat_seen = vector_seen = -1

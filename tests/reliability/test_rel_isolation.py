@@ -497,7 +497,7 @@ store_prefixes = st.one_of(
 
 
 def test_langgraph_namespaces_and_prefixes_are_boundaries(isolated: ChatMemory) -> None:
-    memory, shared_vectors = isolated, InMemoryVectorMemory(64)
+    memory, shared_vectors = isolated, InMemoryVectorMemory(dimension=64)
 
     @examples(25)
     @given(namespace_pair=store_namespace_pairs, prefix_pair=store_prefixes)

@@ -40,7 +40,7 @@ def test_hashing_vectors_are_unit_length_and_stable_across_instances() -> None:
 
 def test_hashing_similarity_follows_shared_words() -> None:
     embed = HashingEmbedFn(dimension=256)
-    memory = InMemoryVectorMemory(embed.dimension)
+    memory = InMemoryVectorMemory(dimension=embed.dimension)
     texts = {
         "cats": "Cats like to sleep on warm sofas",
         "stocks": "The stock market fell sharply on Monday",

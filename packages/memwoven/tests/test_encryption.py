@@ -124,7 +124,9 @@ def _vector(inner: VectorMemory, mode: str) -> EncryptedVectorMemory:
 class TestEncryptedInMemoryVector(VectorMemoryContract):
     @pytest.fixture(params=VECTOR_MODES)
     def vector_memory_factory(self, request: pytest.FixtureRequest) -> Callable[..., VectorMemory]:
-        return lambda dimension, metric: _vector(InMemoryVectorMemory(dimension, metric=metric), request.param)
+        return lambda dimension, metric: _vector(
+            InMemoryVectorMemory(dimension=dimension, metric=metric), request.param
+        )
 
 
 class TestEncryptedSQLiteVector(VectorMemoryContract):
@@ -333,7 +335,7 @@ def test_rotation_reads_with_old_keys_writes_with_the_new_and_reencrypts(tmp_pat
 
 def test_vector_rotation_and_reencrypt() -> None:
     old, new = generate_key(), generate_key()
-    inner = InMemoryVectorMemory(3)
+    inner = InMemoryVectorMemory(dimension=3)
     EncryptedVectorMemory(inner, key=old).store(_secret_documents())
     rotated = EncryptedVectorMemory(inner, key=[old, new], id_key=None)
     rotated.store([VectorDocument(id="fresh", embedding=[0.0, 0.0, 1.0])])
@@ -403,7 +405,7 @@ def test_a_changed_role_or_a_plaintext_message_is_detected() -> None:
 
 @pytest.mark.parametrize("hashed", [False, True])
 def test_vector_tampering_and_swaps_are_detected(hashed: bool) -> None:
-    vectors = EncryptedVectorMemory(InMemoryVectorMemory(3), key=KEY, id_key=ID_KEY if hashed else None)
+    vectors = EncryptedVectorMemory(InMemoryVectorMemory(dimension=3), key=KEY, id_key=ID_KEY if hashed else None)
     vectors.store(
         [VectorDocument(id="a", content="A", embedding=[1, 0, 0]), VectorDocument(id="b", embedding=[0, 1, 0])]
     )
@@ -432,14 +434,14 @@ def test_tokens_are_bound_to_the_collection_name(tmp_path: Path) -> None:
     with pytest.raises(CorruptMemoryError, match="document 'd' fails authentication"):
         sql_other.get(["d"])
     assert EncryptedVectorMemory(sql_other.inner, key=KEY, collection="notes").get(["d"])[0].content == "secret"
-    unnamed = EncryptedVectorMemory(InMemoryVectorMemory(2), key=KEY)
+    unnamed = EncryptedVectorMemory(InMemoryVectorMemory(dimension=2), key=KEY)
     unnamed.inner.store(raw)  # the file's token, bound to "notes"
     with pytest.raises(CorruptMemoryError, match="document 'd'"):
         unnamed.get(["d"])
     assert unnamed.collection is None and "collection=None" in repr(unnamed)
     for bad in ("", "a\x00b"):
         with pytest.raises(InvalidInputError, match="collection name"):
-            EncryptedVectorMemory(InMemoryVectorMemory(2), key=KEY, collection=bad)
+            EncryptedVectorMemory(InMemoryVectorMemory(dimension=2), key=KEY, collection=bad)
 
 
 # Hashed ids ------------------------------------------------------------------------------------------------------
@@ -567,9 +569,9 @@ def test_filtered_search_pages_until_top_k_match(mode: str) -> None:
         )
         for i in range(400)
     ]
-    reference = InMemoryVectorMemory(3)
+    reference = InMemoryVectorMemory(dimension=3)
     reference.store(documents)
-    encrypted = _vector(InMemoryVectorMemory(3), mode)
+    encrypted = _vector(InMemoryVectorMemory(dimension=3), mode)
     encrypted.store(documents)
     query = [0.2, 1.0, 0.1]
     for spec, top_k in [({"rare": True}, 5), ({"rare": True}, 50), ({"group": 1}, 30), (None, 40), ({"group": 9}, 3)]:
@@ -580,7 +582,7 @@ def test_filtered_search_pages_until_top_k_match(mode: str) -> None:
 
 
 def test_embeddings_opened_with_the_other_setting_are_refused() -> None:
-    inner = InMemoryVectorMemory(3)
+    inner = InMemoryVectorMemory(dimension=3)
     EncryptedVectorMemory(inner, key=KEY, encrypt_embeddings=True).store(_secret_documents())
     with pytest.raises(CorruptMemoryError, match="encrypt_embeddings=True"):
         EncryptedVectorMemory(inner, key=KEY).get([_secret_documents()[0].id])

@@ -21,13 +21,13 @@ class TestInMemoryChatMemory(ChatMemoryContract):
 class TestInMemoryVectorMemory(VectorMemoryContract):
     @pytest.fixture
     def vector_memory_factory(self) -> Callable[..., VectorMemory]:
-        return lambda dimension, metric: InMemoryVectorMemory(dimension, metric=metric)
+        return lambda dimension, metric: InMemoryVectorMemory(dimension=dimension, metric=metric)
 
 
 class TestInMemoryVectorMemoryBfloat16Scan(VectorMemoryContract):
     @pytest.fixture
     def vector_memory_factory(self) -> Callable[..., VectorMemory]:
-        return lambda dimension, metric: InMemoryVectorMemory(dimension, metric=metric, scan="bfloat16")
+        return lambda dimension, metric: InMemoryVectorMemory(dimension=dimension, metric=metric, scan="bfloat16")
 
 
 @pytest.mark.parametrize("metric", ["cosine", "dot"])

@@ -233,7 +233,7 @@ def test_filter_translation_is_never_stricter_than_the_filter() -> None:
 
 def test_random_operations_match_the_in_memory_backend(memory: QdrantVectorMemory) -> None:
     rng = random.Random(3)
-    model = InMemoryVectorMemory(4)
+    model = InMemoryVectorMemory(dimension=4)
     for step in range(150):
         action = rng.random()
         if action < 0.6:

@@ -43,7 +43,7 @@ class Backend:
     def vector(self, dimension: int | None = None, collection: str | None = None) -> VectorMemory:
         """A vector collection: a new one, or `collection` (which reopens it on a persistent backend)."""
         if self.kind == "memory":
-            memory: VectorMemory = InMemoryVectorMemory(dimension)
+            memory: VectorMemory = InMemoryVectorMemory(dimension=dimension)
         else:
             name = collection or unique_name("c")
             memory = SQLVectorMemory(self.url, collection=name, dimension=dimension, **self.options)

@@ -175,7 +175,7 @@ def open_vector_memory(
     if scheme == "memory":
         from memwoven.backends.memory import InMemoryVectorMemory
 
-        return InMemoryVectorMemory(dimension, metric=metric, **options)
+        return InMemoryVectorMemory(dimension=dimension, metric=metric, **options)
     if scheme == "file":
         from memwoven.backends.file import FileVectorMemory
 

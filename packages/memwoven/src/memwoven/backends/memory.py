@@ -145,7 +145,7 @@ class InMemoryVectorMemory(VectorMemory):
     the bytes read per search, at 1.5x the memory.
     """
 
-    def __init__(self, dimension: int | None = None, *, metric: Metric = "cosine", scan: Scan = "float32") -> None:
+    def __init__(self, *, dimension: int | None = None, metric: Metric = "cosine", scan: Scan = "float32") -> None:
         self._index = VectorIndex(dimension, metric, scan=scan)
         self.metric = self._index.metric
         self._lock = threading.RLock()

@@ -181,8 +181,8 @@ class ChatMemoryContract:
         assert [m.model_dump_json() for m in memory.load("s")] == [message.model_dump_json()]
         second = self.reopen(memory.target)
         if second is not None:  # and from a fresh object, which decodes what was stored
-            with second:
-                assert [m.model_dump_json() for m in second.load("s")] == [message.model_dump_json()]
+            with driving(second, "async" if memory.is_async else "sync", memory.loop) as fresh:
+                assert [m.model_dump_json() for m in fresh.load("s")] == [message.model_dump_json()]
 
     @pytest.mark.parametrize("over", OVER_THE_LIMITS, ids=["int-digits", "negative-int-digits", "depth"])
     def test_cm4_values_past_the_limits_are_refused(self, memory: Driver, over: dict[str, Any]) -> None:

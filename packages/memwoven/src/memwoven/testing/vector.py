@@ -360,8 +360,8 @@ class VectorMemoryContract:
         assert [d.model_dump_json(exclude={"embedding"}) for d in memory.get(["limits"])] == [exact]
         second = self.reopen(memory.target)
         if second is not None:  # and from a fresh object, which decodes what was stored
-            with second:
-                assert [d.model_dump_json(exclude={"embedding"}) for d in second.get(["limits"])] == [exact]
+            with driving(second, "async" if memory.is_async else "sync", memory.loop) as fresh:
+                assert [d.model_dump_json(exclude={"embedding"}) for d in fresh.get(["limits"])] == [exact]
 
     @pytest.mark.parametrize("over", OVER_THE_LIMITS, ids=["int-digits", "negative-int-digits", "depth"])
     def test_vm8_values_past_the_limits_are_refused(self, memory: Driver, over: dict[str, Any]) -> None:

@@ -194,7 +194,7 @@ class FileChatMemory(ChatMemory):
     """Chat histories in a directory, one crash-safe, checksummed file per session; safe across processes.
 
     File names are the SHA-256 of the session id, so any id stays inside `directory`; the id itself is stored in
-    the file and checked on read. Loads are cached per session while the file is unchanged (`cache_sessions`
+    the file and checked on read. Loads are cached per session while the file is unchanged (`cache_size`
     sessions at most). A writer waits at most `lock_timeout` seconds (None: forever) for the session's lock,
     then raises `BackendUnavailableError`. With `ttl` (seconds) a session expires when its file has not been
     written for that long (judged by its modification time; every write resets it): it then reads as absent, and
@@ -206,7 +206,7 @@ class FileChatMemory(ChatMemory):
         directory: str | os.PathLike[str],
         *,
         lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
-        cache_sessions: int = 64,
+        cache_size: int = 64,
         ttl: float | None = None,
     ) -> None:
         if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0):
@@ -219,7 +219,7 @@ class FileChatMemory(ChatMemory):
         except (FileExistsError, NotADirectoryError):
             raise InvalidInputError(f"{self.directory} is not a directory") from None
         self.lock_timeout = lock_timeout
-        self._cache_size = max(0, cache_sessions)
+        self._cache_size = max(0, cache_size)
         self._cache: OrderedDict[str, _Snapshot] = OrderedDict()
         self._cache_lock = threading.Lock()
 
