@@ -1,14 +1,20 @@
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
+import redis.asyncio
+import redis.cluster
 
 from memwoven import Message
+from memwoven.backends._redis import MAX_IN_FLIGHT
 from memwoven.backends.redis import RedisChatMemory
 from memwoven.contracts import ChatMemory
 from memwoven.errors import BackendUnavailableError, CorruptMemoryError
@@ -197,3 +203,113 @@ def test_a_restarted_server_keeps_acknowledged_writes_and_the_client_recovers() 
         texts = [m.text for m in memory.load("s")]
         assert texts[:20] == [f"w-{i}" for i in range(20)]
         assert texts[-1] == "w-21"
+
+
+# Event loops --------------------------------------------------------------------------------------------------
+
+
+def _message(name: str) -> Message:
+    return Message(role="user", content=f"text of {name}", id=name)
+
+
+async def _append_at_once(memory: RedisChatMemory, names: list[str], sessions: int = 1) -> None:
+    """Append one message per name, all at once, spread over `sessions` sessions; none may fail."""
+    calls = [memory.aappend(f"s{i % sessions}", [_message(name)]) for i, name in enumerate(names)]
+    results = await asyncio.gather(*calls, return_exceptions=True)
+    assert [r for r in results if isinstance(r, BaseException)] == []
+
+
+def _stored(memory: RedisChatMemory, sessions: int = 1) -> list[str]:
+    return sorted(str(m.id) for i in range(sessions) for m in memory.load(f"s{i}"))
+
+
+def _connections(memory: RedisChatMemory) -> int:
+    """The clients the server (every node of a cluster) has connected, this probe's connections included."""
+    client = memory._client
+    if isinstance(client, redis.cluster.RedisCluster):
+        replies = client.info("clients", target_nodes=redis.cluster.RedisCluster.ALL_NODES)
+        return sum(int(reply["connected_clients"]) for reply in replies.values())
+    return int(client.info("clients")["connected_clients"])
+
+
+@pytest.mark.parametrize("kind", ["standalone", "cluster"])
+def test_calls_beyond_the_connection_pool_wait_their_turn(kind: str, request: pytest.FixtureRequest) -> None:
+    """300 concurrent calls (redis-py's pools hold 100 connections) succeed through at most `MAX_IN_FLIGHT`
+    connections per node, all closed when their event loop ends."""
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(redis_server()) if kind == "standalone" else None
+        url = server.url if server else request.getfixturevalue("cluster_url")
+        memory = stack.enter_context(RedisChatMemory(url, prefix=unique_name("mwq")))
+        names, nodes = [f"m{i}" for i in range(300)], 1 if kind == "standalone" else 3
+        idle = _connections(memory)
+
+        async def scenario() -> int:
+            await _append_at_once(memory, names, sessions=30)
+            return _connections(memory)  # this loop's connections are still open
+
+        assert idle < asyncio.run(scenario()) <= idle + nodes * MAX_IN_FLIGHT
+        deadline = time.monotonic() + 5
+        while _connections(memory) > idle and time.monotonic() < deadline:  # the server notices closes late
+            time.sleep(0.01)
+        assert _connections(memory) == idle
+        assert _stored(memory, sessions=30) == sorted(names)
+
+
+def test_one_object_serves_successive_event_loops_and_loops_in_threads_at_once(
+    redis_prefix: tuple[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    url, prefix = redis_prefix
+    caplog.set_level(logging.DEBUG, "memwoven.redis")
+    with RedisChatMemory(url, prefix=prefix) as memory:
+        for i in range(5):
+            asyncio.run(_append_at_once(memory, [f"a{i}"]))
+        assert caplog.text.count("an async client for event loop") == 5
+        assert caplog.text.count("closed the async client of event loop") == 5
+        batches = [[f"t{t}-{i}" for i in range(50)] for t in range(4)]
+        threads = [threading.Thread(target=asyncio.run, args=(_append_at_once(memory, b),)) for b in batches]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert _stored(memory) == sorted([f"a{i}" for i in range(5)] + [n for b in batches for n in b])
+
+
+async def _increment(messages: list[Message]) -> list[Message]:
+    return [*messages, Message(role="user", content=str(len(messages)))]
+
+
+def test_without_an_async_client_for_the_loop_calls_run_in_threads(
+    redis_prefix: tuple[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Built from a sync client (with or without an async one, which serves the first loop only), the async
+    methods work from every loop: the sync client's calls run in worker threads."""
+    url, prefix = redis_prefix
+    caplog.set_level(logging.DEBUG, "memwoven.redis")
+    lent = redis.asyncio.Redis.from_url(url)
+    with (
+        RedisChatMemory(redis.Redis.from_url(url), prefix=prefix) as alone,
+        RedisChatMemory(redis.Redis.from_url(url), async_client=lent, prefix=prefix + "x") as paired,
+    ):
+        for memory in (alone, paired):
+            for i in range(3):
+                asyncio.run(_append_at_once(memory, [f"m{i}"]))
+                assert asyncio.run(memory.aupdate("u", _increment)) > 0  # an async change runs on the loop
+            assert _stored(memory) == ["m0", "m1", "m2"]
+            assert [m.text for m in memory.load("u")] == ["0", "1", "2"]
+    assert caplog.text.count("has no async client; Redis calls run in threads") == 6 + 5  # all loops but one
+    assert caplog.text.count("closed the async client of event loop") == 1  # `lent`, with its loop
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")  # the connections left open on the closed loop
+def test_the_client_of_a_loop_closed_while_it_was_open_is_dropped(
+    redis_prefix: tuple[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    url, prefix = redis_prefix
+    with RedisChatMemory(url, prefix=prefix) as memory:
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(_append_at_once(memory, ["before"]))
+        loop.close()  # without `shutdown_asyncgens()`, which `asyncio.run` calls
+        with caplog.at_level(logging.INFO, "memwoven.redis"):
+            asyncio.run(_append_at_once(memory, ["after"]))
+        assert "dropped the async client of event loop" in caplog.text
+        assert _stored(memory) == ["after", "before"]

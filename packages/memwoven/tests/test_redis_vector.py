@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
 from collections.abc import Callable, Iterator
 
 import pytest
 import redis
+import redis.asyncio
 
 from memwoven.backends.memory import InMemoryVectorMemory
 from memwoven.backends.redis_vector import RedisVectorMemory
@@ -74,6 +76,15 @@ class TestRedisVectorMemory(VectorMemoryContract):
         assert isinstance(memory, RedisVectorMemory)
         return RedisVectorMemory(redis_url(), prefix=memory.prefix, collection=memory.collection, metric=memory.metric)
 
+    @contextlib.contextmanager
+    def neighbour(self, memory: VectorMemory) -> Iterator[VectorMemory]:
+        assert isinstance(memory, RedisVectorMemory)
+        with RedisVectorMemory(redis_url(), prefix=memory.prefix, collection=memory.collection + "s") as neighbour:
+            try:
+                yield neighbour
+            finally:
+                neighbour.clear()
+
 
 @pytest.fixture(scope="module")
 def cluster_url() -> Iterator[str]:
@@ -97,6 +108,15 @@ class TestRedisClusterVectorMemory(VectorMemoryContract):
     def reopen(self, memory: VectorMemory) -> VectorMemory:
         assert isinstance(memory, RedisVectorMemory)
         return RedisVectorMemory(memory._url, prefix=memory.prefix, collection=memory.collection, metric=memory.metric)
+
+    @contextlib.contextmanager
+    def neighbour(self, memory: VectorMemory) -> Iterator[VectorMemory]:
+        assert isinstance(memory, RedisVectorMemory)
+        with RedisVectorMemory(memory._url, prefix=memory.prefix, collection=memory.collection + "s") as neighbour:
+            try:
+                yield neighbour
+            finally:
+                neighbour.clear()
 
 
 def test_collections_spread_over_the_cluster_and_keep_their_keys_in_one_slot(cluster_url: str) -> None:
@@ -161,7 +181,7 @@ def test_random_operations_through_three_clients_match_one_in_memory_model(
 ) -> None:
     rng = random.Random(5)
     clients = [open_memory(), open_memory(), open_memory()]
-    model = InMemoryVectorMemory(3)
+    model = InMemoryVectorMemory(dimension=3)
     for step in range(200):
         client, action = rng.choice(clients), rng.random()
         if action < 0.5:
@@ -292,8 +312,6 @@ def test_async_twins_share_the_local_index_with_sync_calls(open_memory: Callable
         await memory.astore([doc("a", 1.0, 0.0)])
         other.store([doc("b", 0.9, 0.1)])
         hits = await memory.asearch([1.0, 0.0], top_k=2)
-        assert memory._async_client is not None
-        await memory._async_client.aclose()
         return [h.document.id for h in hits]
 
     assert asyncio.run(scenario()) == ["a", "b"]
@@ -319,3 +337,26 @@ def test_bad_construction_arguments_are_rejected() -> None:
     for options in ({"prefix": "a b"}, {"collection": "{x}"}, {"max_changes": 0}, {"metric": "l2"}, {"dimension": 0}):
         with pytest.raises(InvalidInputError):
             RedisVectorMemory("redis://127.0.0.1:1/0", **options)
+
+
+def test_async_methods_work_from_every_loop_whatever_the_clients(redis_prefix: tuple[str, str]) -> None:
+    """From a URL (a client per loop), a sync client alone (worker threads) or with an async client (which serves
+    the first loop; later loops use threads), the async methods work from successive event loops."""
+    url, prefix = redis_prefix
+    memories = [
+        RedisVectorMemory(url, prefix=prefix, collection="url"),
+        RedisVectorMemory(redis.Redis.from_url(url), prefix=prefix, collection="alone"),
+        RedisVectorMemory(
+            redis.Redis.from_url(url), async_client=redis.asyncio.Redis.from_url(url), prefix=prefix, collection="lent"
+        ),
+    ]
+
+    async def store_and_search(memory: RedisVectorMemory, i: int) -> list[str]:
+        await memory.astore([doc(f"d{i}", 1.0, float(i))])
+        return [hit.document.id for hit in await memory.asearch([1.0, float(i)], top_k=1)]
+
+    for memory in memories:
+        for i in range(3):
+            assert asyncio.run(store_and_search(memory, i)) == [f"d{i}"]
+        assert memory.ids() == ["d0", "d1", "d2"]
+        memory.close()

@@ -24,17 +24,17 @@ own snapshot at the stored version, or stored messages equal, body and digest, t
 from the server clock (microseconds), so they only grow, even across a clear. An optional sliding TTL is reset on
 every write, as one deadline for all the session's keys so they expire together.
 
-The sync and async classes share everything but I/O: each operation is a generator that yields `_Op`s
-(script calls, scans) and receives their results; `_run` drives it with a sync client, `_arun` with an async one.
+Each operation is written once, as a generator that yields `_Op`s (script calls, scans) and receives their
+results; `_run` drives it with the sync client, `_arun` with the event loop's async client (see
+`memwoven.backends._redis`: one per loop, or the sync client in worker threads).
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import logging
-import re
-from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Mapping, Sequence
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -42,18 +42,11 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import LockError, RedisClusterException, ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from memwoven._steps import Sleep
+from memwoven.backends._redis import Clients, as_text, check_prefix, logger
 from memwoven.contracts import ChatMemory, History, MessagesIn, check_id
-from memwoven.errors import (
-    BackendUnavailableError,
-    ConcurrentModificationError,
-    CorruptMemoryError,
-    InvalidInputError,
-    MemwovenError,
-)
+from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 from memwoven.history import (
     EMPTY,
     Snapshot,
@@ -66,11 +59,8 @@ from memwoven.history import (
     prepare_edit,
 )
 from memwoven.models import Message, coerce_messages, same_prefix
-from memwoven.urls import redact_text, redact_url
 
 __all__ = ["RedisChatMemory"]
-
-logger = logging.getLogger("memwoven.redis")
 
 _T = TypeVar("_T")
 _PARTS = ("meta", "msgs", "digests", "ids")  # a session's keys, in the order the scripts take them
@@ -78,10 +68,6 @@ _LOCK_LEASE = 30.0  # seconds an update lock lives if its holder dies
 _LOCK_WAIT = 60.0  # seconds a locked update waits for its turn
 _LOCK_POLL = 0.005  # seconds between attempts to take the lock
 _LOCKED_TRIES = 16  # retries under the lock, against writers that do not take it (save, append)
-# No glob or hash-tag characters. A prefix holds no '{', so in `<prefix>:{<hash>}:<part>` (chat keys) and
-# `<prefix>:vec:{<name>}:<part>` (vector keys, other parts) the first '{' ends the prefix: no prefix's keys or SCAN
-# patterns reach another's, even one it starts ("app", "app:x"). `\Z`, since `$` also matches before a final "\n".
-KEY_PREFIX = re.compile(r"^[A-Za-z0-9_.:-]{1,64}\Z")
 
 # KEYS of every script but `clear`: meta, msgs, digests, ids (`_PARTS`).
 _COMMON = """
@@ -229,6 +215,10 @@ return {version, seal_and_touch(ARGV[1], version, count + pushed, ids + added, h
 if redis.call('HGET', KEYS[1], 'id') then return 0 end
 return math.min(redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4]), 1)
 """,
+    # KEYS: a session's update lock. ARGV: this holder's token, the lease in ms. -> 1 if taken
+    "lock": "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end return 0",
+    # KEYS: the lock. ARGV: the token. Released only by its holder (a lease that ran out may be another's now).
+    "unlock": "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
 }
 
 
@@ -257,18 +247,28 @@ class _Fields:
 
 
 _Op = _Script | _Scan | _Fields
-_Steps = Generator[_Op, Any, _T]
+_Steps = Generator[_Op | Sleep, Any, _T]
 
 
-def as_text(value: bytes | str) -> str:
-    """A Redis reply as text."""
-    return value.decode("utf-8") if isinstance(value, bytes) else value
+async def _aexecute(client: Any, scripts: dict[str, Any], op: _Op) -> Any:
+    """`RedisChatMemory._execute` with an async client and its `scripts`."""
+    if isinstance(op, _Script):
+        return await scripts[op.name](keys=op.keys, args=op.args)
+    if isinstance(op, _Scan):
+        return [key async for key in client.scan_iter(match=op.pattern, count=1000)]
+    pipe = client.pipeline(transaction=False)
+    for key in op.keys:
+        pipe.hget(key, op.field)
+    return await pipe.execute()
 
 
 class RedisChatMemory(ChatMemory):
     """Chat histories on Redis: `redis://`, `rediss://` or `redis+cluster://` URLs, or clients you built.
 
     `prefix` namespaces every key; `ttl` (seconds) expires a session that has not been written for that long.
+    The async methods work from any event loop (an async client per loop, made on first use, closed with the
+    loop); `async_client` serves the first loop that uses this object. Without one, they run the sync client's
+    calls in worker threads.
     """
 
     def __init__(
@@ -281,16 +281,13 @@ class RedisChatMemory(ChatMemory):
         socket_timeout: float = 10.0,
         cache_size: int = 256,
     ) -> None:
-        if not isinstance(prefix, str) or not KEY_PREFIX.match(prefix):
-            raise InvalidInputError(f"prefix must match {KEY_PREFIX.pattern}, got {prefix!r}")
+        self.prefix = check_prefix(prefix)
         if ttl is not None and not ttl > 0:
             raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")
-        self.prefix = prefix
         self._ttl_ms = str(int(ttl * 1000)) if ttl else "0"
         self._cache = SnapshotCache(cache_size)
-        self._url, self._client, self._async_client, self._scripts, self._async_scripts = connect(
-            url_or_client, async_client, socket_timeout, SCRIPTS
-        )
+        self._redis = Clients(url_or_client, async_client, socket_timeout, SCRIPTS)
+        self._url, self._client, self._scripts = self._redis.url, self._redis.client, self._redis.scripts
 
     def __repr__(self) -> str:
         return f"RedisChatMemory({self._url!r}, prefix={self.prefix!r})"
@@ -427,7 +424,7 @@ class RedisChatMemory(ChatMemory):
     # Drivers ------------------------------------------------------------------------------------------------
 
     def _run(self, steps: _Steps[_T], session_id: str | None = None) -> _T:
-        return drive(steps, self._execute, self._url, _subject(session_id))
+        return self._redis.run(steps, self._execute, _subject(session_id))
 
     def _execute(self, op: _Op) -> Any:
         if isinstance(op, _Script):
@@ -440,18 +437,7 @@ class RedisChatMemory(ChatMemory):
         return pipe.execute()
 
     async def _arun(self, steps: _Steps[_T], session_id: str | None = None) -> _T:
-        return await adrive(steps, self._aexecute, self._url, _subject(session_id))
-
-    async def _aexecute(self, op: _Op) -> Any:
-        assert self._async_client is not None and self._async_scripts is not None
-        if isinstance(op, _Script):
-            return await self._async_scripts[op.name](keys=op.keys, args=op.args)
-        if isinstance(op, _Scan):
-            return [key async for key in self._async_client.scan_iter(match=op.pattern, count=1000)]
-        pipe = self._async_client.pipeline(transaction=False)
-        for key in op.keys:
-            pipe.hget(key, op.field)
-        return await pipe.execute()
+        return await self._redis.arun(steps, self._execute, _aexecute, _subject(session_id))
 
     # The contract -------------------------------------------------------------------------------------------
 
@@ -497,103 +483,61 @@ class RedisChatMemory(ChatMemory):
 
     def _update_locked(self, session_id: str, change: Callable[[list[Message]], MessagesIn]) -> int:
         """`update` after repeated conflicts: the optimistic loop again, but with the writers that also ended up
-        here taking turns under a Redis lock (redis-py's `Lock`, a lease). The version check still decides what
-        is written, so a lease that runs out while `change` is slow can cost a retry, never a lost write."""
-        lock = self._client.lock(self._lock_key(session_id), timeout=_LOCK_LEASE, sleep=_LOCK_POLL)
+        here taking turns under a Redis lock (a lease). The version check still decides what is written, so a
+        lease that runs out while `change` is slow can cost a retry, never a lost write."""
+        key, token = self._lock_key(session_id), uuid.uuid4().hex
+        if not self._run(_lock_steps(key, token), session_id):
+            raise _busy(session_id)
         try:
-            if not lock.acquire(blocking_timeout=_LOCK_WAIT):
-                raise ConcurrentModificationError(f"session {session_id!r}: its update lock stayed busy; retry")
-            try:
-                version = self._try_update(session_id, change, _LOCKED_TRIES, _pause_under_lock)
-                if version is not None:
-                    return version
-            finally:
-                with contextlib.suppress(LockError):  # the lease ran out: someone else may hold it now
-                    lock.release()
-        except (RedisConnectionError, RedisTimeoutError, OSError) as error:
-            raise BackendUnavailableError(f"Redis at {self._url} is unavailable: {error}") from error
-        raise ConcurrentModificationError(f"session {session_id!r} kept changing under its update lock; retry")
+            version = self._try_update(session_id, change, _LOCKED_TRIES, _pause_under_lock)
+        finally:
+            self._run(_unlock_steps(key, token), session_id)
+        return _locked_result(session_id, version)
 
     async def _aupdate_locked(
         self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
     ) -> int:
         """Async twin of `_update_locked`; `change` may be a coroutine function."""
-        assert self._async_client is not None
-        lock = self._async_client.lock(self._lock_key(session_id), timeout=_LOCK_LEASE, sleep=_LOCK_POLL)
+        key, token = self._lock_key(session_id), uuid.uuid4().hex
+        if not await self._arun(_lock_steps(key, token), session_id):
+            raise _busy(session_id)
         try:
-            if not await lock.acquire(blocking_timeout=_LOCK_WAIT):
-                raise ConcurrentModificationError(f"session {session_id!r}: its update lock stayed busy; retry")
-            try:
-                version = await self._atry_update(session_id, change, _LOCKED_TRIES, _pause_under_lock)
-                if version is not None:
-                    return version
-            finally:
-                with contextlib.suppress(LockError):
-                    await lock.release()
-        except (RedisConnectionError, RedisTimeoutError, OSError) as error:
-            raise BackendUnavailableError(f"Redis at {self._url} is unavailable: {error}") from error
-        raise ConcurrentModificationError(f"session {session_id!r} kept changing under its update lock; retry")
+            version = await self._atry_update(session_id, change, _LOCKED_TRIES, _pause_under_lock)
+        finally:
+            await self._arun(_unlock_steps(key, token), session_id)
+        return _locked_result(session_id, version)
 
     def close(self) -> None:
-        """Close the sync client's connections."""
-        self._client.close()
+        """Close the sync client's connections (each event loop's async client closes with its loop)."""
+        self._redis.close()
 
     async def aclose(self) -> None:
-        """Close the async client's connections (and the sync client's)."""
-        if self._async_client is not None:
-            await self._async_client.aclose()
-        self._client.close()
+        """Close this event loop's async client and the sync client."""
+        await self._redis.aclose()
 
 
-def damaged(error: ResponseError | ValueError, what: str) -> Exception:  # shared with redis_vector
-    """The error to raise for a failure inside an operation on `what`: damaged keys become `CorruptMemoryError`.
-
-    A key of the wrong type (WRONGTYPE), a script failing on a stored value (a version that is not a number) or
-    a reply that cannot be decoded means the keys were altered behind memwoven's back. Anything else
-    (a server refusing writes when out of memory, ...) is raised as it is.
-    """
-    text = str(error)
-    if isinstance(error, ResponseError) and not text.startswith("WRONGTYPE") and "user_script" not in text:
-        return error
-    return CorruptMemoryError(f"{what}: its Redis keys hold data memwoven did not write ({text[:200]})")
+def _lock_steps(key: str, token: str) -> _Steps[bool]:
+    """Take the update lock `key` for `token`, waiting up to `_LOCK_WAIT`: whether it was taken."""
+    deadline = time.monotonic() + _LOCK_WAIT
+    while not (yield _Script("lock", [key], [token, int(_LOCK_LEASE * 1000)])):
+        if time.monotonic() >= deadline:
+            return False
+        yield Sleep(_LOCK_POLL)
+    return True
 
 
-@contextlib.contextmanager
-def _redis_errors(url: str, subject: str) -> Iterator[None]:
-    """Redis errors become memwoven errors: unreachable -> BackendUnavailableError, damaged keys -> corrupt."""
-    try:
-        yield
-    except (RedisConnectionError, RedisTimeoutError, OSError) as error:
-        logger.info("Redis at %s is unavailable (%s); the next call connects again", url, error)
-        raise BackendUnavailableError(f"Redis at {url} is unavailable: {error}") from error
-    except MemwovenError:
-        raise
-    except (ResponseError, ValueError) as error:
-        raise damaged(error, subject) from error
+def _unlock_steps(key: str, token: str) -> _Steps[None]:
+    yield _Script("unlock", [key], [token])
 
 
-def drive(steps: Generator[Any, Any, _T], execute: Callable[[Any], Any], url: str, subject: str) -> _T:
-    """Run I/O-free `steps` to their result, each op through `execute` (shared with redis_vector)."""
-    with _redis_errors(url, subject):
-        try:
-            op = next(steps)
-            while True:
-                op = steps.send(execute(op))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+def _busy(session_id: str) -> ConcurrentModificationError:
+    return ConcurrentModificationError(f"session {session_id!r}: its update lock stayed busy; retry")
 
 
-async def adrive(
-    steps: Generator[Any, Any, _T], execute: Callable[[Any], Awaitable[Any]], url: str, subject: str
-) -> _T:
-    """Async twin of `drive`."""
-    with _redis_errors(url, subject):
-        try:
-            op = next(steps)
-            while True:
-                op = steps.send(await execute(op))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+def _locked_result(session_id: str, version: int | None) -> int:
+    if version is None:
+        raise ConcurrentModificationError(f"session {session_id!r} kept changing under its update lock; retry")
+    return version
 
 
 def _subject(session_id: str | None) -> str:
@@ -642,44 +586,3 @@ def _verified_prefix(
 
 def _pause_under_lock(attempt: int) -> float:
     return _LOCK_POLL * attempt
-
-
-def connect(
-    url_or_client: Any, async_client: Any, socket_timeout: float, scripts: Mapping[str, str]
-) -> tuple[str, Any, Any, dict[str, Any], dict[str, Any] | None]:
-    """A backend's Redis connection (shared with redis_vector): its URL as shown (password hidden), the sync and
-    async clients (from the URL, or the clients given) and `scripts` registered on each."""
-    if isinstance(url_or_client, str):
-        shown = redact_url(url_or_client)
-        client, async_client = clients_from_url(url_or_client, socket_timeout)
-    else:
-        shown, client = repr(url_or_client), url_or_client
-    registered = {name: client.register_script(body) for name, body in scripts.items()}
-    if async_client is None:
-        return shown, client, None, registered, None
-    async_registered = {name: async_client.register_script(body) for name, body in scripts.items()}
-    return shown, client, async_client, registered, async_registered
-
-
-def clients_from_url(url: str, socket_timeout: float) -> tuple[Any, Any]:
-    """Sync and async clients for a `redis://`, `rediss://` or `redis+cluster://` URL."""
-    options: dict[str, Any] = {"socket_timeout": socket_timeout, "socket_connect_timeout": socket_timeout}
-    scheme, _, rest = url.partition("://")
-    try:
-        if scheme in ("redis+cluster", "rediss+cluster"):
-            plain = f"{scheme.split('+')[0]}://{rest}"
-            # the sync cluster client connects at once, to learn the slot map
-            return redis.cluster.RedisCluster.from_url(plain, **options), redis.asyncio.cluster.RedisCluster.from_url(
-                plain, **options
-            )
-        if scheme not in ("redis", "rediss", "unix"):
-            raise InvalidInputError(f"not a Redis URL: {redact_url(url)!r}")
-        return redis.Redis.from_url(url, **options), redis.asyncio.Redis.from_url(url, **options)
-    except (RedisConnectionError, RedisTimeoutError, RedisClusterException) as error:
-        raise BackendUnavailableError(
-            f"Redis at {redact_url(url)} is unavailable: {redact_text(str(error), url)}"
-        ) from None
-    except ValueError as error:  # a port or database number that is not a number, an unknown option, ...
-        if isinstance(error, InvalidInputError):
-            raise
-        raise InvalidInputError(f"malformed Redis URL {redact_url(url)!r}: {redact_text(str(error), url)}") from None

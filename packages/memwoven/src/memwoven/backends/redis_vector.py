@@ -20,13 +20,13 @@ locally when nothing else was written in between. Several clients therefore see 
 memory (float32 rows plus metadata), like the embedded backends. The Redis query engine (Redis 8, Redis Stack)
 is not used yet: this path works the same on every Redis >= 6 and on compatible servers.
 
-As in `memwoven.backends.redis`, each operation is a generator yielding I/O-free `_Op`s; `_run` drives it with a
-sync client and `_arun` with an async one, so no body is written twice.
+As in `memwoven.backends.redis`, each operation is a generator yielding I/O-free `_Op`s; `_run` drives it with the
+sync client and `_arun` with the event loop's async client (see `memwoven.backends._redis`), so no body is written
+twice.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 from collections.abc import Generator, Iterable, Sequence
@@ -38,11 +38,9 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from memwoven._redact import redact_url
-from memwoven.backends.redis import KEY_PREFIX, adrive, as_text, clients_from_url, connect, drive
+from memwoven.backends._redis import Clients, as_text, check_prefix, clients_from_url, redis_errors
 from memwoven.contracts import (
     CollectionInfo,
     DocumentsIn,
@@ -54,7 +52,6 @@ from memwoven.contracts import (
     is_collection_name,
 )
 from memwoven.errors import (
-    BackendUnavailableError,
     CorruptMemoryError,
     DimensionMismatchError,
     InvalidInputError,
@@ -220,7 +217,7 @@ class RedisVectorMemory(VectorMemory):
     `dimension` is fixed at construction or by the first store and persisted with the collection; given one,
     construction reads the collection's config (one round trip) and raises if the stored dimension or metric
     differs. `prefix` namespaces every key; `max_changes` caps the change stream (a client further behind reloads
-    fully).
+    fully). The async methods work from any event loop, as `RedisChatMemory`'s do.
     """
 
     def __init__(
@@ -235,8 +232,7 @@ class RedisVectorMemory(VectorMemory):
         max_changes: int = 10_000,
         socket_timeout: float = 10.0,
     ) -> None:
-        if not isinstance(prefix, str) or not KEY_PREFIX.match(prefix):
-            raise InvalidInputError(f"prefix must match {KEY_PREFIX.pattern}, got {prefix!r}")
+        check_prefix(prefix)
         check_collection(collection)
         if isinstance(max_changes, bool) or not isinstance(max_changes, int) or max_changes < 1:
             raise InvalidInputError(f"max_changes must be a positive int, got {max_changes!r}")
@@ -248,9 +244,8 @@ class RedisVectorMemory(VectorMemory):
         self._keys = [f"{prefix}:vec:{{{collection}}}:{part}" for part in ("docs", "vecs", "config", "changes")]
         self._position: _Position | None = None  # None: the next read reloads fully
         self._lock = threading.RLock()  # guards _index and _position; never held across I/O
-        self._url, self._client, self._async_client, self._scripts, self._async_scripts = connect(
-            url_or_client, async_client, socket_timeout, SCRIPTS
-        )
+        self._redis = Clients(url_or_client, async_client, socket_timeout, SCRIPTS)
+        self._url, self._client, self._scripts = self._redis.url, self._redis.client, self._redis.scripts
         if dimension is not None:
             self._check_at_open(lambda: self._run(self._check_steps()))
 
@@ -479,7 +474,7 @@ class RedisVectorMemory(VectorMemory):
     # Drivers ------------------------------------------------------------------------------------------------
 
     def _run(self, steps: _Steps[_T]) -> _T:
-        return drive(steps, self._execute, self._url, f"collection {self.collection!r}")
+        return self._redis.run(steps, self._execute, f"collection {self.collection!r}")
 
     def _execute(self, op: _Op) -> Any:
         if isinstance(op, _Script):
@@ -487,15 +482,7 @@ class RedisVectorMemory(VectorMemory):
         return dict(self._client.hscan_iter(op.key, count=1000))
 
     async def _arun(self, steps: _Steps[_T]) -> _T:
-        if self._async_client is None:  # built from a sync client only: run the sync driver off the event loop
-            return await asyncio.to_thread(self._run, steps)
-        return await adrive(steps, self._aexecute, self._url, f"collection {self.collection!r}")
-
-    async def _aexecute(self, op: _Op) -> Any:
-        assert self._async_client is not None and self._async_scripts is not None
-        if isinstance(op, _Script):
-            return await self._async_scripts[op.name](keys=op.keys, args=op.args)
-        return {field: value async for field, value in self._async_client.hscan_iter(op.key, count=1000)}
+        return await self._redis.arun(steps, self._execute, _aexecute, f"collection {self.collection!r}")
 
     # The contract -------------------------------------------------------------------------------------------
 
@@ -570,14 +557,19 @@ class RedisVectorMemory(VectorMemory):
         return await self._arun(self._ids_steps())
 
     def close(self) -> None:
-        """Close the sync client's connections."""
-        self._client.close()
+        """Close the sync client's connections (each event loop's async client closes with its loop)."""
+        self._redis.close()
 
     async def aclose(self) -> None:
-        """Close the async client's connections (and the sync client's)."""
-        if self._async_client is not None:
-            await self._async_client.aclose()
-        self._client.close()
+        """Close this event loop's async client and the sync client."""
+        await self._redis.aclose()
+
+
+async def _aexecute(client: Any, scripts: dict[str, Any], op: _Op) -> Any:
+    """`RedisVectorMemory._execute` with an async client and its `scripts`."""
+    if isinstance(op, _Script):
+        return await scripts[op.name](keys=op.keys, args=op.args)
+    return {field: value async for field, value in client.hscan_iter(op.key, count=1000)}
 
 
 def list_collections(
@@ -590,29 +582,27 @@ def list_collections(
 
     A collection is listed once it has been written (its config key holds the dimension and metric).
     """
-    if not isinstance(prefix, str) or not KEY_PREFIX.match(prefix):
-        raise InvalidInputError(f"prefix must match {KEY_PREFIX.pattern}, got {prefix!r}")
+    check_prefix(prefix)
     where = redact_url(url_or_client) if isinstance(url_or_client, str) else repr(url_or_client)
     client = clients_from_url(url_or_client, socket_timeout)[0] if isinstance(url_or_client, str) else url_or_client
     head, tail = f"{prefix}:vec:{{", "}:config"
     try:
-        found = []
-        for raw in client.scan_iter(match=f"{head}*{tail}", count=1000):
-            key = as_text(raw)
-            name = key[len(head) : -len(tail)]
-            if not is_collection_name(name):
-                continue
-            dimension, metric = client.hmget(key, ["dimension", "metric"])
-            if metric is None:
-                continue
-            kind = as_text(metric)
-            if kind != "cosine" and kind != "dot":
-                raise CorruptMemoryError(f"collection {name!r}: its config holds the unknown metric {kind!r}")
-            known: Metric = "cosine" if kind == "cosine" else "dot"
-            found.append(CollectionInfo(name, known, None if dimension is None else int(dimension)))
-        return sorted(found)
-    except (RedisConnectionError, RedisTimeoutError, OSError) as error:
-        raise BackendUnavailableError(f"Redis at {where} is unavailable: {error}") from error
+        with redis_errors(where, f"the collections of prefix {prefix!r}"):
+            found = []
+            for raw in client.scan_iter(match=f"{head}*{tail}", count=1000):
+                key = as_text(raw)
+                name = key[len(head) : -len(tail)]
+                if not is_collection_name(name):
+                    continue
+                dimension, metric = client.hmget(key, ["dimension", "metric"])
+                if metric is None:
+                    continue
+                kind = as_text(metric)
+                if kind != "cosine" and kind != "dot":
+                    raise CorruptMemoryError(f"collection {name!r}: its config holds the unknown metric {kind!r}")
+                known: Metric = "cosine" if kind == "cosine" else "dot"
+                found.append(CollectionInfo(name, known, None if dimension is None else int(dimension)))
+            return sorted(found)
     finally:
         if isinstance(url_or_client, str):
             client.close()
