@@ -70,8 +70,7 @@ class _EmbeddingsEmbedFn(EmbedFn):
     def dimension(self) -> int:
         """The vector length (found by embedding a probe text if it was not given)."""
         if self._dimension is None:
-            self.embed("dimension probe")
-        assert self._dimension is not None
+            self._dimension = len(self.embed("dimension probe"))
         return self._dimension
 
     @property

@@ -281,7 +281,8 @@ class MemwovenStore(BaseStore):
 
     def _item(self, session_id: str, record: _Record, score: float | None = None) -> SearchItem:
         parsed = self._parse(session_id)
-        assert parsed is not None
+        if parsed is None:  # listed under this store's prefix, so it parses: anything else is damage
+            raise CorruptMemoryError(f"session {session_id!r} is not an item of this store")
         namespace, key = parsed
         return SearchItem(namespace, key, record.value, record.created_at, record.updated_at, score)
 
@@ -322,7 +323,8 @@ class MemwovenStore(BaseStore):
 
     def _semantic_search(self, op: SearchOp, now: datetime) -> Steps[list[SearchItem]]:
         """Items ranked by their best-matching vector; fetches more hits until the page is full or all are seen."""
-        assert self.vectors is not None and self.embed is not None and op.query is not None
+        if self.vectors is None or self.embed is None or op.query is None:
+            raise RuntimeError("a semantic search needs the store's index and a query")  # checked by the caller
         predicate = compile_filter(op.filter) if op.filter else None
         wanted = op.offset + op.limit
         query = yield _call(self.embed, "embed", op.query)
@@ -397,7 +399,8 @@ class MemwovenStore(BaseStore):
             documents += new_documents
             plans.append((op, revision, [document["id"] for document in new_documents]))
         if documents:
-            assert self.vectors is not None and self.embed is not None
+            if self.vectors is None or self.embed is None:
+                raise RuntimeError("documents to index need the store's index")  # only made when it has one
             embeddings = yield _call(self.embed, "embed_many", [document["content"] for document in documents])
             yield _call(self.vectors, "store", [{**d, "embedding": e} for d, e in zip(documents, embeddings)])
         stale: list[str] = []

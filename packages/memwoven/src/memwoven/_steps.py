@@ -99,7 +99,7 @@ def run(steps: Steps[_T], executor: Callable[[Any], Any] = execute) -> _T:
         while True:
             try:
                 result = executor(step)
-            except Exception as error:
+            except Exception as error:  # noqa: BLE001 - the operation decides what a failed step means
                 step = steps.throw(error)
             else:
                 step = steps.send(result)
@@ -114,7 +114,7 @@ async def arun(steps: Steps[_T], executor: Callable[[Any], Awaitable[Any]] = aex
         while True:
             try:
                 result = await executor(step)
-            except Exception as error:
+            except Exception as error:  # noqa: BLE001 - the operation decides what a failed step means
                 step = steps.throw(error)
             else:
                 step = steps.send(result)

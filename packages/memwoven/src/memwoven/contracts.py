@@ -97,7 +97,7 @@ def _backoff(attempt: int) -> float:
 
     Without it, writers that keep colliding retry in lockstep and some run out of retries.
     """
-    return random.uniform(0, min(0.2, 0.001 * 2**attempt))
+    return random.uniform(0, min(0.2, 0.001 * 2**attempt))  # noqa: S311 - jitter, not a secret
 
 
 def next_version(current: int) -> int:

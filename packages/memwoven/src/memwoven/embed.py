@@ -182,8 +182,7 @@ class _CallableEmbedFn(EmbedFn):
     def dimension(self) -> int:
         """The vector length (found by embedding a probe text if it was not given)."""
         if self._dimension is None:
-            self.embed("dimension probe")
-        assert self._dimension is not None
+            self._dimension = len(self.embed("dimension probe"))
         return self._dimension
 
     @property
@@ -279,7 +278,8 @@ class CachedEmbedFn(EmbedFn):
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        assert self._path is not None
+        if self._path is None:
+            raise RuntimeError("this cache keeps no file")  # only called when it does
         db = sqlite3.connect(self._path, timeout=30)
         try:
             db.execute("PRAGMA journal_mode=WAL")
@@ -301,9 +301,12 @@ class CachedEmbedFn(EmbedFn):
             with self._connect() as db:
                 for start in range(0, len(unknown), 500):
                     chunk = unknown[start : start + 500]
+                    marks = ",".join("?" * len(chunk))  # only placeholders go into the SQL text
+                    query = (
+                        f"SELECT text_sha256, vector FROM embeddings WHERE model_id = ? AND text_sha256 IN ({marks})"  # noqa: E501
+                    )
                     rows = db.execute(
-                        f"SELECT text_sha256, vector FROM embeddings WHERE model_id = ? "
-                        f"AND text_sha256 IN ({','.join('?' * len(chunk))})",
+                        query,
                         [self.model_id, *chunk],
                     ).fetchall()
                     for key, blob in rows:

@@ -313,7 +313,7 @@ def _equal(known: list[Message], items: list[object]) -> bool:
     """List equality, each known message's `__eq__` asked first; an item whose comparison raises is unequal."""
     try:
         return known == items
-    except Exception:  # a foreign object's comparison may raise (a numpy array's truth value): it is no message
+    except Exception:  # noqa: BLE001 - a foreign object's comparison may raise (a numpy array's truth value)
         return False
 
 

@@ -75,7 +75,7 @@ def list_collections(directory: str | os.PathLike[str]) -> list[CollectionInfo]:
             header = _read_collection(path.read_bytes())[0]
         except FileNotFoundError:  # deleted meanwhile
             continue
-        except Exception as error:  # any failure to decode is damage, as in `FileVectorMemory`
+        except Exception as error:  # noqa: BLE001 - any failure to decode is damage, as in `FileVectorMemory`
             raise CorruptMemoryError(f"vector collection {str(path)!r} is corrupt: {error}") from None
         found.append(CollectionInfo(path.stem, header["metric"], header["dimension"]))
     return found
@@ -268,7 +268,7 @@ class FileVectorMemory(VectorMemory):
     def _decode(self, data: bytes) -> VectorIndex:
         try:
             header, embeddings, documents = _read_collection(data)
-        except Exception as error:  # any failure to decode the bytes is damage, whatever the library raised
+        except Exception as error:  # noqa: BLE001 - any failure to decode the bytes is damage, whatever raised it
             raise CorruptMemoryError(f"vector collection {str(self.path)!r} is corrupt: {error}") from None
         if header["metric"] != self.metric:
             raise InvalidInputError(f"{self.path} holds a {header['metric']!r} collection, not {self.metric!r}")
@@ -276,7 +276,7 @@ class FileVectorMemory(VectorMemory):
         check_stored_dimension(stored, self._requested, f"vector collection {str(self.path)!r}")
         try:
             index = _build_index(header, embeddings, documents)
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001 - likewise for what the bytes decode to
             raise CorruptMemoryError(f"vector collection {str(self.path)!r} is corrupt: {error}") from None
         self._stored_dimension = stored
         if index.dimension is None and self._requested is not None:
