@@ -302,11 +302,8 @@ class CachedEmbedFn(EmbedFn):
                 for start in range(0, len(unknown), 500):
                     chunk = unknown[start : start + 500]
                     marks = ",".join("?" * len(chunk))  # only placeholders go into the SQL text
-                    query = (
-                        f"SELECT text_sha256, vector FROM embeddings WHERE model_id = ? AND text_sha256 IN ({marks})"  # noqa: E501
-                    )
                     rows = db.execute(
-                        query,
+                        f"SELECT text_sha256, vector FROM embeddings WHERE model_id = ? AND text_sha256 IN ({marks})",
                         [self.model_id, *chunk],
                     ).fetchall()
                     for key, blob in rows:
