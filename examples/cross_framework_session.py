@@ -63,7 +63,8 @@ def main(path: Path) -> None:
     try:
         history = MemwovenChatMessageHistory(memory, SESSION)
         history.clear()  # start afresh on every run
-        history.add_messages(langchain_turns())
+        turns = langchain_turns()
+        history.add_messages(turns)  # gives each message without an id one, as LangGraph does
         print(f"LangChain wrote {len(history.messages)} messages to {SESSION!r}")
 
         chat_store = MemwovenChatStore(memory)
@@ -79,7 +80,7 @@ def main(path: Path) -> None:
         for message in messages:
             calls = [f"{call['name']}({call['args']})" for call in getattr(message, "tool_calls", [])]
             print(f"  {type(message).__name__:>13}: {message.text!r}" + (f" tool calls {calls}" if calls else ""))
-        if messages[:-1] != langchain_turns():
+        if messages[:-1] != turns:
             raise SystemExit("LangChain's own messages did not come back exactly")
         print(f"LangChain's {len(messages) - 1} messages came back unchanged, plus LlamaIndex's turn")
     finally:

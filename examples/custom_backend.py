@@ -6,7 +6,7 @@
 implements the four abstract methods of `ChatMemory`: `load_versioned`, `save`, `append` and `sessions`. Everything
 else (`load`, `clear`, `update` with retries, `session(id)` views, the async twins) comes from the base class.
 Running this file uses the backend a little, then runs `memwoven.testing.ChatMemoryContract` against it with
-pytest: every invariant CM1-CM9, through the sync API and the async twins. Offline; needs `memwoven[testing]`.
+pytest: every invariant CM1-CM10, through the sync API and the async twins. Offline; needs `memwoven[testing]`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from memwoven import ChatMemory, ConcurrentModificationError, CorruptMemoryError, History, Message
 from memwoven.contracts import MessagesIn, check_id, next_version
+from memwoven.history import message_ids, not_stored
 from memwoven.models import coerce_messages
 from memwoven.testing import ChatMemoryContract
 
@@ -77,6 +78,7 @@ class JSONRowChatMemory(ChatMemory):
         """Replace the session's history, refusing a stale `expected_version`."""
         check_id(session_id)
         new = coerce_messages(messages)  # validate everything before writing anything (CM4)
+        message_ids(new)  # ids are unique within a session (CM10)
         with self._transaction() as db:
             current = db.execute("SELECT version FROM sessions WHERE id = ?", (session_id,)).fetchone()
             version = 0 if current is None else current[0]
@@ -87,9 +89,11 @@ class JSONRowChatMemory(ChatMemory):
     def append(self, session_id: str, messages: MessagesIn) -> int:
         """Add messages at the end of the session, atomically."""
         check_id(session_id)
-        added = coerce_messages(messages)
+        batch = coerce_messages(messages)
+        message_ids(batch)
         with self._transaction() as db:
             old, version = self._read(db, session_id)
+            added = not_stored(batch, {message.id for message in old})  # idempotent by id (CM10)
             return self._write(db, session_id, old + added, version) if added else version
 
     def sessions(self) -> list[str]:
