@@ -303,7 +303,7 @@ class CachedEmbedFn(EmbedFn):
                     chunk = unknown[start : start + 500]
                     marks = ",".join("?" * len(chunk))  # only placeholders go into the SQL text
                     rows = db.execute(
-                        f"SELECT text_sha256, vector FROM embeddings WHERE model_id = ? AND text_sha256 IN ({marks})",
+                        f"SELECT text_sha256, vector FROM embeddings WHERE model_id = ? AND text_sha256 IN ({marks})",  # noqa: S608
                         [self.model_id, *chunk],
                     ).fetchall()
                     for key, blob in rows:
