@@ -7,9 +7,13 @@ import contextlib
 import gc
 import logging
 import multiprocessing
+import os
+import re
 import socket
 import threading
-from collections.abc import Callable, Iterator
+import time
+import warnings
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -337,7 +341,8 @@ def test_a_postgres_schema_is_created_and_used() -> None:
     memory = SQLChatMemory(url, schema=schema, table_prefix="t_")
     try:
         memory.save("s", [turn(1)])
-        assert SQLChatMemory(url, schema=schema, table_prefix="t_").load("s") == [turn(1)]
+        with SQLChatMemory(url, schema=schema, table_prefix="t_") as other:
+            assert other.load("s") == [turn(1)]
         assert "t_sessions" in sa.inspect(memory.engine).get_table_names(schema=schema)
     finally:
         with memory.engine.begin() as connection:
@@ -813,18 +818,244 @@ def test_processes_appending_to_one_session_lose_nothing(place: Place) -> None:
         assert [m.metadata["index"] for m in loaded if m.metadata["writer"] == f"p{w}"] == list(range(APPENDS))
 
 
-@pytest.mark.filterwarnings("error::ResourceWarning", "error::pytest.PytestUnhandledThreadExceptionWarning")
-def test_async_calls_from_successive_event_loops_work(tmp_path: Path) -> None:
-    """Frameworks that call async code through `asyncio.run` give every call a new loop; the SQLite connections
-    of an old loop are closed on the next one (no worker thread left behind, no unclosed-connection warning)."""
-    memory = SQLChatMemory(f"sqlite:///{tmp_path}/loops.db")
-    threads = threading.active_count()
-    for i in range(10):
-        asyncio.run(memory.aappend("s", [Message(role="user", content=str(i))]))
-        assert [m.text for m in asyncio.run(memory.aload("s"))] == [str(j) for j in range(i + 1)]
+# Event loops and pools ----------------------------------------------------------------------------------------
+
+
+def _open() -> tuple[set[str], int]:
+    """The sockets this process has open, and its threads (each aiosqlite connection has one)."""
+    sockets = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with suppress(OSError):  # closed meanwhile (the listing's own descriptor)
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:"):
+                sockets.add(target)
+    return sockets, threading.active_count()
+
+
+def _left_open(before: tuple[set[str], int]) -> tuple[set[str], int]:
+    """The sockets and threads opened since `before` that are still open (threads take a moment to end)."""
+    deadline = time.monotonic() + 5
+    while True:
         gc.collect()
-    assert threading.active_count() <= threads + 2  # the live loop's connections (reader and writer pools)
-    asyncio.run(memory.aclose())
+        sockets, threads = _open()
+        left = (sockets - before[0], max(0, threads - before[1]))
+        if left == (set(), 0) or time.monotonic() > deadline:
+            return left
+        time.sleep(0.02)
+
+
+class _Peak:
+    """The most connections an engine's pool lent at once, and how many it lends now."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.now = self.most = 0
+        self._lock = threading.Lock()
+        sa.event.listen(engine, "checkout", self._out)
+        sa.event.listen(engine, "checkin", self._in)
+
+    def _out(self, *_: Any) -> None:
+        with self._lock:
+            self.now += 1
+            self.most = max(self.most, self.now)
+
+    def _in(self, *_: Any) -> None:
+        with self._lock:
+            self.now -= 1
+
+
+@pytest.mark.filterwarnings("error::ResourceWarning")
+def test_one_object_serves_successive_event_loops_and_loops_in_threads_at_once(
+    place: Place, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each `asyncio.run` gets the object's async engine, closed on that loop as it shuts down; loops running at
+    once (in threads) get engines of their own. Every write is stored once, and no connection is left open."""
+    caplog.set_level(logging.DEBUG, "memwoven.sql")
+    memory = place.chat()
+    memory.load("s")  # the tables and the sync pool exist before counting what is open
+    before = _open()
+    for i in range(5):
+        asyncio.run(memory.aappend("s", [turn(i)]))
+    assert caplog.text.count(f"async engine {id(memory.async_engine):#x} serves event loop") == 5
+    all_there = threading.Barrier(4, timeout=30)
+
+    async def at_once(t: int) -> None:
+        await memory.aappend(f"t{t}", [turn(0)])
+        all_there.wait()  # blocks this loop a moment, on purpose: every loop holds its engine now
+        await asyncio.gather(*(memory.aappend(f"t{t}", [turn(i)]) for i in range(1, 50)))
+
+    failures: list[BaseException] = []
+
+    def in_a_thread(t: int) -> None:
+        try:
+            asyncio.run(at_once(t))
+        except BaseException as error:  # pragma: no cover - reported below
+            failures.append(error)
+
+    threads = [threading.Thread(target=in_a_thread, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert len(set(re.findall(r"async engine (0x[0-9a-f]+) serves", caplog.text)[5:])) == 4
+    assert caplog.text.count("closed the async engine of event loop") == 9
+    assert memory.load("s") == [turn(i) for i in range(5)]
+    for t in range(4):
+        assert sorted(int(str(m.metadata["index"])) for m in memory.load(f"t{t}")) == list(range(50))
+    assert _left_open(before) == (set(), 0)
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "sqlite",
+        "postgresql",
+        pytest.param("mariadb", marks=pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")),
+    ],
+)
+def test_the_connections_of_a_loop_closed_before_them_are_closed_without_it(
+    kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A loop closed without shutting down its async generators (neither `asyncio.run` nor `aclose`) leaves its
+    connections open: the object closes them without that loop when it meets the next loop, or is closed. aiomysql
+    cannot close a connection without its loop: those are left to the garbage collector, with a warning."""
+    caplog.set_level(logging.INFO, "memwoven.sql")
+    with place_for(kind, tmp_path) as place:
+        memory = place.chat()
+        memory.load("s")
+        before = _open()
+        for i, then in enumerate([lambda: asyncio.run(memory.aload("s")), memory.close]):
+            loop = asyncio.new_event_loop()
+            loop.run_until_complete(memory.aappend("s", [turn(i)]))
+            loop.close()
+            then()
+        expected = "left to the garbage collector" if kind == "mariadb" else "closed the connections of event loop"
+        assert caplog.text.count(expected) == 2
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore" if kind == "mariadb" else "error", ResourceWarning)
+            assert _left_open(before) == (set(), 0)
+        assert memory.load("s") == [turn(0), turn(1)]
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("error::ResourceWarning")
+def test_async_calls_beyond_the_pool_wait_their_turn(place: Place) -> None:
+    """2,000 calls at once on a chat and a vector object whose pools keep 5 connections (and may open 10 more),
+    waiting at most 2 s for one: every call completes, through no more than 5 connections at once (an overflow
+    connection is closed on return), and none is left out."""
+    chat = place.chat(pool_size=5, pool_timeout=2)
+    vectors = place.vector(pool_size=5, pool_timeout=2, dimension=2)
+    assert chat.async_engine is not None and vectors.async_engine is not None
+    peaks = [_Peak(chat.async_engine.sync_engine), _Peak(vectors.async_engine.sync_engine)]
+
+    async def at_once() -> list[Any]:
+        calls: list[Awaitable[Any]] = []
+        for i in range(300):  # writes queue on their locks too: reads make most of the crowd
+            message = Message(role="user", content=str(i), id=f"m{i}")
+            calls += [chat.aappend(f"s{i % 20}", [message]), *(chat.aload(f"s{(i + n) % 20}") for n in range(4))]
+        for i in range(100):
+            document = {"id": f"d{i}", "embedding": [1.0, float(i)]}
+            calls += [vectors.astore([document]), *(vectors.asearch([1.0, float(i + n)], top_k=1) for n in range(4))]
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    started = time.monotonic()
+    outcomes = asyncio.run(at_once())
+    assert [o for o in outcomes if isinstance(o, BaseException)] == []
+    assert time.monotonic() - started < 60
+    assert [(peak.now, peak.most <= 5) for peak in peaks] == [(0, True), (0, True)]
+    stored = [str(m.id) for s in range(20) for m in chat.load(f"s{s}")]
+    assert sorted(stored) == sorted(f"m{i}" for i in range(300))
+    assert vectors.count() == 100
+
+
+def test_sync_calls_from_many_threads_wait_their_turn(place: Place) -> None:
+    """64 threads through a pool keeping 5 connections, waiting at most 2 s for one: every call completes, through
+    no more than 5 connections at once (and PostgreSQL's kept read connection), which is all that stays out."""
+    chat = place.chat(pool_size=5, pool_timeout=2)
+    peak = _Peak(chat.engine)
+    failures: list[BaseException] = []
+
+    def calls(t: int) -> None:
+        try:
+            for i in range(15):
+                chat.append(f"s{t % 8}", [Message(role="user", content=str(i), id=f"{t}-{i}")])
+                chat.load(f"s{t % 8}")
+        except BaseException as error:  # pragma: no cover - reported below
+            failures.append(error)
+
+    threads = [threading.Thread(target=calls, args=(t,)) for t in range(64)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    kept = 1 if place.url.startswith("postgresql") else 0
+    assert peak.most <= 5 + kept
+    assert peak.now == kept
+    assert sum(len(chat.load(f"s{s}")) for s in range(8)) == 64 * 15
+
+
+@pytest.mark.service
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_wait_for_a_server_that_stopped_answering_still_ends_after_pool_timeout(tmp_path: Path, mode: str) -> None:
+    """Every turn held by a transaction that cannot end (a row lock held elsewhere): a call waiting for a turn
+    raises after `pool_timeout`, as it would waiting for the pool, and the held ones complete once the lock goes."""
+    with place_for("postgresql", tmp_path) as place:
+        memory = place.chat(pool_size=2, pool_timeout=1)
+        memory.append("s", [turn(0)])
+        turns = 2
+        assert memory.async_engine is not None
+        peak = _Peak(memory.engine if mode == "sync" else memory.async_engine.sync_engine)
+        sessions = Tables.build(place.prefix, None).sessions
+        elsewhere = sa.create_engine(place.url.replace("postgresql://", "postgresql+psycopg://"))
+        with elsewhere.connect() as locker:
+            locker.execute(sa.select(sessions.c.version).with_for_update())
+            if mode == "sync":
+                held = [threading.Thread(target=memory.append, args=("s", [turn(i)])) for i in range(1, turns + 1)]
+                for thread in held:
+                    thread.start()
+                _wait_until(lambda: peak.now == turns)
+                with pytest.raises(BackendUnavailableError, match="pool_timeout"):
+                    memory.append("other", [turn(0)])
+                locker.rollback()
+                for thread in held:
+                    thread.join()
+            else:
+
+                async def scenario() -> None:
+                    held = [asyncio.create_task(memory.aappend("s", [turn(i)])) for i in range(1, turns + 1)]
+                    while peak.now < turns:  # noqa: ASYNC110 - waits for a counter the pool events move
+                        await asyncio.sleep(0.01)
+                    with pytest.raises(BackendUnavailableError, match="pool_timeout"):
+                        await memory.aappend("other", [turn(0)])
+                    await asyncio.to_thread(locker.rollback)
+                    await asyncio.gather(*held)
+
+                asyncio.run(scenario())
+        elsewhere.dispose()
+        assert len(memory.load("s")) == 1 + turns
+
+
+def _wait_until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_has_tables_looks_without_creating_anything(place: Place, tmp_path: Path) -> None:
+    chat = place.chat()
+    assert not chat.has_tables()
+    if place.url.startswith("sqlite"):
+        assert not (tmp_path / "db").exists()  # not even the directory of the file
+    else:
+        with chat.engine.connect() as connection:
+            assert not sa.inspect(connection).has_table(f"{place.prefix}meta")
+    chat.save("s", [turn(1)])
+    assert chat.has_tables() and place.chat().has_tables()
+    assert not place.vector().has_tables()  # the vector tables are not the chat tables
+    place.vector(dimension=2).count()
+    assert place.vector().has_tables()
 
 
 def test_postgres_reads_reuse_one_connection_and_survive_losing_it(tmp_path: Path) -> None:

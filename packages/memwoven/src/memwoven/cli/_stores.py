@@ -9,7 +9,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from memwoven.contracts import ChatMemory, CollectionInfo, VectorMemory
@@ -19,7 +18,6 @@ from memwoven.models import Message
 from memwoven.urls import (
     SQL_SCHEMES,
     _resolve,
-    _with_url_options,
     open_chat_memory,
     open_vector_memory,
     redact_url,
@@ -69,25 +67,17 @@ class Store:
     def holds_chat(self) -> bool:
         """Whether chat sessions can be read here, found out without creating any storage.
 
-        The SQL backends create their tables when first used, so on SQL the sessions table is looked up first,
+        The SQL backends create their tables when first used, so on SQL their tables are looked up first,
         read-only: reading with a mistyped `?table_prefix=` finds no session instead of creating empty tables.
         """
         if not self.has_chat:
             return False
-        scheme = self.scheme
-        if scheme not in SQL_SCHEMES:
+        if self.scheme not in SQL_SCHEMES:
             return True
-        from memwoven.backends.sql._engine import Database
-        from memwoven.backends.sql._schema import Tables
+        from memwoven.backends.sql import SQLChatMemory  # on first use: the CLI starts without the SQL backend
 
-        url, options = _with_url_options(scheme, self.url, {})
-        sessions = Tables.build(options.get("table_prefix", "memwoven_"), options.get("schema")).sessions
-        database = Database(url)
-        try:
-            with database.translated(), database.engine.connect() as connection:
-                return sa.inspect(connection).has_table(sessions.name, schema=sessions.schema)
-        finally:
-            database.close()
+        with self.chat() as memory:
+            return not isinstance(memory, SQLChatMemory) or memory.has_tables()
 
     def require_chat(self) -> None:
         """Refuse a store that cannot hold chat sessions."""

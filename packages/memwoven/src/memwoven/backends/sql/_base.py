@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any, TypeVar
 
+import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -18,7 +19,10 @@ T = TypeVar("T")
 
 
 class SQLBackend:
-    """Engines, tables and the sync/async execution of `Work`; subclasses list their setup in `_setup_work`."""
+    """Engines, tables and the sync/async execution of `Work`; subclasses name their tables in `_own_tables` and
+    list their setup in `_setup_work`."""
+
+    _own_tables: list[sa.Table]
 
     def __init__(
         self,
@@ -49,8 +53,14 @@ class SQLBackend:
 
     @property
     def async_engine(self) -> AsyncEngine | None:
-        """The async SQLAlchemy engine (None when async calls run the sync API in a thread)."""
+        """The async SQLAlchemy engine: built from the URL (it serves one event loop at a time, and other loops get
+        engines of their own) or the one passed in. None when async calls run the sync API in a thread."""
         return self._db.async_engine
+
+    def has_tables(self) -> bool:
+        """Whether this object's tables exist in the database, found out read-only: unlike the first call of any
+        other method, this creates nothing (no table, no SQLite file)."""
+        return self._db.has_tables(self._own_tables)
 
     def _options_repr(self) -> str:
         schema = f", schema={self.schema!r}" if self.schema is not None else ""

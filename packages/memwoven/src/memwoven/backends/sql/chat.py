@@ -75,7 +75,8 @@ class SQLChatMemory(SQLBackend, ChatMemory):
     a session expires when it has not been written for that long (every write resets it): it then reads as
     absent, and `cleanup_expired()` deletes its rows.
 
-    Use the async API from one event loop and close with `aclose()` after using it.
+    The async API works from any event loop, one after another and at once (each loop gets connections of its
+    own); close with `aclose()` from a loop still running, else `close()`.
     """
 
     def __init__(
@@ -104,6 +105,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         self.ttl = ttl
         self._sessions = self._tables.sessions
         self._messages = self._tables.messages
+        self._own_tables = [self._sessions, self._messages]
         self._insert_statements: dict[sa.Dialect, tuple[str, bool]] = {}  # one per engine's dialect
         self._statements = _Statements(self._sessions, self._messages)
 
@@ -154,11 +156,13 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         """Async twin of `_update_locked`; a coroutine `change` is awaited on this loop."""
         loop = asyncio.get_running_loop()
 
-        def from_thread(result: Awaitable[Any]) -> Any:  # the work runs in a thread: await on this loop
-            return asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
+        def awaiter(result: Awaitable[Any]) -> Any:
+            try:
+                asyncio.get_running_loop()  # the work runs in SQLAlchemy's greenlet on this loop: await here
+            except RuntimeError:  # it runs the sync API in a worker thread: await on this loop
+                return asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
+            return await_only(result)
 
-        # With an async engine the work runs in SQLAlchemy's greenlet on this loop, which can await directly.
-        awaiter = from_thread if self.async_engine is None else await_only
         return await self._aexecute(self._update_work(session_id, change, awaiter))
 
     def cleanup_expired(self) -> int:
@@ -172,8 +176,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
     # Work ---------------------------------------------------------------------------------------------------
 
     def _setup_work(self) -> list[Work[Any, Any]]:
-        tables = [self._sessions, self._messages]
-        return [Work(lambda c: create_tables(c, self._tables, tables), _ignore, write=True, ddl=True)]
+        return [Work(lambda c: create_tables(c, self._tables, self._own_tables), _ignore, write=True, ddl=True)]
 
     def _load_work(self, session_id: str) -> Work[Snapshot, History]:
         session_id = check_id(session_id)

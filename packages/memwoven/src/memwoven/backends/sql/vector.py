@@ -103,6 +103,7 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
         self._key = key_of(self.collection)
         self._collections = self._tables.collections
         self._vectors = self._tables.vectors
+        self._own_tables = [self._collections, self._vectors]
         c, v = self._collections, self._vectors
         newer = sa.and_(v.c.collection_key == c.c.collection_key, v.c.version > sa.bindparam("seen"))
         self._changes_query = (  # built once: a refresh runs before every read
@@ -204,9 +205,8 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
     # Work ---------------------------------------------------------------------------------------------------
 
     def _setup_work(self) -> list[Work[Any, Any]]:
-        tables = [self._collections, self._vectors]
         return [
-            Work(lambda c: create_tables(c, self._tables, tables), _ignore, write=True, ddl=True),
+            Work(lambda c: create_tables(c, self._tables, self._own_tables), _ignore, write=True, ddl=True),
             Work(self._open_collection, self._opened, write=True),
         ]
 
@@ -477,8 +477,7 @@ def _stored_collections(database: Database, tables: Tables, key: str | None = No
 
     Read-only: creates no table, and no file for an SQLite database that does not exist yet.
     """
-    sqlite_file = database._sqlite_file
-    if sqlite_file is not None and not sqlite_file.exists():
+    if not database.exists():
         return []
     c = tables.collections
 
