@@ -609,8 +609,16 @@ class Database:
                         id(loop),
                     )
                 else:  # aiosqlite and psycopg close a connection without its loop: on a fresh one
-                    _on_a_fresh_loop(engine.dispose)
-                    logger.info("%s: closed the connections of event loop %#x, closed first", self.where, id(loop))
+                    try:
+                        _on_a_fresh_loop(engine.dispose)
+                    except (DBAPIError, OSError, RuntimeError) as error:  # never fails the call that found them
+                        logger.info("%s: closing the connections of event loop %#x: %s", self.where, id(loop), error)
+                    else:
+                        logger.info(
+                            "%s: closed the connections of event loop %#x without it (it was closed first)",
+                            self.where,
+                            id(loop),
+                        )
                 self._reuse(engine)
             _finished(mine.lifetime)
 
@@ -623,13 +631,14 @@ class Database:
         if self._reader is not None:
             self._reader.close()
         with self._guard:
-            closed = [(loop, mine) for loop, mine in self._loops.items() if loop.is_closed()]
-            idle = [(loop, mine) for loop, mine in self._loops.items() if mine.lifetime and not loop.is_running()]
-        self._close_stranded(closed)
-        for loop, mine in idle:
-            if not loop.is_closed() and not _loop_running_here() and mine.lifetime is not None:
-                lifetime, mine.lifetime = mine.lifetime, None
-                loop.run_until_complete(lifetime.aclose())  # closes its engine on it
+            loops = list(self._loops.items())
+        self._close_stranded([(loop, mine) for loop, mine in loops if loop.is_closed()])
+        if not _loop_running_here():  # an idle loop can run here: its engine is closed on it
+            for loop, mine in loops:
+                lifetime = mine.lifetime
+                if lifetime is not None and not loop.is_closed() and not loop.is_running():
+                    mine.lifetime = None
+                    loop.run_until_complete(lifetime.aclose())
         if self._owned is not None:
             self._owned.dispose()
 
