@@ -11,11 +11,12 @@ it is written::
         raw = yield Call(self.client, "get", (key_of(session_id),))
         return decode(raw)
 
-    def load(self, session_id: str) -> list[Message]:
-        return run(self._load(session_id))  # each step through `execute`
+    load, aload = twins(_load)  # `load` runs the steps with `run`, `aload` with `arun`
 
-    async def aload(self, session_id: str) -> list[Message]:
-        return await arun(self._load(session_id))  # each step through `aexecute`
+`twins` makes both methods from the one definition (the steps method's docstring is the public method's), through
+the object's `Runner._run` / `Runner._arun`: a backend whose steps are its own operations (an SQL transaction, a
+Redis script) overrides those two to execute them. A method that is plain sync code gets its async twin from
+`async_twin`, which runs it in a worker thread (or directly, on an object that never blocks).
 """
 
 from __future__ import annotations
@@ -23,15 +24,30 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, ClassVar, Concatenate, ParamSpec, TypeVar
 
 from memwoven.errors import InvalidInputError
 
-__all__ = ["Call", "Invoke", "Sleep", "Steps", "aexecute", "arun", "execute", "run"]
+__all__ = [
+    "Call",
+    "Invoke",
+    "Runner",
+    "Sleep",
+    "Steps",
+    "aexecute",
+    "arun",
+    "async_twin",
+    "execute",
+    "run",
+    "twin_name",
+    "twins",
+]
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
+_R = TypeVar("_R", bound="Runner")
 Steps = Generator[Any, Any, _T]
 
 
@@ -81,8 +97,7 @@ async def aexecute(step: Any) -> Any:
     """Execute a `Call` (through its async twin), `Sleep` or `Invoke` from async code."""
     if isinstance(step, Call):
         name = step.method
-        twin = "_a" + name[1:] if name.startswith("_") else "a" + name
-        return await getattr(step.target, twin)(*step.args, **step.kwargs)
+        return await getattr(step.target, twin_name(name))(*step.args, **step.kwargs)
     if isinstance(step, Sleep):
         await asyncio.sleep(step.seconds)
         return None
@@ -120,3 +135,79 @@ async def arun(steps: Steps[_T], executor: Callable[[Any], Awaitable[Any]] = aex
                 step = steps.send(result)
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
+
+
+def twin_name(name: str) -> str:
+    """The name of the async twin of the method `name`: ``a<name>``, ``_a<name>`` for ``_<name>``."""
+    return "_a" + name[1:] if name.startswith("_") else "a" + name
+
+
+class Runner:
+    """An object whose operations are steps: `twins` runs them through `_run` / `_arun`, which a backend overrides
+    to execute its own kind of step (falling back to `execute` / `aexecute` for the others)."""
+
+    _blocking: ClassVar[bool] = True
+    """Whether the sync methods block (I/O, or CPU work like a vector scan): `async_twin` then runs them in a
+    worker thread, off the event loop. An object whose methods never block sets False."""
+
+    def _run(self, steps: Steps[_T]) -> _T:
+        """Drive `steps` from sync code."""
+        return run(steps)
+
+    async def _arun(self, steps: Steps[_T]) -> _T:
+        """Drive `steps` from async code."""
+        return await arun(steps)
+
+    async def _off_loop(self, method: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """Run a sync callable from async code: in a worker thread, or directly if this object never blocks."""
+        if not self._blocking:
+            return method(*args, **kwargs)
+        return await asyncio.to_thread(method, *args, **kwargs)
+
+
+def _public_name(steps: Callable[..., Any]) -> str:
+    """``_load`` -> ``load``; ``_update_locked_steps`` -> ``_update_locked``."""
+    name = steps.__name__
+    return name.removesuffix("_steps") if name.endswith("_steps") else name.removeprefix("_")
+
+
+def _named(function: Callable[..., Any], owner: Callable[..., Any], name: str, doc: str | None) -> None:
+    function.__name__ = name
+    function.__qualname__ = owner.__qualname__.rsplit(".", 1)[0] + "." + name if "." in owner.__qualname__ else name
+    function.__module__ = owner.__module__
+    function.__doc__ = doc
+
+
+def twins(
+    steps: Callable[Concatenate[_R, _P], Steps[_T]],
+) -> tuple[Callable[Concatenate[_R, _P], _T], Callable[Concatenate[_R, _P], Coroutine[Any, Any, _T]]]:
+    """The sync method and its async twin, both running the one steps method: ``load, aload = twins(_load)``.
+
+    The sync method is named after `steps` (``_load`` -> ``load``, ``_trim_steps`` -> ``_trim``) and has its
+    docstring; the async one is its `twin_name`.
+    """
+
+    def method(self: _R, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        return self._run(steps(self, *args, **kwargs))
+
+    async def amethod(self: _R, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        return await self._arun(steps(self, *args, **kwargs))
+
+    name = _public_name(steps)
+    _named(method, steps, name, steps.__doc__)
+    _named(amethod, steps, twin_name(name), f"Async twin of `{name}`.")
+    return method, amethod
+
+
+def async_twin(method: Callable[Concatenate[_R, _P], _T]) -> Callable[Concatenate[_R, _P], Coroutine[Any, Any, _T]]:
+    """The async twin of a sync method that is plain code (``aclose = async_twin(close)``): it calls the object's
+    own method of that name (so an override is used) through `Runner._off_loop`."""
+    name = method.__name__
+
+    async def amethod(self: _R, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        bound: Callable[_P, _T] = getattr(self, name)
+        return await self._off_loop(bound, *args, **kwargs)
+
+    public = name.strip("_") if name.startswith("__") else name
+    _named(amethod, method, twin_name(public), f"Async twin of `{name}`.")
+    return amethod

@@ -8,7 +8,6 @@ invariants (CM1-CM10, VM1-VM8) are documented in docs/contracts.md and tested by
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import re
@@ -16,9 +15,9 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, ClassVar, Literal, NamedTuple, ParamSpec, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
-from memwoven._steps import Call, Invoke, Sleep, Steps, arun, run
+from memwoven._steps import Call, Invoke, Runner, Sleep, Steps, arun, async_twin, run, twins
 from memwoven.errors import ConcurrentModificationError, InvalidInputError
 from memwoven.models import Message, ScoredDocument, VectorDocument
 
@@ -44,8 +43,6 @@ Filter = Mapping[str, Any]
 MAX_ID_BYTES = 65_536
 OPTIMISTIC_TRIES = 2  # conflicts after which a backend with a write lock runs `update` under it
 _T = TypeVar("_T")
-_R = TypeVar("_R")
-_P = ParamSpec("_P")
 logger = logging.getLogger("memwoven.update")
 _Self = TypeVar("_Self", bound="_Closable")
 
@@ -125,25 +122,14 @@ class CollectionInfo(NamedTuple):
     dimension: int | None
 
 
-class _Closable:
-    """Close and context-manager support shared by every backend, and how its default async twins run."""
-
-    _blocking: ClassVar[bool] = True
-    """Whether the sync methods block (I/O, or CPU work like a vector scan): the default async twins then run them
-    in a worker thread, off the event loop. A backend whose methods never block sets False."""
-
-    async def _off_loop(self, method: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        """Run a sync method from async code: in a worker thread, or directly if it never blocks."""
-        if not self._blocking:
-            return method(*args, **kwargs)
-        return await asyncio.to_thread(method, *args, **kwargs)
+class _Closable(Runner):
+    """Close and context-manager support shared by every backend. Its default async twins run the sync methods
+    through `Runner._off_loop` (a backend whose methods never block sets `_blocking = False`)."""
 
     def close(self) -> None:
         """Release connections and files. The default does nothing."""
 
-    async def aclose(self) -> None:
-        """`close` from async code."""
-        await self._off_loop(self.close)
+    aclose = async_twin(close)
 
     def __enter__(self: _Self) -> _Self:
         return self
@@ -190,13 +176,23 @@ class ChatMemory(_Closable, ABC):
     def sessions(self) -> list[str]:
         """List the ids of the stored (non-empty) sessions, sorted."""
 
-    def load(self, session_id: str) -> list[Message]:
-        """Return a snapshot of the session's messages, in saved order ([] for an unknown session)."""
-        return self.load_versioned(session_id).messages
+    aload_versioned = async_twin(load_versioned)
+    asave = async_twin(save)
+    aappend = async_twin(append)
+    asessions = async_twin(sessions)
 
-    def clear(self, session_id: str) -> None:
+    def _load(self, session_id: str) -> Steps[list[Message]]:
+        """Return a snapshot of the session's messages, in saved order ([] for an unknown session)."""
+        history: History = yield Call(self, "load_versioned", (session_id,))
+        return history.messages
+
+    load, aload = twins(_load)
+
+    def _clear(self, session_id: str) -> Steps[None]:
         """Remove the session and all its messages."""
-        self.save(session_id, [])
+        yield Call(self, "save", (session_id, []))
+
+    clear, aclear = twins(_clear)
 
     def update(self, session_id: str, change: Callable[[list[Message]], MessagesIn], *, retries: int = 16) -> int:
         """Read-modify-write a session under its optimistic version, retrying on conflict (with random backoff).
@@ -275,30 +271,6 @@ class ChatMemory(_Closable, ABC):
         """A view of one session with the per-session shape: `load()`, `save(messages)`, ..."""
         return ChatSession(self, check_id(session_id))
 
-    async def aload_versioned(self, session_id: str) -> History:
-        """Async twin of `load_versioned`."""
-        return await self._off_loop(self.load_versioned, session_id)
-
-    async def asave(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
-        """Async twin of `save`."""
-        return await self._off_loop(self.save, session_id, messages, expected_version=expected_version)
-
-    async def aappend(self, session_id: str, messages: MessagesIn) -> int:
-        """Async twin of `append`."""
-        return await self._off_loop(self.append, session_id, messages)
-
-    async def asessions(self) -> list[str]:
-        """Async twin of `sessions`."""
-        return await self._off_loop(self.sessions)
-
-    async def aload(self, session_id: str) -> list[Message]:
-        """Async twin of `load`."""
-        return (await self.aload_versioned(session_id)).messages
-
-    async def aclear(self, session_id: str) -> None:
-        """Async twin of `clear`."""
-        await self.asave(session_id, [])
-
     async def _atry_update(
         self,
         session_id: str,
@@ -310,7 +282,7 @@ class ChatMemory(_Closable, ABC):
         return await arun(self._optimistic_steps(session_id, change, tries, pause))
 
 
-class ChatSession:
+class ChatSession(Runner):
     """One session of a `ChatMemory`: the same operations without the session id argument."""
 
     def __init__(self, memory: ChatMemory, session_id: str) -> None:
@@ -320,49 +292,41 @@ class ChatSession:
     def __repr__(self) -> str:
         return f"ChatSession({self.memory!r}, {self.session_id!r})"
 
-    def load(self) -> list[Message]:
+    def _load(self) -> Steps[list[Message]]:
         """Return the session's messages."""
-        return self.memory.load(self.session_id)
+        messages: list[Message] = yield Call(self.memory, "load", (self.session_id,))
+        return messages
 
-    def load_versioned(self) -> History:
+    def _load_versioned(self) -> Steps[History]:
         """Return the session's messages and version."""
-        return self.memory.load_versioned(self.session_id)
+        history: History = yield Call(self.memory, "load_versioned", (self.session_id,))
+        return history
 
-    def save(self, messages: MessagesIn, *, expected_version: int | None = None) -> int:
+    def _save(self, messages: MessagesIn, *, expected_version: int | None = None) -> Steps[int]:
         """Replace the session's history."""
-        return self.memory.save(self.session_id, messages, expected_version=expected_version)
+        version: int = yield Call(
+            self.memory, "save", (self.session_id, messages), {"expected_version": expected_version}
+        )
+        return version
 
-    def append(self, messages: MessagesIn) -> int:
+    def _append(self, messages: MessagesIn) -> Steps[int]:
         """Append to the session's history."""
-        return self.memory.append(self.session_id, messages)
+        version: int = yield Call(self.memory, "append", (self.session_id, messages))
+        return version
 
-    def clear(self) -> None:
+    def _clear(self) -> Steps[None]:
         """Remove the session."""
-        self.memory.clear(self.session_id)
+        yield Call(self.memory, "clear", (self.session_id,))
+
+    load, aload = twins(_load)
+    load_versioned, aload_versioned = twins(_load_versioned)
+    save, asave = twins(_save)
+    append, aappend = twins(_append)
+    clear, aclear = twins(_clear)
 
     def update(self, change: Callable[[list[Message]], MessagesIn], *, retries: int = 16) -> int:
         """Read-modify-write the session under its optimistic version."""
         return self.memory.update(self.session_id, change, retries=retries)
-
-    async def aload(self) -> list[Message]:
-        """Async twin of `load`."""
-        return await self.memory.aload(self.session_id)
-
-    async def aload_versioned(self) -> History:
-        """Async twin of `load_versioned`."""
-        return await self.memory.aload_versioned(self.session_id)
-
-    async def asave(self, messages: MessagesIn, *, expected_version: int | None = None) -> int:
-        """Async twin of `save`."""
-        return await self.memory.asave(self.session_id, messages, expected_version=expected_version)
-
-    async def aappend(self, messages: MessagesIn) -> int:
-        """Async twin of `append`."""
-        return await self.memory.aappend(self.session_id, messages)
-
-    async def aclear(self) -> None:
-        """Async twin of `clear`."""
-        await self.memory.aclear(self.session_id)
 
 
 class VectorMemory(_Closable, ABC):
@@ -430,37 +394,10 @@ class VectorMemory(_Closable, ABC):
         probe = [1.0] + [0.0] * (dimension - 1)  # any non-zero query: only the set of hits matters
         return sorted(hit.document.id for hit in self.search(probe, top_k=total))
 
-    async def astore(self, documents: DocumentsIn) -> None:
-        """Async twin of `store`."""
-        await self._off_loop(self.store, documents)
-
-    async def asearch(
-        self,
-        embedding: Sequence[float],
-        *,
-        top_k: int = 4,
-        threshold: float | None = None,
-        filter: Filter | None = None,
-    ) -> list[ScoredDocument]:
-        """Async twin of `search`."""
-        return await self._off_loop(self.search, embedding, top_k=top_k, threshold=threshold, filter=filter)
-
-    async def aget(self, ids: Iterable[str]) -> list[VectorDocument]:
-        """Async twin of `get`."""
-        return await self._off_loop(self.get, ids)
-
-    async def adelete(self, ids: Iterable[str]) -> None:
-        """Async twin of `delete`."""
-        await self._off_loop(self.delete, ids)
-
-    async def acount(self) -> int:
-        """Async twin of `count`."""
-        return await self._off_loop(self.count)
-
-    async def aclear(self) -> None:
-        """Async twin of `clear`."""
-        await self._off_loop(self.clear)
-
-    async def aids(self) -> list[str]:
-        """Async twin of `ids`."""
-        return await self._off_loop(self.ids)
+    astore = async_twin(store)
+    asearch = async_twin(search)
+    aget = async_twin(get)
+    adelete = async_twin(delete)
+    acount = async_twin(count)
+    aclear = async_twin(clear)
+    aids = async_twin(ids)
