@@ -15,42 +15,14 @@ from memwoven.testing import sample_conversation
 
 
 def test_public_api_is_exactly_this() -> None:
-    assert sorted(memwoven.__all__) == sorted(
-        [
-            "BackendUnavailableError",
-            "ChatMemory",
-            "ChatSession",
-            "ConcurrentModificationError",
-            "ContentPart",
-            "CorruptMemoryError",
-            "DimensionMismatchError",
-            "EmbedFn",
-            "EmbeddingError",
-            "FileChatMemory",
-            "FileVectorMemory",
-            "HashingEmbedFn",
-            "History",
-            "ImagePart",
-            "InMemoryChatMemory",
-            "InMemoryVectorMemory",
-            "InvalidInputError",
-            "MemwovenError",
-            "Message",
-            "Metric",
-            "OpaquePart",
-            "Role",
-            "SQLChatMemory",
-            "SQLVectorMemory",
-            "ScoredDocument",
-            "TextPart",
-            "ToolCall",
-            "VectorDocument",
-            "VectorMemory",
-            "__version__",
-            "open_chat_memory",
-            "open_vector_memory",
-        ]
-    )
+    expected = """
+        BackendUnavailableError ChatMemory ChatSession ConcurrentModificationError ContentPart CorruptMemoryError
+        DimensionMismatchError EmbedFn EmbeddingError FileChatMemory FileVectorMemory HashingEmbedFn History ImagePart
+        InMemoryChatMemory InMemoryVectorMemory InvalidInputError MemwovenError Message Metric OpaquePart Role
+        SQLChatMemory SQLVectorMemory ScoredDocument TextPart ToolCall VectorDocument VectorMemory __version__
+        open_chat_memory open_vector_memory
+    """
+    assert memwoven.__all__ == sorted(memwoven.__all__) == sorted(expected.split())
     for name in memwoven.__all__:
         assert getattr(memwoven, name) is not None
 

@@ -5,9 +5,24 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 MODES = ("sync", "async")
+_M = TypeVar("_M")
+
+
+class StorageHooks(Generic[_M]):
+    """The hooks a contract suite's subclass overrides to reach storage beyond the one object under test."""
+
+    def reopen(self, memory: _M) -> _M | None:
+        """Return a second object over the same storage, or None if storage is private to the object."""
+        return None
+
+    @contextmanager
+    def neighbour(self, memory: _M) -> Iterator[_M | None]:
+        """A memory on the same storage whose prefix, namespace or collection name starts with this one's
+        (CM8: prefixes and names are boundaries), removed afterwards; None if the backend has no such option."""
+        yield None
 
 
 class Driver:

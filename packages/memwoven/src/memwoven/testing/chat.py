@@ -14,7 +14,7 @@ import pytest
 from memwoven.contracts import ChatMemory
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 from memwoven.models import Message
-from memwoven.testing._driver import MODES, Driver, driving
+from memwoven.testing._driver import MODES, Driver, StorageHooks, driving
 from memwoven.testing.samples import HOSTILE_IDS, OVER_THE_LIMITS, sample_conversation, turn, values_at_the_limits
 
 __all__ = ["ChatMemoryContract"]
@@ -28,7 +28,7 @@ def _with_id(message: Message, message_id: str) -> Message:
     return message.model_copy(update={"id": message_id})
 
 
-class ChatMemoryContract:
+class ChatMemoryContract(StorageHooks[ChatMemory]):
     """Subclass this in a test module and provide the `chat_memory` fixture (a fresh, empty memory).
 
     Optional hooks widen the suite: `reopen(memory)` returns a second object over the same storage (tests that
@@ -43,16 +43,6 @@ class ChatMemoryContract:
     def chat_memory(self) -> ChatMemory:
         """A fresh, empty memory. Override in the subclass."""
         raise NotImplementedError("provide a `chat_memory` fixture returning a fresh, empty ChatMemory")
-
-    def reopen(self, memory: ChatMemory) -> ChatMemory | None:
-        """Return a second object over the same storage, or None if storage is private to the object."""
-        return None
-
-    @contextlib.contextmanager
-    def neighbour(self, memory: ChatMemory) -> Iterator[ChatMemory | None]:
-        """A memory on the same storage under another prefix or namespace that starts with this one's (CM8:
-        prefixes are boundaries), removed afterwards; None if the backend has no such option."""
-        yield None
 
     def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
         """Damage the stored data of `session_id` so that it cannot be decoded."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 from collections.abc import Callable, Iterator
@@ -13,7 +12,7 @@ import pytest
 from memwoven.contracts import VectorMemory
 from memwoven.errors import DimensionMismatchError, InvalidInputError
 from memwoven.models import VectorDocument
-from memwoven.testing._driver import MODES, Driver, driving
+from memwoven.testing._driver import MODES, Driver, StorageHooks, driving
 from memwoven.testing.samples import OVER_THE_LIMITS, values_at_the_limits
 
 __all__ = ["VectorMemoryContract"]
@@ -67,7 +66,7 @@ FILTER_CASES: list[tuple[dict[str, Any], set[str]]] = [
 ]
 
 
-class VectorMemoryContract:
+class VectorMemoryContract(StorageHooks[VectorMemory]):
     """Subclass this in a test module and provide `vector_memory_factory`: `(dimension, metric) -> memory`.
 
     The factory returns a fresh, empty memory; `dimension` may be None when `lazy_dimension` is True (the first
@@ -81,16 +80,6 @@ class VectorMemoryContract:
     def vector_memory_factory(self) -> VectorMemoryFactory:
         """A factory of fresh, empty memories. Override in the subclass."""
         raise NotImplementedError("provide a `vector_memory_factory` fixture: (dimension, metric) -> VectorMemory")
-
-    def reopen(self, memory: VectorMemory) -> VectorMemory | None:
-        """Return a second object over the same storage, or None if storage is private to the object."""
-        return None
-
-    @contextlib.contextmanager
-    def neighbour(self, memory: VectorMemory) -> Iterator[VectorMemory | None]:
-        """A memory on the same storage whose collection name (or prefix) starts with this one's (prefixes and
-        names are boundaries), removed afterwards; None if the backend has no such option."""
-        yield None
 
     @pytest.fixture(params=MODES)
     def mode(self, request: pytest.FixtureRequest) -> str:
