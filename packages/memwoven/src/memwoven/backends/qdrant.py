@@ -12,22 +12,22 @@ top k (and every hit tied with the k-th) is settled, then sorts by score descend
 exclusive, checked after Qdrant's inclusive `score_threshold`.
 
 Each operation is a generator yielding I/O-free `_Call`s (a client method and its arguments), so one body serves
-`_run` (the sync `QdrantClient`) and `_arun` (a native `AsyncQdrantClient`). Local mode has no async client of its
-own: the embedded engine is plain Python holding an exclusive lock on its directory, so an `AsyncQdrantClient` could
-neither open the same path nor avoid blocking the event loop. The async twins therefore run the sync steps in a
-worker thread (`asyncio.to_thread`) over the one local client, whose calls are serialized by a lock.
+`_run` (the sync `QdrantClient`) and `_arun` (a native `AsyncQdrantClient`): `twins` makes each public method and its
+async twin from it. Local mode has no async client of its own: the embedded engine is plain Python holding an
+exclusive lock on its directory, so an `AsyncQdrantClient` could neither open the same path nor avoid blocking the
+event loop. The async twins therefore run the sync steps in a worker thread (`asyncio.to_thread`) over the one local
+client, whose calls are serialized by a lock.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import itertools
 import threading
 import uuid
 import weakref
-from collections.abc import Generator, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -39,7 +39,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 from qdrant_client.local.qdrant_local import QdrantLocal
 
 from memwoven._redact import redact_url
-from memwoven._steps import arun, run
+from memwoven._steps import Steps, aexecute, arun, execute, run, twins
 from memwoven.backends._qdrant_filters import SAFE_KEY, as_filter, translate_filter
 from memwoven.contracts import (
     CollectionInfo,
@@ -91,9 +91,6 @@ class _Call:
 
     method: str
     kwargs: dict[str, Any]
-
-
-_Steps = Generator[_Call, Any, _T]
 
 
 class QdrantVectorMemory(VectorMemory):
@@ -150,7 +147,7 @@ class QdrantVectorMemory(VectorMemory):
 
     # The collection -----------------------------------------------------------------------------------------
 
-    def _ensure_steps(self, create_with: int | None) -> _Steps[bool]:
+    def _ensure_steps(self, create_with: int | None) -> Steps[bool]:
         """Check the collection's dimension and metric (creating it with `create_with` if given); False if absent."""
         if self._ready:
             return True
@@ -175,7 +172,11 @@ class QdrantVectorMemory(VectorMemory):
         self._ready = True
         return True
 
-    def _create_payload_index_steps(self, key: str, field_type: str | models.PayloadSchemaType) -> _Steps[None]:
+    def _create_payload_index(self, key: str, field_type: str | models.PayloadSchemaType = "keyword") -> Steps[None]:
+        """Index the metadata field `key` (`keyword`, `integer`, `float`, `bool`, ...) to speed up its filters.
+
+        Only the server uses payload indexes; local mode accepts and ignores them.
+        """
         if not isinstance(key, str) or not SAFE_KEY.fullmatch(key):
             raise InvalidInputError(f"payload indexes need a metadata key matching {SAFE_KEY.pattern}, got {key!r}")
         try:
@@ -190,9 +191,12 @@ class QdrantVectorMemory(VectorMemory):
             {"collection_name": self.collection, "field_name": f"metadata.{key}", "field_schema": schema, "wait": True},
         )
 
-    # Operations as I/O-free steps ---------------------------------------------------------------------------
+    create_payload_index, acreate_payload_index = twins(_create_payload_index)
 
-    def _store_steps(self, documents: DocumentsIn) -> _Steps[None]:
+    # The contract, as I/O-free steps ------------------------------------------------------------------------
+
+    def _store(self, documents: DocumentsIn) -> Steps[None]:
+        """Insert or replace documents by id, `batch_size` points per upsert."""
         batch = self._prepare(documents)  # validated before anything is written
         if not batch.ids:
             return
@@ -217,6 +221,8 @@ class QdrantVectorMemory(VectorMemory):
                 points.append(models.PointStruct.model_construct(id=point_id(doc_id), vector=vector, payload=payload))
             yield _Call("upsert", {"collection_name": self.collection, "points": points, "wait": True})
 
+    store, astore = twins(_store)
+
     def _prepare(self, documents: DocumentsIn) -> DocumentBatch:
         """Every document validated into one compact batch (ids, texts, metadata, float32 rows).
 
@@ -236,9 +242,15 @@ class QdrantVectorMemory(VectorMemory):
                 raise DimensionMismatchError("the embeddings of one batch have different dimensions")
         return _merge(parts) if parts else index.prepare([])
 
-    def _search_steps(
-        self, embedding: Sequence[float], top_k: int, threshold: float | None, filter: Filter | None
-    ) -> _Steps[list[ScoredDocument]]:
+    def _search(
+        self,
+        embedding: Sequence[float],
+        *,
+        top_k: int = 4,
+        threshold: float | None = None,
+        filter: Filter | None = None,
+    ) -> Steps[list[ScoredDocument]]:
+        """The top-k documents: Qdrant's search, with exact filter semantics and ties broken by id."""
         check_search_args(top_k, threshold)
         predicate = compile_filter(filter) if filter is not None else None
         known = self._dimension
@@ -276,10 +288,13 @@ class QdrantVectorMemory(VectorMemory):
             limit *= 4
         return [ScoredDocument.model_construct(document=doc, score=score) for score, doc in hits[:top_k]]
 
+    search, asearch = twins(_search)
+
     def _score(self, score: float) -> float:
         return min(1.0, max(-1.0, score)) if self.metric == "cosine" else score
 
-    def _get_steps(self, ids: Iterable[str]) -> _Steps[list[VectorDocument]]:
+    def _get(self, ids: Iterable[str]) -> Steps[list[VectorDocument]]:
+        """Documents by id, in the order asked."""
         wanted = check_ids(ids)
         if not wanted or not (yield from self._ensure_steps(None)):
             return []
@@ -295,19 +310,28 @@ class QdrantVectorMemory(VectorMemory):
         found = {doc.id: doc for doc in map(self._document, records)}
         return [found[i] for i in wanted if i in found]
 
-    def _delete_steps(self, ids: Iterable[str]) -> _Steps[None]:
+    get, aget = twins(_get)
+
+    def _delete(self, ids: Iterable[str]) -> Steps[None]:
+        """Delete documents by id; unknown ids are ignored."""
         wanted = check_ids(ids)
         if not wanted or not (yield from self._ensure_steps(None)):
             return
         selector = models.PointIdsList(points=[point_id(i) for i in dict.fromkeys(wanted)])
         yield _Call("delete", {"collection_name": self.collection, "points_selector": selector, "wait": True})
 
-    def _count_steps(self) -> _Steps[int]:
+    delete, adelete = twins(_delete)
+
+    def _count(self) -> Steps[int]:
+        """The exact number of documents."""
         if not (yield from self._ensure_steps(None)):
             return 0
         return int((yield _Call("count", {"collection_name": self.collection, "exact": True})).count)
 
-    def _ids_steps(self) -> _Steps[list[str]]:
+    count, acount = twins(_count)
+
+    def _ids(self) -> Steps[list[str]]:
+        """The ids of every document, sorted (a scroll over the collection's payloads)."""
         if not (yield from self._ensure_steps(None)):
             return []
         ids: list[str] = []
@@ -323,10 +347,15 @@ class QdrantVectorMemory(VectorMemory):
             if offset is None:
                 return sorted(ids)
 
-    def _clear_steps(self) -> _Steps[None]:
+    ids, aids = twins(_ids)
+
+    def _clear(self) -> Steps[None]:
+        """Delete every document; the collection (dimension, metric, payload indexes) stays."""
         if (yield from self._ensure_steps(None)):  # delete the points, keep the collection and its payload indexes
             selector = models.FilterSelector(filter=models.Filter())
             yield _Call("delete", {"collection_name": self.collection, "points_selector": selector, "wait": True})
+
+    clear, aclear = twins(_clear)
 
     def _document(self, point: models.ScoredPoint | models.Record) -> VectorDocument:
         """The document a point holds, raising `CorruptMemoryError` if it is not one memwoven wrote."""
@@ -352,23 +381,30 @@ class QdrantVectorMemory(VectorMemory):
 
     # Drivers ------------------------------------------------------------------------------------------------
 
-    def _run(self, steps: _Steps[_T]) -> _T:
+    def _run(self, steps: Steps[_T]) -> _T:
         with self._errors():
-            return run(steps, self._call)  # a failed call is thrown into the steps, which may handle it
+            return run(steps, self._step)  # a failed call is thrown into the steps, which may handle it
 
-    def _call(self, op: _Call) -> Any:
-        method = getattr(self.client, op.method)
+    def _step(self, step: Any) -> Any:
+        """Execute a step from sync code: a `_Call` on the sync client (under the local-mode lock), or any other."""
+        if not isinstance(step, _Call):
+            return execute(step)
+        method = getattr(self.client, step.method)
         if self._local_lock is None:
-            return method(**op.kwargs)
+            return method(**step.kwargs)
         with self._local_lock:
-            return method(**op.kwargs)
+            return method(**step.kwargs)
 
-    async def _arun(self, steps: _Steps[_T]) -> _T:
-        if self._async_client is None:  # local mode, or no async client given: the sync steps off the event loop
-            return await asyncio.to_thread(self._run, steps)
+    async def _arun(self, steps: Steps[_T]) -> _T:
         client = self._async_client
+        if client is None:  # local mode, or no async client given: the sync steps off the event loop
+            return await self._off_loop(self._run, steps)
+
+        async def step(op: Any) -> Any:  # a `_Call` on the async client, or any other step
+            return await getattr(client, op.method)(**op.kwargs) if isinstance(op, _Call) else await aexecute(op)
+
         with self._errors():
-            return await arun(steps, lambda op: getattr(client, op.method)(**op.kwargs))
+            return await arun(steps, step)
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
@@ -385,96 +421,13 @@ class QdrantVectorMemory(VectorMemory):
         """A `BackendUnavailableError` naming the server if `error` means it could not be reached, else None."""
         return _unavailable(error, self._url)
 
-    # The contract -------------------------------------------------------------------------------------------
-
-    def store(self, documents: DocumentsIn) -> None:
-        """Insert or replace documents by id, `batch_size` points per upsert."""
-        self._run(self._store_steps(documents))
-
-    def search(
-        self,
-        embedding: Sequence[float],
-        *,
-        top_k: int = 4,
-        threshold: float | None = None,
-        filter: Filter | None = None,
-    ) -> list[ScoredDocument]:
-        """The top-k documents: Qdrant's search, with exact filter semantics and ties broken by id."""
-        return self._run(self._search_steps(embedding, top_k, threshold, filter))
-
-    def get(self, ids: Iterable[str]) -> list[VectorDocument]:
-        """Documents by id, in the order asked."""
-        return self._run(self._get_steps(ids))
-
-    def delete(self, ids: Iterable[str]) -> None:
-        """Delete documents by id; unknown ids are ignored."""
-        self._run(self._delete_steps(ids))
-
-    def count(self) -> int:
-        """The exact number of documents."""
-        return self._run(self._count_steps())
-
-    def clear(self) -> None:
-        """Delete every document; the collection (dimension, metric, payload indexes) stays."""
-        self._run(self._clear_steps())
-
-    def ids(self) -> list[str]:
-        """The ids of every document, sorted (a scroll over the collection's payloads)."""
-        return self._run(self._ids_steps())
-
-    def create_payload_index(self, key: str, field_type: str | models.PayloadSchemaType = "keyword") -> None:
-        """Index the metadata field `key` (`keyword`, `integer`, `float`, `bool`, ...) to speed up its filters.
-
-        Only the server uses payload indexes; local mode accepts and ignores them.
-        """
-        self._run(self._create_payload_index_steps(key, field_type))
-
-    async def astore(self, documents: DocumentsIn) -> None:
-        """Async twin of `store`."""
-        await self._arun(self._store_steps(documents))
-
-    async def asearch(
-        self,
-        embedding: Sequence[float],
-        *,
-        top_k: int = 4,
-        threshold: float | None = None,
-        filter: Filter | None = None,
-    ) -> list[ScoredDocument]:
-        """Async twin of `search`."""
-        return await self._arun(self._search_steps(embedding, top_k, threshold, filter))
-
-    async def aget(self, ids: Iterable[str]) -> list[VectorDocument]:
-        """Async twin of `get`."""
-        return await self._arun(self._get_steps(ids))
-
-    async def adelete(self, ids: Iterable[str]) -> None:
-        """Async twin of `delete`."""
-        await self._arun(self._delete_steps(ids))
-
-    async def acount(self) -> int:
-        """Async twin of `count`."""
-        return await self._arun(self._count_steps())
-
-    async def aclear(self) -> None:
-        """Async twin of `clear`."""
-        await self._arun(self._clear_steps())
-
-    async def aids(self) -> list[str]:
-        """Async twin of `ids`."""
-        return await self._arun(self._ids_steps())
-
-    async def acreate_payload_index(self, key: str, field_type: str | models.PayloadSchemaType = "keyword") -> None:
-        """Async twin of `create_payload_index`."""
-        await self._arun(self._create_payload_index_steps(key, field_type))
-
     def close(self) -> None:
         """Close the clients this memory built (a local client releases its directory lock)."""
         if self._owns_clients:
             self.client.close()
 
     async def aclose(self) -> None:
-        """Async twin of `close`."""
+        """Close the clients this memory built: the async client natively, on the event loop, then the sync one."""
         if self._owns_clients and self._async_client is not None:
             await self._async_client.close()
         self.close()
