@@ -87,21 +87,21 @@ def _number(value: Any) -> bool:
 
 
 def _all(parts: list[_Translated]) -> _Translated:
-    if any(part is False for part in parts):
-        return False
-    conditions = [part for part in parts if not isinstance(part, bool)]
-    if len(conditions) <= 1:
-        return conditions[0] if conditions else True
-    return models.Filter(must=conditions)
+    return _join(parts, absorbing=False)
 
 
 def _any(parts: list[_Translated]) -> _Translated:
-    if any(part is True for part in parts):
-        return True
+    return _join(parts, absorbing=True)
+
+
+def _join(parts: list[_Translated], absorbing: bool) -> _Translated:
+    """The conjunction (False absorbs, ``must``) or disjunction (True absorbs, ``should``) of `parts`."""
+    if any(part is absorbing for part in parts):
+        return absorbing
     conditions = [part for part in parts if not isinstance(part, bool)]
     if len(conditions) <= 1:
-        return conditions[0] if conditions else False
-    return models.Filter(should=conditions)
+        return conditions[0] if conditions else not absorbing
+    return models.Filter(should=conditions) if absorbing else models.Filter(must=conditions)
 
 
 def _negate(part: _Translated) -> _Translated:
