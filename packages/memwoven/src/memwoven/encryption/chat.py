@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
-from memwoven._steps import Call, Steps, arun, run
+from memwoven._steps import Call, Steps, twins
 from memwoven.contracts import (
     ChatMemory,
     History,
@@ -226,7 +226,8 @@ class EncryptedChatMemory(ChatMemory):
 
         return sealing
 
-    def _reencrypt_steps(self, session_id: str, retries: int) -> Steps[int]:
+    def _reencrypt(self, session_id: str, *, retries: int = 16) -> Steps[int]:
+        """Rewrite the whole session with the newest key (under its optimistic version); returns the new version."""
         stored_id = self.stored_id(session_id)
         for _ in range(retries):
             history = yield Call(self.inner, "load_versioned", (stored_id,))
@@ -279,41 +280,58 @@ class EncryptedChatMemory(ChatMemory):
 
     # ChatMemory ------------------------------------------------------------------------------------------------
 
-    def load_versioned(self, session_id: str) -> History:
+    def _load_versioned(self, session_id: str) -> Steps[History]:
         """Load and decrypt the session's messages."""
         stored_id = self.stored_id(session_id)
         with self._naming(session_id, stored_id):
-            history = self.inner.load_versioned(stored_id)
+            history = yield Call(self.inner, "load_versioned", (stored_id,))
         return self._open(session_id, stored_id, history)[1]
 
-    def save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
+    def _save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> Steps[int]:
         """Encrypt the changed messages and save the whole history through the inner memory."""
         stored_id = self.stored_id(session_id)
         sealed = self._seal(session_id, stored_id, messages, reuse=True)
-        version = self.inner.save(stored_id, list(sealed.stored), expected_version=expected_version)
+        version: int = yield Call(
+            self.inner, "save", (stored_id, list(sealed.stored)), {"expected_version": expected_version}
+        )
         self._cache.put(stored_id, sealed)
         return version
 
-    def append(self, session_id: str, messages: MessagesIn) -> int:
+    def _append(self, session_id: str, messages: MessagesIn) -> Steps[int]:
         """Encrypt `messages` and append them through the inner memory."""
         stored_id = self.stored_id(session_id)
-        return self.inner.append(stored_id, list(self._seal(session_id, stored_id, messages, reuse=False).stored))
+        sealed = self._seal(session_id, stored_id, messages, reuse=False)
+        version: int = yield Call(self.inner, "append", (stored_id, list(sealed.stored)))
+        return version
 
-    def sessions(self) -> list[str]:
+    def _sessions(self) -> Steps[list[str]]:
         """The stored sessions' ids, sorted.
 
         With `id_key` they are recovered by decrypting every session (slow, see the module docs), and a stored
         session whose id cannot be recovered is left out with a logged warning: `unlisted_sessions()` names it.
         """
-        return self._listed(run(self._listing_steps()))
+        return self._listed((yield from self._listing_steps()))
 
-    def unlisted_sessions(self) -> dict[str, str]:
+    def _unlisted_sessions(self) -> Steps[dict[str, str]]:
         """With `id_key`: the stored sessions `sessions()` leaves out, stored id -> why (see the module docs)."""
-        return run(self._listing_steps())[1]
+        return (yield from self._listing_steps())[1]
 
-    def clear(self, session_id: str) -> None:
+    def _clear(self, session_id: str) -> Steps[None]:
         """Remove the session."""
-        self.inner.clear(self.stored_id(session_id))
+        yield Call(self.inner, "clear", (self.stored_id(session_id),))
+
+    def _close(self) -> Steps[None]:
+        """Close the inner memory."""
+        yield Call(self.inner, "close")
+
+    load_versioned, aload_versioned = twins(_load_versioned)
+    save, asave = twins(_save)
+    append, aappend = twins(_append)
+    sessions, asessions = twins(_sessions)
+    unlisted_sessions, aunlisted_sessions = twins(_unlisted_sessions)
+    clear, aclear = twins(_clear)
+    reencrypt, areencrypt = twins(_reencrypt)
+    close, aclose = twins(_close)
 
     def _has_update_lock(self) -> bool:
         """`update` takes the inner memory's per-session write lock, when it has one."""
@@ -321,69 +339,20 @@ class EncryptedChatMemory(ChatMemory):
 
     def _update_locked(self, session_id: str, change: Callable[[list[Message]], MessagesIn]) -> int:
         """Run `change` on the decrypted session under the inner memory's write lock, and write it encrypted."""
-        stored_id = self.stored_id(session_id)
-        written: list[_Sealed] = []
-        with self._naming(session_id, stored_id):
-            version = self.inner._update_locked(stored_id, self._sealing(session_id, stored_id, change, written))
-        self._cache.put(stored_id, written[-1])
-        return version
-
-    def reencrypt(self, session_id: str, *, retries: int = 16) -> int:
-        """Rewrite the whole session with the newest key (under its optimistic version); returns the new version."""
-        return run(self._reencrypt_steps(session_id, retries))
-
-    def close(self) -> None:
-        """Close the inner memory."""
-        self.inner.close()
-
-    async def aload_versioned(self, session_id: str) -> History:
-        """Async twin of `load_versioned`."""
-        stored_id = self.stored_id(session_id)
-        with self._naming(session_id, stored_id):
-            history = await self.inner.aload_versioned(stored_id)
-        return self._open(session_id, stored_id, history)[1]
-
-    async def asave(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
-        """Async twin of `save`."""
-        stored_id = self.stored_id(session_id)
-        sealed = self._seal(session_id, stored_id, messages, reuse=True)
-        version = await self.inner.asave(stored_id, list(sealed.stored), expected_version=expected_version)
-        self._cache.put(stored_id, sealed)
-        return version
-
-    async def aappend(self, session_id: str, messages: MessagesIn) -> int:
-        """Async twin of `append`."""
-        stored_id = self.stored_id(session_id)
-        sealed = self._seal(session_id, stored_id, messages, reuse=False)
-        return await self.inner.aappend(stored_id, list(sealed.stored))
-
-    async def asessions(self) -> list[str]:
-        """Async twin of `sessions`."""
-        return self._listed(await arun(self._listing_steps()))
-
-    async def aunlisted_sessions(self) -> dict[str, str]:
-        """Async twin of `unlisted_sessions`."""
-        return (await arun(self._listing_steps()))[1]
-
-    async def aclear(self, session_id: str) -> None:
-        """Async twin of `clear`."""
-        await self.inner.aclear(self.stored_id(session_id))
+        return self._run(self._update_locked_steps(session_id, change))
 
     async def _aupdate_locked(
         self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
     ) -> int:
-        """Async twin of `_update_locked`; `change` may be a coroutine function."""
+        """`_update_locked` from async code; `change` may be a coroutine function."""
+        return await self._arun(self._update_locked_steps(session_id, change))
+
+    def _update_locked_steps(self, session_id: str, change: Callable[[list[Message]], Any]) -> Steps[int]:
         stored_id = self.stored_id(session_id)
         written: list[_Sealed] = []
         with self._naming(session_id, stored_id):
-            version = await self.inner._aupdate_locked(stored_id, self._sealing(session_id, stored_id, change, written))
+            version: int = yield Call(
+                self.inner, "_update_locked", (stored_id, self._sealing(session_id, stored_id, change, written))
+            )
         self._cache.put(stored_id, written[-1])
         return version
-
-    async def areencrypt(self, session_id: str, *, retries: int = 16) -> int:
-        """Async twin of `reencrypt`."""
-        return await arun(self._reencrypt_steps(session_id, retries))
-
-    async def aclose(self) -> None:
-        """Async twin of `close`."""
-        await self.inner.aclose()

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from pydantic import ValidationError
 
-from memwoven._steps import Call, Steps, arun, run
+from memwoven._steps import Call, Steps, twins
 from memwoven.backends.file import FileVectorMemory
 from memwoven.backends.memory import InMemoryVectorMemory
 from memwoven.contracts import (
@@ -85,10 +85,8 @@ class EncryptedVectorMemory(VectorMemory):
 
     def __repr__(self) -> str:
         options = (", hashed ids" if self._hash else "") + (", encrypted embeddings" if self.encrypt_embeddings else "")
-        return (
-            f"EncryptedVectorMemory({self.inner!r}, collection={self.collection!r}, key_ids={self.keyring.key_ids}"
-            f"{options})"
-        )
+        keys = self.keyring.key_ids
+        return f"EncryptedVectorMemory({self.inner!r}, collection={self.collection!r}, key_ids={keys}{options})"
 
     @property
     def dimension(self) -> int | None:
@@ -156,9 +154,21 @@ class EncryptedVectorMemory(VectorMemory):
             documents += map(self._open, chunk)
         return documents
 
-    def _search_steps(
-        self, embedding: Sequence[float], top_k: int, threshold: float | None, filter: Filter | None
+    # VectorMemory ----------------------------------------------------------------------------------------------
+
+    def _store(self, documents: DocumentsIn) -> Steps[None]:
+        """Encrypt and upsert documents by id."""
+        yield Call(self.inner, "store", (self._seal(documents),))
+
+    def _search(
+        self,
+        embedding: Sequence[float],
+        *,
+        top_k: int = 4,
+        threshold: float | None = None,
+        filter: Filter | None = None,
     ) -> Steps[list[ScoredDocument]]:
+        """Exact top-k search; a metadata `filter` is applied after decryption (see the module docs)."""
         check_search_args(top_k, threshold)
         predicate = compile_filter(filter) if filter is not None else None
         query = as_query(embedding, self.inner.dimension, self.metric).tolist()
@@ -185,20 +195,40 @@ class EncryptedVectorMemory(VectorMemory):
                 return [ScoredDocument(document=doc, score=score) for score, doc in matches[:top_k]]
             page *= 4
 
-    def _get_steps(self, ids: Iterable[str]) -> Steps[list[VectorDocument]]:
+    def _get(self, ids: Iterable[str]) -> Steps[list[VectorDocument]]:
+        """Documents by id, decrypted, in the order asked."""
         wanted = check_ids(ids)
         stored_ids = [self.stored_id(i) for i in wanted]
         names = dict(zip(stored_ids, wanted))
         stored: list[VectorDocument] = yield Call(self.inner, "get", (stored_ids,))
         return [self._open(document, names.get(document.id)) for document in stored]
 
-    def _ids_steps(self) -> Steps[list[str]]:
+    def _delete(self, ids: Iterable[str]) -> Steps[None]:
+        """Delete documents by id."""
+        yield Call(self.inner, "delete", ([self.stored_id(i) for i in check_ids(ids)],))
+
+    def _count(self) -> Steps[int]:
+        """The number of documents."""
+        count: int = yield Call(self.inner, "count")
+        return count
+
+    def _clear(self) -> Steps[None]:
+        """Delete every document."""
+        yield Call(self.inner, "clear")
+
+    def _ids(self) -> Steps[list[str]]:
+        """Every document id, sorted; with `id_key`, recovered by decrypting every document."""
         if not self._hash:
             stored_ids: list[str] = yield Call(self.inner, "ids")
             return stored_ids
         return sorted(document.id for document in (yield from self._all_steps()))
 
-    def _reencrypt_steps(self) -> Steps[int]:
+    def _reencrypt(self) -> Steps[int]:
+        """Rewrite the documents sealed with an older key with the newest one; returns how many.
+
+        Not atomic with concurrent writers: a document stored by another writer between this call's read and
+        its write may be overwritten with its older value. Run it while nothing else writes to the collection.
+        """
         stored_ids: list[str] = yield Call(self.inner, "ids")
         rewritten = 0
         for start in range(0, len(stored_ids), _CHUNK):
@@ -209,94 +239,16 @@ class EncryptedVectorMemory(VectorMemory):
                 rewritten += len(old)
         return rewritten
 
-    # VectorMemory ----------------------------------------------------------------------------------------------
-
-    def store(self, documents: DocumentsIn) -> None:
-        """Encrypt and upsert documents by id."""
-        self.inner.store(self._seal(documents))
-
-    def search(
-        self,
-        embedding: Sequence[float],
-        *,
-        top_k: int = 4,
-        threshold: float | None = None,
-        filter: Filter | None = None,
-    ) -> list[ScoredDocument]:
-        """Exact top-k search; a metadata `filter` is applied after decryption (see the module docs)."""
-        return run(self._search_steps(embedding, top_k, threshold, filter))
-
-    def get(self, ids: Iterable[str]) -> list[VectorDocument]:
-        """Documents by id, decrypted, in the order asked."""
-        return run(self._get_steps(ids))
-
-    def delete(self, ids: Iterable[str]) -> None:
-        """Delete documents by id."""
-        self.inner.delete([self.stored_id(i) for i in check_ids(ids)])
-
-    def count(self) -> int:
-        """The number of documents."""
-        return self.inner.count()
-
-    def clear(self) -> None:
-        """Delete every document."""
-        self.inner.clear()
-
-    def ids(self) -> list[str]:
-        """Every document id, sorted; with `id_key`, recovered by decrypting every document."""
-        return run(self._ids_steps())
-
-    def reencrypt(self) -> int:
-        """Rewrite the documents sealed with an older key with the newest one; returns how many.
-
-        Not atomic with concurrent writers: a document stored by another writer between this call's read and
-        its write may be overwritten with its older value. Run it while nothing else writes to the collection.
-        """
-        return run(self._reencrypt_steps())
-
-    def close(self) -> None:
+    def _close(self) -> Steps[None]:
         """Close the inner memory."""
-        self.inner.close()
+        yield Call(self.inner, "close")
 
-    async def astore(self, documents: DocumentsIn) -> None:
-        """Async twin of `store`."""
-        await self.inner.astore(self._seal(documents))
-
-    async def asearch(
-        self,
-        embedding: Sequence[float],
-        *,
-        top_k: int = 4,
-        threshold: float | None = None,
-        filter: Filter | None = None,
-    ) -> list[ScoredDocument]:
-        """Async twin of `search`."""
-        return await arun(self._search_steps(embedding, top_k, threshold, filter))
-
-    async def aget(self, ids: Iterable[str]) -> list[VectorDocument]:
-        """Async twin of `get`."""
-        return await arun(self._get_steps(ids))
-
-    async def adelete(self, ids: Iterable[str]) -> None:
-        """Async twin of `delete`."""
-        await self.inner.adelete([self.stored_id(i) for i in check_ids(ids)])
-
-    async def acount(self) -> int:
-        """Async twin of `count`."""
-        return await self.inner.acount()
-
-    async def aclear(self) -> None:
-        """Async twin of `clear`."""
-        await self.inner.aclear()
-
-    async def aids(self) -> list[str]:
-        """Async twin of `ids`."""
-        return await arun(self._ids_steps())
-
-    async def areencrypt(self) -> int:
-        """Async twin of `reencrypt`."""
-        return await arun(self._reencrypt_steps())
-
-    async def aclose(self) -> None:
-        """Async twin of `close`."""
-        await self.inner.aclose()
+    store, astore = twins(_store)
+    search, asearch = twins(_search)
+    get, aget = twins(_get)
+    delete, adelete = twins(_delete)
+    count, acount = twins(_count)
+    clear, aclear = twins(_clear)
+    ids, aids = twins(_ids)
+    reencrypt, areencrypt = twins(_reencrypt)
+    close, aclose = twins(_close)
