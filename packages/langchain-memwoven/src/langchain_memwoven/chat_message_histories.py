@@ -12,12 +12,13 @@ from typing_extensions import Self
 
 from langchain_memwoven._convert import from_core_many, to_core_many
 from memwoven import ChatMemory
+from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.urls import open_chat_memory
 
 __all__ = ["MemwovenChatMessageHistory"]
 
 
-class MemwovenChatMessageHistory(BaseChatMessageHistory):
+class MemwovenChatMessageHistory(BaseChatMessageHistory, Runner):
     """The history of one session of a memwoven `ChatMemory`, as a LangChain `BaseChatMessageHistory`.
 
     `add_messages` is one atomic `append` (concurrent writers lose nothing); reads and writes have native async
@@ -52,40 +53,36 @@ class MemwovenChatMessageHistory(BaseChatMessageHistory):
     def __repr__(self) -> str:
         return f"MemwovenChatMessageHistory({self.memory!r}, {self.session_id!r})"
 
+    def _get_messages_steps(self) -> Steps[list[BaseMessage]]:
+        """The session's messages, in order (one `load`)."""
+        return from_core_many((yield Call(self._session, "load")))
+
+    _get_messages, aget_messages = twins(_get_messages_steps)
+    # LangChain's name for the async read of `messages` (`twins` named it `_aget_messages`)
+    aget_messages.__name__, aget_messages.__qualname__ = "aget_messages", "MemwovenChatMessageHistory.aget_messages"
+    aget_messages.__doc__ = "The session's messages, in order (one `aload`)."
+
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The session's messages, in order (one `load`)."""
-        return from_core_many(self._session.load())
+        return self._get_messages()
 
-    async def aget_messages(self) -> list[BaseMessage]:
-        """Async twin of `messages` (one `aload`)."""
-        return from_core_many(await self._session.aload())
-
-    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+    def _add_messages(self, messages: Sequence[BaseMessage]) -> Steps[None]:
         """Add messages at the end of the session in one atomic `append`; those already stored (by id) are skipped."""
-        self._session.append(to_core_many(_with_ids(messages)))
+        yield Call(self._session, "append", (to_core_many(_with_ids(messages)),))
 
-    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Async twin of `add_messages` (one `aappend`)."""
-        await self._session.aappend(to_core_many(_with_ids(messages)))
-
-    def clear(self) -> None:
+    def _clear(self) -> Steps[None]:
         """Remove the session and all its messages."""
-        self._session.clear()
+        yield Call(self._session, "clear")
 
-    async def aclear(self) -> None:
-        """Async twin of `clear`."""
-        await self._session.aclear()
-
-    def close(self) -> None:
+    def _close(self) -> Steps[None]:
         """Close the memory if this history owns it (`from_url`); a shared memory is left open."""
         if self._owns_memory:
-            self.memory.close()
+            yield Call(self.memory, "close")
 
-    async def aclose(self) -> None:
-        """Async twin of `close`."""
-        if self._owns_memory:
-            await self.memory.aclose()
+    add_messages, aadd_messages = twins(_add_messages)
+    clear, aclear = twins(_clear)
+    close, aclose = twins(_close)
 
     def __enter__(self) -> Self:
         return self

@@ -10,13 +10,14 @@ from typing import Any
 from langchain_core.embeddings import Embeddings
 
 from memwoven import InvalidInputError
+from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.embed import EmbedFn
 from memwoven.errors import EmbeddingError
 
 __all__ = ["EmbedFnEmbeddings", "embed_fn_from_embeddings"]
 
 
-class EmbedFnEmbeddings(Embeddings):
+class EmbedFnEmbeddings(Embeddings, Runner):
     """A LangChain `Embeddings` over a memwoven `EmbedFn` (documents go through one `embed_many` batch)."""
 
     def __init__(self, embed_fn: EmbedFn) -> None:
@@ -27,21 +28,18 @@ class EmbedFnEmbeddings(Embeddings):
     def __repr__(self) -> str:
         return f"EmbedFnEmbeddings({self.embed_fn!r})"
 
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+    def _embed_documents(self, texts: list[str]) -> Steps[list[list[float]]]:
         """Embed documents in one batch."""
-        return self.embed_fn.embed_many(texts)
+        vectors: list[list[float]] = yield Call(self.embed_fn, "embed_many", (texts,))
+        return vectors
 
-    def embed_query(self, text: str) -> list[float]:
+    def _embed_query(self, text: str) -> Steps[list[float]]:
         """Embed a query."""
-        return self.embed_fn.embed(text)
+        vector: list[float] = yield Call(self.embed_fn, "embed", (text,))
+        return vector
 
-    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
-        """Async twin of `embed_documents`."""
-        return await self.embed_fn.aembed_many(texts)
-
-    async def aembed_query(self, text: str) -> list[float]:
-        """Async twin of `embed_query`."""
-        return await self.embed_fn.aembed(text)
+    embed_documents, aembed_documents = twins(_embed_documents)
+    embed_query, aembed_query = twins(_embed_query)
 
 
 def _texts(texts: Sequence[str]) -> list[str]:
@@ -54,7 +52,7 @@ def _texts(texts: Sequence[str]) -> list[str]:
     return batch
 
 
-class _EmbeddingsEmbedFn(EmbedFn):
+class _EmbeddingsEmbedFn(EmbedFn, Runner):
     """An `EmbedFn` over LangChain `Embeddings`; every result is checked (invariant E3)."""
 
     def __init__(self, embeddings: Embeddings, dimension: int | None, model_id: str | None) -> None:
@@ -78,23 +76,16 @@ class _EmbeddingsEmbedFn(EmbedFn):
         """The identity given, or the embeddings class (and its `model` attribute, if any)."""
         return self._model_id
 
-    def embed_many(self, texts: Sequence[str]) -> list[list[float]]:
-        """Embed texts with one `embed_documents` call."""
+    def _embed_many(self, texts: Sequence[str]) -> Steps[list[list[float]]]:
+        """Embed texts with one `embed_documents` call (`aembed_documents` from async code)."""
         batch = _texts(texts)
         if not batch:
             return []
         with self._failures():
-            raw = self.embeddings.embed_documents(batch)
+            raw = yield Call(self.embeddings, "embed_documents", (batch,))
         return self._checked(raw, len(batch))
 
-    async def aembed_many(self, texts: Sequence[str]) -> list[list[float]]:
-        """Embed texts with one `aembed_documents` call."""
-        batch = _texts(texts)
-        if not batch:
-            return []
-        with self._failures():
-            raw = await self.embeddings.aembed_documents(batch)
-        return self._checked(raw, len(batch))
+    embed_many, aembed_many = twins(_embed_many)
 
     @contextmanager
     def _failures(self) -> Iterator[None]:

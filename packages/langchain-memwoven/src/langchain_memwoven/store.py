@@ -23,7 +23,7 @@ Storage design
 
 In one `batch`, reads see the state before the batch; puts are applied last, the last put of a key winning,
 as LangGraph's own stores do. Every operation is written once as a generator of backend calls, run either
-through the sync methods (`batch`) or through their async twins (`abatch`).
+through the sync methods (`batch`) or through their async twins (`abatch`), by memwoven's step engine.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from typing_extensions import Self
 from langchain_memwoven._convert import check_json, thaw
 from langchain_memwoven.embeddings import embed_fn_from_embeddings
 from memwoven import ChatMemory, CorruptMemoryError, InvalidInputError, Message, VectorMemory
-from memwoven._steps import Call, Steps, arun, run
+from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.embed import EmbedFn
 from memwoven.filters import compile_filter
 from memwoven.urls import open_chat_memory, open_vector_memory
@@ -133,7 +133,7 @@ class _Record:
             raise CorruptMemoryError(f"store item {session_id!r} is not a readable record ({error!r})") from None
 
 
-class MemwovenStore(BaseStore):
+class MemwovenStore(BaseStore, Runner):
     """A LangGraph `BaseStore` over a memwoven `ChatMemory` (items) and, for semantic search, a `VectorMemory`.
 
     ```python
@@ -197,35 +197,57 @@ class MemwovenStore(BaseStore):
     def __repr__(self) -> str:
         return f"MemwovenStore({self.items!r}, vectors={self.vectors!r}, embed={self.embed!r})"
 
-    def batch(self, ops: Iterable[Op]) -> list[Result]:
+    def _batch(self, ops: Iterable[Op]) -> Steps[list[Result]]:
         """Execute operations: reads first (on the state before the batch), then the puts."""
-        return run(self._batch(list(ops)))
+        now = _now()
+        results: list[Result] = []
+        puts: dict[tuple[Namespace, str], PutOp] = {}
+        for op in list(ops):
+            result: Result = None
+            if isinstance(op, GetOp):
+                result = yield from self._get(op, now)
+            elif isinstance(op, SearchOp):
+                result = yield from (self._semantic_search(op, now) if op.query and self.embed else self._list(op, now))
+            elif isinstance(op, ListNamespacesOp):
+                result = yield from self._list_namespaces(op)
+            elif isinstance(op, PutOp):
+                puts[(tuple(op.namespace), op.key)] = op
+            else:
+                raise InvalidInputError(f"unknown store operation {op!r}")
+            results.append(result)
+        if puts:
+            yield from self._put(list(puts.values()), now)
+        return results
 
-    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """Async twin of `batch`, using the backends' async methods."""
-        return await arun(self._batch(list(ops)))
-
-    def sweep_ttl(self) -> int:
+    def _sweep_ttl(self) -> Steps[int]:
         """Delete every expired item (and its vectors); returns how many were deleted."""
-        return run(self._sweep())
+        now = _now()
+        session_ids: list[str] = yield _call(self.items, "sessions")
+        removed, stale = 0, []
+        for session_id in session_ids:
+            if self._parse(session_id) is None:
+                continue
+            record = _Record.parse(session_id, (yield _call(self.items, "load", session_id)))
+            if record is None or not record.expired(now):
+                continue
+            replaced = yield from self._replace(session_id, lambda old: None if old and old.expired(now) else old)
+            if replaced is not None:
+                removed += 1
+                stale += replaced.vectors
+        if stale and self.vectors is not None:
+            yield _call(self.vectors, "delete", stale)
+        return removed
 
-    async def asweep_ttl(self) -> int:
-        """Async twin of `sweep_ttl`."""
-        return await arun(self._sweep())
-
-    def close(self) -> None:
+    def _close(self) -> Steps[None]:
         """Close the memories if this store opened them (`from_url`)."""
         if self._owns_memories:
-            self.items.close()
+            yield _call(self.items, "close")
             if self.vectors is not None:
-                self.vectors.close()
+                yield _call(self.vectors, "close")
 
-    async def aclose(self) -> None:
-        """Async twin of `close`."""
-        if self._owns_memories:
-            await self.items.aclose()
-            if self.vectors is not None:
-                await self.vectors.aclose()
+    batch, abatch = twins(_batch)
+    sweep_ttl, asweep_ttl = twins(_sweep_ttl)
+    close, aclose = twins(_close)
 
     # --- ids -----------------------------------------------------------------------------------------------
 
@@ -252,27 +274,6 @@ class MemwovenStore(BaseStore):
         return self.prefix + _json(list(namespace_prefix))
 
     # --- operations ----------------------------------------------------------------------------------------
-
-    def _batch(self, ops: list[Op]) -> Steps[list[Result]]:
-        now = _now()
-        results: list[Result] = []
-        puts: dict[tuple[Namespace, str], PutOp] = {}
-        for op in ops:
-            result: Result = None
-            if isinstance(op, GetOp):
-                result = yield from self._get(op, now)
-            elif isinstance(op, SearchOp):
-                result = yield from (self._semantic_search(op, now) if op.query and self.embed else self._list(op, now))
-            elif isinstance(op, ListNamespacesOp):
-                result = yield from self._list_namespaces(op)
-            elif isinstance(op, PutOp):
-                puts[(tuple(op.namespace), op.key)] = op
-            else:
-                raise InvalidInputError(f"unknown store operation {op!r}")
-            results.append(result)
-        if puts:
-            yield from self._put(list(puts.values()), now)
-        return results
 
     def _load(self, session_id: str, now: datetime) -> Steps[_Record | None]:
         """The live (unexpired) record of an item, or None."""
@@ -432,24 +433,6 @@ class MemwovenStore(BaseStore):
             yield from self._replace(
                 session_id, lambda old: old.refreshed(now) if old and not old.expired(now) else old
             )
-
-    def _sweep(self) -> Steps[int]:
-        now = _now()
-        session_ids: list[str] = yield _call(self.items, "sessions")
-        removed, stale = 0, []
-        for session_id in session_ids:
-            if self._parse(session_id) is None:
-                continue
-            record = _Record.parse(session_id, (yield _call(self.items, "load", session_id)))
-            if record is None or not record.expired(now):
-                continue
-            replaced = yield from self._replace(session_id, lambda old: None if old and old.expired(now) else old)
-            if replaced is not None:
-                removed += 1
-                stale += replaced.vectors
-        if stale and self.vectors is not None:
-            yield _call(self.vectors, "delete", stale)
-        return removed
 
 
 def _writer(

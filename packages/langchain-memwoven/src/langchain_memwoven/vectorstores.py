@@ -11,11 +11,12 @@ from langchain_core.documents import Document
 from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
-from typing_extensions import Self
 
 from langchain_memwoven._convert import thaw
+from langchain_memwoven._twins import constructor_twins
 from langchain_memwoven.embeddings import EmbedFnEmbeddings
 from memwoven import InMemoryVectorMemory, InvalidInputError, ScoredDocument, VectorDocument, VectorMemory
+from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.embed import EmbedFn
 from memwoven.urls import open_vector_memory
 
@@ -67,7 +68,7 @@ def _mmr(query: list[float], hits: list[ScoredDocument], k: int, lambda_mult: fl
     return [_document(hits[i].document) for i in chosen]
 
 
-class MemwovenVectorStore(VectorStore):
+class MemwovenVectorStore(VectorStore, Runner):
     """A LangChain `VectorStore` over one memwoven `VectorMemory` collection.
 
     Ids are upserted (a generated UUID when a document has none); `filter` is memwoven's metadata filter
@@ -90,108 +91,73 @@ class MemwovenVectorStore(VectorStore):
 
     # --- writes ---------------------------------------------------------------------------------------------
 
-    def add_texts(
+    def _add_texts(
         self,
+        /,
         texts: Iterable[str],
         metadatas: list[dict[str, Any]] | None = None,
         *,
         ids: list[str] | None = None,
         **kwargs: Any,
-    ) -> list[str]:
+    ) -> Steps[list[str]]:
         """Embed and upsert texts; returns their ids (generated where `ids` has none)."""
         texts = list(texts)
         final_ids, records = _records(texts, metadatas, ids)
         if records:
-            self.memory.store(_with_embeddings(records, self._embeddings.embed_documents(texts)))
+            vectors = yield Call(self._embeddings, "embed_documents", (texts,))
+            yield Call(self.memory, "store", (_with_embeddings(records, vectors),))
         return final_ids
 
-    async def aadd_texts(
-        self,
-        texts: Iterable[str],
-        metadatas: list[dict[str, Any]] | None = None,
-        *,
-        ids: list[str] | None = None,
-        **kwargs: Any,
-    ) -> list[str]:
-        """Async twin of `add_texts`."""
-        texts = list(texts)
-        final_ids, records = _records(texts, metadatas, ids)
-        if records:
-            await self.memory.astore(_with_embeddings(records, await self._embeddings.aembed_documents(texts)))
-        return final_ids
-
-    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
+    def _delete(self, /, ids: list[str] | None = None, **kwargs: Any) -> Steps[bool | None]:
         """Delete documents by id (unknown ids are ignored); with no ids, delete every document."""
-        if ids is None:
-            self.memory.clear()
-        else:
-            self.memory.delete(ids)
+        yield Call(self.memory, "clear") if ids is None else Call(self.memory, "delete", (ids,))
         return True
 
-    async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool | None:
-        """Async twin of `delete`."""
-        if ids is None:
-            await self.memory.aclear()
-        else:
-            await self.memory.adelete(ids)
-        return True
+    add_texts, aadd_texts = twins(_add_texts)
+    delete, adelete = twins(_delete)
 
     # --- reads ----------------------------------------------------------------------------------------------
 
-    def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
+    def _get_by_ids(self, ids: Sequence[str], /) -> Steps[list[Document]]:
         """The documents with these ids, in the order asked; unknown ids are skipped."""
-        return [_document(stored) for stored in self.memory.get(list(ids))]
+        return [_document(stored) for stored in (yield Call(self.memory, "get", (list(ids),)))]
 
-    async def aget_by_ids(self, ids: Sequence[str], /) -> list[Document]:
-        """Async twin of `get_by_ids`."""
-        return [_document(stored) for stored in await self.memory.aget(list(ids))]
-
-    def similarity_search_with_score_by_vector(
-        self, embedding: list[float], k: int = 4, filter: Filter | None = None, **kwargs: Any
-    ) -> list[tuple[Document, float]]:
+    def _similarity_search_with_score_by_vector(
+        self, /, embedding: list[float], k: int = 4, filter: Filter | None = None, **kwargs: Any
+    ) -> Steps[list[tuple[Document, float]]]:
         """The `k` documents closest to `embedding` whose metadata matches `filter`, with their similarity."""
-        return _scored(self.memory.search(embedding, top_k=k, filter=filter))
+        return _scored((yield Call(self.memory, "search", (embedding,), {"top_k": k, "filter": filter})))
 
-    async def asimilarity_search_with_score_by_vector(
-        self, embedding: list[float], k: int = 4, filter: Filter | None = None, **kwargs: Any
-    ) -> list[tuple[Document, float]]:
-        """Async twin of `similarity_search_with_score_by_vector`."""
-        return _scored(await self.memory.asearch(embedding, top_k=k, filter=filter))
-
-    def similarity_search_with_score(
-        self, query: str, k: int = 4, filter: Filter | None = None, **kwargs: Any
-    ) -> list[tuple[Document, float]]:
+    def _similarity_search_with_score(
+        self, /, query: str, k: int = 4, filter: Filter | None = None, **kwargs: Any
+    ) -> Steps[list[tuple[Document, float]]]:
         """The `k` documents closest to `query`, with their similarity (cosine: -1 to 1)."""
-        return self.similarity_search_with_score_by_vector(self._embeddings.embed_query(query), k, filter)
+        embedding = yield Call(self._embeddings, "embed_query", (query,))
+        scored: list[tuple[Document, float]] = yield Call(
+            self, "similarity_search_with_score_by_vector", (embedding, k, filter)
+        )
+        return scored
 
-    async def asimilarity_search_with_score(
-        self, query: str, k: int = 4, filter: Filter | None = None, **kwargs: Any
-    ) -> list[tuple[Document, float]]:
-        """Async twin of `similarity_search_with_score`."""
-        embedding = await self._embeddings.aembed_query(query)
-        return await self.asimilarity_search_with_score_by_vector(embedding, k, filter)
-
-    def similarity_search_by_vector(
-        self, embedding: list[float], k: int = 4, filter: Filter | None = None, **kwargs: Any
-    ) -> list[Document]:
+    def _similarity_search_by_vector(
+        self, /, embedding: list[float], k: int = 4, filter: Filter | None = None, **kwargs: Any
+    ) -> Steps[list[Document]]:
         """The `k` documents closest to `embedding`."""
-        return [doc for doc, _ in self.similarity_search_with_score_by_vector(embedding, k, filter)]
+        scored = yield Call(self, "similarity_search_with_score_by_vector", (embedding, k, filter))
+        return [doc for doc, _ in scored]
 
-    async def asimilarity_search_by_vector(
-        self, embedding: list[float], k: int = 4, filter: Filter | None = None, **kwargs: Any
-    ) -> list[Document]:
-        """Async twin of `similarity_search_by_vector`."""
-        return [doc for doc, _ in await self.asimilarity_search_with_score_by_vector(embedding, k, filter)]
-
-    def similarity_search(self, query: str, k: int = 4, filter: Filter | None = None, **kwargs: Any) -> list[Document]:
+    def _similarity_search(
+        self, /, query: str, k: int = 4, filter: Filter | None = None, **kwargs: Any
+    ) -> Steps[list[Document]]:
         """The `k` documents closest to `query`."""
-        return [doc for doc, _ in self.similarity_search_with_score(query, k, filter)]
+        return [doc for doc, _ in (yield Call(self, "similarity_search_with_score", (query, k, filter)))]
 
-    async def asimilarity_search(
-        self, query: str, k: int = 4, filter: Filter | None = None, **kwargs: Any
-    ) -> list[Document]:
-        """Async twin of `similarity_search`."""
-        return [doc for doc, _ in await self.asimilarity_search_with_score(query, k, filter)]
+    get_by_ids, aget_by_ids = twins(_get_by_ids)
+    similarity_search_with_score_by_vector, asimilarity_search_with_score_by_vector = twins(
+        _similarity_search_with_score_by_vector
+    )
+    similarity_search_with_score, asimilarity_search_with_score = twins(_similarity_search_with_score)
+    similarity_search_by_vector, asimilarity_search_by_vector = twins(_similarity_search_by_vector)
+    similarity_search, asimilarity_search = twins(_similarity_search)
 
     def _select_relevance_score_fn(self) -> Callable[[float], float]:
         """Map similarities to relevance in [0, 1]: cosine's [-1, 1] linearly (dot assumes unit vectors)."""
@@ -199,61 +165,48 @@ class MemwovenVectorStore(VectorStore):
 
     # --- maximal marginal relevance -------------------------------------------------------------------------
 
-    def max_marginal_relevance_search_by_vector(
+    def _max_marginal_relevance_search_by_vector(
         self,
+        /,
         embedding: list[float],
         k: int = 4,
         fetch_k: int = 20,
         lambda_mult: float = 0.5,
         filter: Filter | None = None,
         **kwargs: Any,
-    ) -> list[Document]:
+    ) -> Steps[list[Document]]:
         """`k` documents chosen among the `fetch_k` closest for both similarity and diversity."""
-        return _mmr(embedding, self.memory.search(embedding, top_k=fetch_k, filter=filter), k, lambda_mult)
+        hits = yield Call(self.memory, "search", (embedding,), {"top_k": fetch_k, "filter": filter})
+        return _mmr(embedding, hits, k, lambda_mult)
 
-    async def amax_marginal_relevance_search_by_vector(
+    def _max_marginal_relevance_search(
         self,
-        embedding: list[float],
-        k: int = 4,
-        fetch_k: int = 20,
-        lambda_mult: float = 0.5,
-        filter: Filter | None = None,
-        **kwargs: Any,
-    ) -> list[Document]:
-        """Async twin of `max_marginal_relevance_search_by_vector`."""
-        return _mmr(embedding, await self.memory.asearch(embedding, top_k=fetch_k, filter=filter), k, lambda_mult)
-
-    def max_marginal_relevance_search(
-        self,
+        /,
         query: str,
         k: int = 4,
         fetch_k: int = 20,
         lambda_mult: float = 0.5,
         filter: Filter | None = None,
         **kwargs: Any,
-    ) -> list[Document]:
+    ) -> Steps[list[Document]]:
         """`k` documents for `query`, chosen among the `fetch_k` closest for similarity and diversity."""
-        embedding = self._embeddings.embed_query(query)
-        return self.max_marginal_relevance_search_by_vector(embedding, k, fetch_k, lambda_mult, filter)
+        embedding = yield Call(self._embeddings, "embed_query", (query,))
+        documents: list[Document] = yield Call(
+            self, "max_marginal_relevance_search_by_vector", (embedding, k, fetch_k, lambda_mult, filter)
+        )
+        return documents
 
-    async def amax_marginal_relevance_search(
-        self,
-        query: str,
-        k: int = 4,
-        fetch_k: int = 20,
-        lambda_mult: float = 0.5,
-        filter: Filter | None = None,
-        **kwargs: Any,
-    ) -> list[Document]:
-        """Async twin of `max_marginal_relevance_search`."""
-        embedding = await self._embeddings.aembed_query(query)
-        return await self.amax_marginal_relevance_search_by_vector(embedding, k, fetch_k, lambda_mult, filter)
+    max_marginal_relevance_search_by_vector, amax_marginal_relevance_search_by_vector = twins(
+        _max_marginal_relevance_search_by_vector
+    )
+    max_marginal_relevance_search, amax_marginal_relevance_search = twins(_max_marginal_relevance_search)
 
     # --- construction ---------------------------------------------------------------------------------------
 
-    @classmethod
-    def from_texts(
-        cls,
+    @staticmethod
+    def _from_texts(
+        cls: type[MemwovenVectorStore],
+        /,
         texts: list[str],
         embedding: Embeddings | EmbedFn,
         metadatas: list[dict[str, Any]] | None = None,
@@ -263,37 +216,19 @@ class MemwovenVectorStore(VectorStore):
         url: str | None = None,
         collection: str = "default",
         **kwargs: Any,
-    ) -> Self:
+    ) -> Steps[MemwovenVectorStore]:
         """A store holding `texts`: in `memory`, in `collection` at `url`, or else in a new in-memory collection."""
         store = cls(_memory(memory, url, collection), embedding)
-        store.add_texts(texts, metadatas, ids=ids)
+        yield Call(store, "add_texts", (texts, metadatas), {"ids": ids})
         return store
 
-    @classmethod
-    async def afrom_texts(
-        cls,
-        texts: list[str],
-        embedding: Embeddings | EmbedFn,
-        metadatas: list[dict[str, Any]] | None = None,
-        *,
-        ids: list[str] | None = None,
-        memory: VectorMemory | None = None,
-        url: str | None = None,
-        collection: str = "default",
-        **kwargs: Any,
-    ) -> Self:
-        """Async twin of `from_texts`."""
-        store = cls(_memory(memory, url, collection), embedding)
-        await store.aadd_texts(texts, metadatas, ids=ids)
-        return store
+    from_texts, afrom_texts = constructor_twins(_from_texts)
 
-    def close(self) -> None:
+    def _close(self) -> Steps[None]:
         """Close the underlying memory."""
-        self.memory.close()
+        yield Call(self.memory, "close")
 
-    async def aclose(self) -> None:
-        """Async twin of `close`."""
-        await self.memory.aclose()
+    close, aclose = twins(_close)
 
 
 def _relevance(similarity: float) -> float:
