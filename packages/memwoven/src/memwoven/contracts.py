@@ -15,7 +15,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from memwoven._steps import Call, Invoke, Runner, Sleep, Steps, arun, async_twin, run, twins
 from memwoven.errors import ConcurrentModificationError, InvalidInputError
@@ -27,6 +27,7 @@ __all__ = [
     "CollectionInfo",
     "History",
     "Metric",
+    "SupportsExpiry",
     "VectorMemory",
     "check_collection",
     "check_id",
@@ -280,6 +281,20 @@ class ChatMemory(_Closable, ABC):
     ) -> int | None:
         """`_optimistic_steps` run from async code (for a backend's own locked update)."""
         return await arun(self._optimistic_steps(session_id, change, tries, pause))
+
+
+@runtime_checkable
+class SupportsExpiry(Protocol):
+    """An optional capability: a memory whose entries expire (a `ttl` option) can delete the expired ones, which
+    already read as absent. `isinstance(memory, SupportsExpiry)` tells whether a memory has it."""
+
+    def cleanup_expired(self) -> int:
+        """Delete what expired; return how many sessions (or documents) were deleted."""
+        ...
+
+    async def acleanup_expired(self) -> int:
+        """`cleanup_expired` from async code."""
+        ...
 
 
 class ChatSession(Runner):
