@@ -7,12 +7,13 @@ from typing import Any
 from llama_index.core.base.embeddings.base import BaseEmbedding, Embedding
 from llama_index.core.bridge.pydantic import PrivateAttr
 
+from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.embed import EmbedFn, embed_fn_from_callable
 
 __all__ = ["EmbedFnEmbedding", "embed_fn_from_embedding"]
 
 
-class EmbedFnEmbedding(BaseEmbedding):
+class EmbedFnEmbedding(BaseEmbedding, Runner):
     """A LlamaIndex embedding model that embeds through a memwoven `EmbedFn`, a batch at a time.
 
     Queries and texts get the same vectors (an `EmbedFn` makes no difference between them). `model_name` is the
@@ -36,23 +37,21 @@ class EmbedFnEmbedding(BaseEmbedding):
         """The memwoven function underneath."""
         return self._embed_fn
 
-    def _get_query_embedding(self, query: str) -> Embedding:
-        return self._embed_fn.embed(query)
+    def _get_query_embedding_steps(self, query: str) -> Steps[Embedding]:
+        embedding: Embedding = yield Call(self._embed_fn, "embed", (query,))
+        return embedding
 
-    async def _aget_query_embedding(self, query: str) -> Embedding:
-        return await self._embed_fn.aembed(query)
+    def _get_text_embedding_steps(self, text: str) -> Steps[Embedding]:
+        embedding: Embedding = yield Call(self._embed_fn, "embed", (text,))
+        return embedding
 
-    def _get_text_embedding(self, text: str) -> Embedding:
-        return self._embed_fn.embed(text)
+    def _get_text_embeddings_steps(self, texts: list[str]) -> Steps[list[Embedding]]:
+        embeddings: list[Embedding] = yield Call(self._embed_fn, "embed_many", (texts,))
+        return embeddings
 
-    async def _aget_text_embedding(self, text: str) -> Embedding:
-        return await self._embed_fn.aembed(text)
-
-    def _get_text_embeddings(self, texts: list[str]) -> list[Embedding]:
-        return self._embed_fn.embed_many(texts)
-
-    async def _aget_text_embeddings(self, texts: list[str]) -> list[Embedding]:
-        return await self._embed_fn.aembed_many(texts)
+    _get_query_embedding, _aget_query_embedding = twins(_get_query_embedding_steps)
+    _get_text_embedding, _aget_text_embedding = twins(_get_text_embedding_steps)
+    _get_text_embeddings, _aget_text_embeddings = twins(_get_text_embeddings_steps)
 
 
 def embed_fn_from_embedding(embed_model: BaseEmbedding, *, dimension: int | None = None) -> EmbedFn:

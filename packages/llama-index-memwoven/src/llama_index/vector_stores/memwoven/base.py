@@ -25,6 +25,7 @@ from llama_index.core.vector_stores.types import (
 from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
 
 from llama_index.vector_stores.memwoven._filters import to_core_filter
+from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.contracts import Metric, VectorMemory
 from memwoven.models import ScoredDocument, VectorDocument
 from memwoven.urls import open_vector_memory
@@ -38,7 +39,7 @@ DEFAULT_MMR_PREFETCH_FACTOR = 4.0
 """In MMR mode, how many candidates per result are fetched before re-ranking (unless `mmr_prefetch_k` is given)."""
 
 
-class MemwovenVectorStore(BasePydanticVectorStore):
+class MemwovenVectorStore(BasePydanticVectorStore, Runner):
     """A LlamaIndex vector store over one memwoven `VectorMemory` collection (in memory, files, SQL, ...).
 
     Stores text (`stores_text=True`), so `VectorStoreIndex.from_vector_store(store)` needs no docstore. Queries
@@ -76,27 +77,18 @@ class MemwovenVectorStore(BasePydanticVectorStore):
         """The memwoven vector memory underneath."""
         return self._memory
 
-    def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
+    def _add(self, /, nodes: Sequence[BaseNode], **kwargs: Any) -> Steps[list[str]]:
         """Insert or replace nodes (they must have embeddings); return their ids."""
         documents = [_document(node) for node in nodes]
-        self._memory.store(documents)
+        yield Call(self._memory, "store", (documents,))
         return [document.id for document in documents]
 
-    async def async_add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
-        """Async twin of `add`."""
-        documents = [_document(node) for node in nodes]
-        await self._memory.astore(documents)
-        return [document.id for document in documents]
-
-    def delete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
+    def _delete(self, /, ref_doc_id: str, **delete_kwargs: Any) -> Steps[None]:
         """Delete every node of the source document `ref_doc_id`."""
-        self._memory.delete(document.id for document in self._find({"ref_doc_id": ref_doc_id}))
+        found = yield from self._find({"ref_doc_id": ref_doc_id})
+        yield Call(self._memory, "delete", ((document.id for document in found),))
 
-    async def adelete(self, ref_doc_id: str, **delete_kwargs: Any) -> None:
-        """Async twin of `delete`."""
-        await self._memory.adelete(document.id for document in await self._afind({"ref_doc_id": ref_doc_id}))
-
-    def query(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+    def _query(self, /, query: VectorStoreQuery, **kwargs: Any) -> Steps[VectorStoreQueryResult]:
         """The `similarity_top_k` nodes closest to `query.query_embedding` among those the query selects.
 
         Honours `filters`, `doc_ids` and `node_ids` (an empty list restricts nothing: `VectorStoreIndex` passes
@@ -104,71 +96,55 @@ class MemwovenVectorStore(BasePydanticVectorStore):
         keyword arguments `mmr_prefetch_k` or `mmr_prefetch_factor`).
         """
         search = _Search.of(query, **kwargs)
-        return search.result(self._memory.search(search.embedding, top_k=search.top_k, filter=search.filter))
+        hits = yield Call(self._memory, "search", (search.embedding,), {"top_k": search.top_k, "filter": search.filter})
+        return search.result(hits)
 
-    async def aquery(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
-        """Async twin of `query`."""
-        search = _Search.of(query, **kwargs)
-        return search.result(await self._memory.asearch(search.embedding, top_k=search.top_k, filter=search.filter))
-
-    def get_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None) -> list[BaseNode]:
+    def _get_nodes(
+        self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None
+    ) -> Steps[list[BaseNode]]:
         """The nodes with these ids (in that order) and/or matching `filters`; every node if given neither."""
         if filters is None and node_ids is not None:
-            return [_node(document) for document in self._memory.get(node_ids)]
-        return _ordered(self._find(_selection(node_ids, filters)), node_ids)
+            return [_node(document) for document in (yield Call(self._memory, "get", (node_ids,)))]
+        return _ordered((yield from self._find(_selection(node_ids, filters))), node_ids)
 
-    async def aget_nodes(
-        self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None
-    ) -> list[BaseNode]:
-        """Async twin of `get_nodes`."""
-        if filters is None and node_ids is not None:
-            return [_node(document) for document in await self._memory.aget(node_ids)]
-        return _ordered(await self._afind(_selection(node_ids, filters)), node_ids)
-
-    def delete_nodes(
-        self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **delete_kwargs: Any
-    ) -> None:
+    def _delete_nodes(
+        self, /, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **delete_kwargs: Any
+    ) -> Steps[None]:
         """Delete the nodes with these ids and/or matching `filters` (nothing if given neither)."""
         if filters is None:
-            self._memory.delete(node_ids or [])
+            yield Call(self._memory, "delete", (node_ids or [],))
         else:
-            self._memory.delete(document.id for document in self._find(_selection(node_ids, filters)))
+            found = yield from self._find(_selection(node_ids, filters))
+            yield Call(self._memory, "delete", ((document.id for document in found),))
 
-    async def adelete_nodes(
-        self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **delete_kwargs: Any
-    ) -> None:
-        """Async twin of `delete_nodes`."""
-        if filters is None:
-            await self._memory.adelete(node_ids or [])
-        else:
-            await self._memory.adelete(document.id for document in await self._afind(_selection(node_ids, filters)))
-
-    def clear(self) -> None:
+    def _clear(self) -> Steps[None]:
         """Delete every node of the collection."""
-        self._memory.clear()
+        yield Call(self._memory, "clear")
 
-    async def aclear(self) -> None:
-        """Async twin of `clear`."""
-        await self._memory.aclear()
-
-    def close(self) -> None:
+    def _close(self) -> Steps[None]:
         """Release the vector memory's connections (the async ones are better released by `aclose`)."""
-        self._memory.close()
+        yield Call(self._memory, "close")
 
-    async def aclose(self) -> None:
-        """Release the vector memory's connections, on the running event loop."""
-        await self._memory.aclose()
+    add, async_add = twins(_add)
+    # LlamaIndex's name for the async `add` (`twins` named it `aadd`)
+    async_add.__name__ = "async_add"
+    async_add.__qualname__ = "MemwovenVectorStore.async_add"
+    delete, adelete = twins(_delete)
+    query, aquery = twins(_query)
+    get_nodes, aget_nodes = twins(_get_nodes)
+    delete_nodes, adelete_nodes = twins(_delete_nodes)
+    clear, aclear = twins(_clear)
+    close, aclose = twins(_close)
 
-    def _find(self, filter: dict[str, Any] | None) -> list[VectorDocument]:
+    def _find(self, filter: dict[str, Any] | None) -> Steps[list[VectorDocument]]:
         """Every document matching `filter`: an exhaustive search (the contract has no filtered listing)."""
         probe = _probe(self._memory.dimension)
-        total = self._memory.count() if probe else 0
-        return [hit.document for hit in self._memory.search(probe, top_k=total, filter=filter)] if total else []
-
-    async def _afind(self, filter: dict[str, Any] | None) -> list[VectorDocument]:
-        probe = _probe(self._memory.dimension)
-        total = await self._memory.acount() if probe else 0
-        return [hit.document for hit in await self._memory.asearch(probe, top_k=total, filter=filter)] if total else []
+        total = (yield Call(self._memory, "count")) if probe else 0
+        if not total:
+            return []
+        return [
+            hit.document for hit in (yield Call(self._memory, "search", (probe,), {"top_k": total, "filter": filter}))
+        ]
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from llama_index.core.storage.chat_store.base import BaseChatStore
 
 from llama_index.storage.chat_store.memwoven import _edits
 from llama_index.storage.chat_store.memwoven._convert import to_chat, to_chat_many, to_core, to_core_many
+from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.contracts import ChatMemory
 from memwoven.models import Message
 from memwoven.namespaces import check_namespace, keys_in_namespace, namespaced_id
@@ -20,7 +21,7 @@ __all__ = ["MemwovenChatStore", "SessionStore"]
 _Store = TypeVar("_Store", bound="SessionStore")
 
 
-class SessionStore(BaseModel):
+class SessionStore(BaseModel, Runner):
     """What both chat stores share: a `ChatMemory` and the mapping of keys to its sessions."""
 
     key_prefix: str = Field(default="", description="The namespace of this store's keys: '' or ending with ':'.")
@@ -40,13 +41,11 @@ class SessionStore(BaseModel):
         """The memwoven chat memory underneath."""
         return self._memory
 
-    def close(self) -> None:
+    def _close(self) -> Steps[None]:
         """Release the chat memory's connections (the async ones are better released by `aclose`)."""
-        self._memory.close()
+        yield Call(self._memory, "close")
 
-    async def aclose(self) -> None:
-        """Release the chat memory's connections, on the running event loop."""
-        await self._memory.aclose()
+    close, aclose = twins(_close)
 
     def _session(self, key: str) -> str:
         return namespaced_id(self.key_prefix, key)
@@ -54,17 +53,13 @@ class SessionStore(BaseModel):
     def _keys(self, sessions: list[str]) -> list[str]:
         return keys_in_namespace(self.key_prefix, sessions)
 
-    def _delete(self, key: str, select: _edits.Selector) -> list[Message]:
+    def _delete_steps(self, key: str, select: _edits.Selector) -> Steps[list[Message]]:
         """Remove the messages `select` picks from the session of `key` (optimistic, retried); return them."""
         pick = _edits.Pick(select)
-        self._memory.update(self._session(key), pick)
+        yield Call(self._memory, "update", (self._session(key), pick))
         return pick.picked
 
-    async def _adelete(self, key: str, select: _edits.Selector) -> list[Message]:
-        """Async twin of `_delete`."""
-        pick = _edits.Pick(select)
-        await self._memory.aupdate(self._session(key), pick)
-        return pick.picked
+    _delete, _adelete = twins(_delete_steps)
 
 
 class MemwovenChatStore(SessionStore, BaseChatStore):
@@ -86,61 +81,46 @@ class MemwovenChatStore(SessionStore, BaseChatStore):
         # spelled out (not only inherited) so that pydantic's mypy plugin keeps this signature
         super().__init__(memory, key_prefix=key_prefix, **kwargs)
 
-    def set_messages(self, key: str, messages: list[ChatMessage]) -> None:
+    def _set_messages(self, key: str, messages: list[ChatMessage]) -> Steps[None]:
         """Replace the messages of `key` (messages read from it and unchanged are kept exactly as stored)."""
-        self._memory.update(self._session(key), lambda stored: to_core_many(messages, stored))
+        yield Call(self._memory, "update", (self._session(key), lambda stored: to_core_many(messages, stored)))
 
-    async def aset_messages(self, key: str, messages: list[ChatMessage]) -> None:
-        """Async twin of `set_messages`."""
-        await self._memory.aupdate(self._session(key), lambda stored: to_core_many(messages, stored))
-
-    def get_messages(self, key: str) -> list[ChatMessage]:
+    def _get_messages(self, key: str) -> Steps[list[ChatMessage]]:
         """The messages of `key`, oldest first ([] for an unknown key)."""
-        return to_chat_many(self._memory.load(self._session(key)))
+        return to_chat_many((yield Call(self._memory, "load", (self._session(key),))))
 
-    async def aget_messages(self, key: str) -> list[ChatMessage]:
-        """Async twin of `get_messages`."""
-        return to_chat_many(await self._memory.aload(self._session(key)))
-
-    def add_message(self, key: str, message: ChatMessage) -> None:
+    def _add_message(self, key: str, message: ChatMessage) -> Steps[None]:
         """Append a message to `key` (atomic)."""
-        self._memory.append(self._session(key), [to_core(message)])
+        yield Call(self._memory, "append", (self._session(key), [to_core(message)]))
 
-    async def async_add_message(self, key: str, message: ChatMessage) -> None:
-        """Async twin of `add_message`."""
-        await self._memory.aappend(self._session(key), [to_core(message)])
-
-    def delete_messages(self, key: str) -> list[ChatMessage] | None:
+    def _delete_messages(self, key: str) -> Steps[list[ChatMessage] | None]:
         """Delete every message of `key` and return them (None if there were none)."""
-        return to_chat_many(self._delete(key, _edits.every)) or None
+        return to_chat_many((yield from self._delete_steps(key, _edits.every))) or None
 
-    async def adelete_messages(self, key: str) -> list[ChatMessage] | None:
-        """Async twin of `delete_messages`."""
-        return to_chat_many(await self._adelete(key, _edits.every)) or None
-
-    def delete_message(self, key: str, idx: int) -> ChatMessage | None:
+    def _delete_message(self, key: str, idx: int) -> Steps[ChatMessage | None]:
         """Delete the message at list position `idx` of `key` and return it (None if there is none)."""
-        return _first(self._delete(key, _edits.position(idx)))
+        return _first((yield from self._delete_steps(key, _edits.position(idx))))
 
-    async def adelete_message(self, key: str, idx: int) -> ChatMessage | None:
-        """Async twin of `delete_message`."""
-        return _first(await self._adelete(key, _edits.position(idx)))
-
-    def delete_last_message(self, key: str) -> ChatMessage | None:
+    def _delete_last_message(self, key: str) -> Steps[ChatMessage | None]:
         """Delete the last message of `key` and return it (None if there is none)."""
-        return _first(self._delete(key, _edits.last))
+        return _first((yield from self._delete_steps(key, _edits.last)))
 
-    async def adelete_last_message(self, key: str) -> ChatMessage | None:
-        """Async twin of `delete_last_message`."""
-        return _first(await self._adelete(key, _edits.last))
-
-    def get_keys(self) -> list[str]:
+    def _get_keys(self) -> Steps[list[str]]:
         """The keys of this store's non-empty sessions (those under `key_prefix`), sorted."""
-        return self._keys(self._memory.sessions())
+        return self._keys((yield Call(self._memory, "sessions")))
 
-    async def aget_keys(self) -> list[str]:
-        """Async twin of `get_keys`."""
-        return self._keys(await self._memory.asessions())
+    set_messages, aset_messages = twins(_set_messages)
+    get_messages, aget_messages = twins(_get_messages)
+    add_message, async_add_message = twins(_add_message)
+    # LlamaIndex's name for the async `add_message` (`twins` named it `aadd_message`)
+    async_add_message.__name__, async_add_message.__qualname__ = (
+        "async_add_message",
+        "MemwovenChatStore.async_add_message",
+    )
+    delete_messages, adelete_messages = twins(_delete_messages)
+    delete_message, adelete_message = twins(_delete_message)
+    delete_last_message, adelete_last_message = twins(_delete_last_message)
+    get_keys, aget_keys = twins(_get_keys)
 
 
 def _first(messages: list[Message]) -> ChatMessage | None:
