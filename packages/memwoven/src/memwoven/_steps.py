@@ -40,6 +40,7 @@ __all__ = [
     "arun",
     "async_twin",
     "execute",
+    "function_twins",
     "run",
     "twin_name",
     "twins",
@@ -197,6 +198,24 @@ def twins(
     _named(method, steps, name, steps.__doc__)
     _named(amethod, steps, twin_name(name), f"Async twin of `{name}`.")
     return method, amethod
+
+
+def function_twins(
+    steps: Callable[_P, Steps[_T]],
+) -> tuple[Callable[_P, _T], Callable[_P, Coroutine[Any, Any, _T]]]:
+    """`twins` for a module function: ``trim, atrim = function_twins(_trim)``, running the steps with `run` and
+    `arun` (named and documented as `twins` names them)."""
+
+    def function(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        return run(steps(*args, **kwargs))
+
+    async def afunction(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        return await arun(steps(*args, **kwargs))
+
+    name = _public_name(steps)
+    _named(function, steps, name, steps.__doc__)
+    _named(afunction, steps, twin_name(name), f"Async twin of `{name}`.")
+    return function, afunction
 
 
 def async_twin(method: Callable[Concatenate[_R, _P], _T]) -> Callable[Concatenate[_R, _P], Coroutine[Any, Any, _T]]:
