@@ -51,32 +51,26 @@ def sql_place(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> t
     return None if backend == "memory" else _sql_place(backend, tmp_path, request)
 
 
-@pytest.fixture
-def chat_memory(sql_place: tuple[str, dict[str, Any]] | None) -> Iterator[ChatMemory]:
-    """A fresh, empty chat memory on the backend under test."""
-    if sql_place is None:
-        yield InMemoryChatMemory()
-        return
+def _sql_chat_memory(sql_place: tuple[str, dict[str, Any]]) -> Iterator[ChatMemory]:
+    """A chat memory object over the SQL place, closed (on an event loop, as the adapters use it) at the end."""
     from memwoven.backends.sql import SQLChatMemory
 
     url, options = sql_place
     memory = SQLChatMemory(url, **options)
     yield memory
     asyncio.run(memory.aclose())
+
+
+@pytest.fixture
+def chat_memory(sql_place: tuple[str, dict[str, Any]] | None) -> Iterator[ChatMemory]:
+    """A fresh, empty chat memory on the backend under test."""
+    yield from [InMemoryChatMemory()] if sql_place is None else _sql_chat_memory(sql_place)
 
 
 @pytest.fixture
 def reopen_chat(sql_place: tuple[str, dict[str, Any]] | None, chat_memory: ChatMemory) -> Iterator[ChatMemory]:
     """A second chat memory object over the same storage (the same object on the in-memory backend)."""
-    if sql_place is None:
-        yield chat_memory
-        return
-    from memwoven.backends.sql import SQLChatMemory
-
-    url, options = sql_place
-    memory = SQLChatMemory(url, **options)
-    yield memory
-    asyncio.run(memory.aclose())
+    yield from [chat_memory] if sql_place is None else _sql_chat_memory(sql_place)
 
 
 @pytest.fixture

@@ -17,7 +17,9 @@ from memwoven.errors import EmbeddingError
 from memwoven.testing import EmbedFnContract
 
 
-class TestEmbedFnEmbeddingsUnit(EmbeddingsUnitTests):
+class _OverHashing:
+    """The standard suites' parameters: an `EmbedFnEmbeddings` over memwoven's offline hashing embedder."""
+
     @property
     def embeddings_class(self) -> type[EmbedFnEmbeddings]:
         return EmbedFnEmbeddings
@@ -27,16 +29,12 @@ class TestEmbedFnEmbeddingsUnit(EmbeddingsUnitTests):
         return {"embed_fn": HashingEmbedFn(16)}
 
 
-class TestEmbedFnEmbeddingsStandard(EmbeddingsIntegrationTests):
+class TestEmbedFnEmbeddingsUnit(_OverHashing, EmbeddingsUnitTests):
+    pass
+
+
+class TestEmbedFnEmbeddingsStandard(_OverHashing, EmbeddingsIntegrationTests):
     """The "integration" suite needs no service here: the hashing embedder is offline."""
-
-    @property
-    def embeddings_class(self) -> type[EmbedFnEmbeddings]:
-        return EmbedFnEmbeddings
-
-    @property
-    def embedding_model_params(self) -> dict[str, Any]:
-        return {"embed_fn": HashingEmbedFn(16)}
 
 
 class TestEmbedFnFromEmbeddings(EmbedFnContract):
