@@ -1,12 +1,12 @@
 """`constructor_twins`: `memwoven._steps.twins` for an alternative constructor (a classmethod whose steps make the
-object, then run its operations)."""
+object, then run its operations), typed so that a subclass's constructor returns the subclass."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar, cast
 
-from memwoven._steps import Steps, arun, run, twin_name
+from memwoven._steps import Steps, function_twins
 
 __all__ = ["constructor_twins"]
 
@@ -31,21 +31,5 @@ def constructor_twins(
 ) -> tuple[Constructor[_P], AsyncConstructor[_P]]:
     """The classmethod and its async twin running one steps function (a `staticmethod` taking the class first):
     ``from_x, afrom_x = constructor_twins(_from_x)``, named as `twins` names methods."""
-
-    def method(cls: type[_C], /, *args: _P.args, **kwargs: _P.kwargs) -> _C:
-        return run(steps(cls, *args, **kwargs))
-
-    async def amethod(cls: type[_C], /, *args: _P.args, **kwargs: _P.kwargs) -> _C:
-        return await arun(steps(cls, *args, **kwargs))
-
-    name = steps.__name__.removeprefix("_")
-    owner = steps.__qualname__.rpartition(".")[0]
-    for function, function_name, doc in (
-        (method, name, steps.__doc__),
-        (amethod, twin_name(name), f"Async twin of `{name}`."),
-    ):
-        function.__name__ = function_name
-        function.__qualname__ = f"{owner}.{function_name}" if owner else function_name
-        function.__module__ = steps.__module__
-        function.__doc__ = doc
+    method, amethod = function_twins(steps)
     return cast("Constructor[_P]", classmethod(method)), cast("AsyncConstructor[_P]", classmethod(amethod))
