@@ -1,4 +1,4 @@
-"""What the SQL chat and vector backends share: construction, lazy schema setup and running `Work`."""
+"""What the SQL chat and vector backends share: construction, lazy schema setup and executing `Work` steps."""
 
 from __future__ import annotations
 
@@ -9,25 +9,28 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from memwoven._steps import Runner, Steps, aexecute, arun, execute, run
 from memwoven.backends.sql._engine import Database, Work
-from memwoven.backends.sql._schema import Tables, check_identifier
+from memwoven.backends.sql._schema import Tables, check_identifier, create_tables
 
 __all__ = ["SQLBackend"]
 
-R = TypeVar("R")
 T = TypeVar("T")
 
 
-class SQLBackend:
-    """Engines, tables and the sync/async execution of `Work`; subclasses name their tables in `_own_tables` and
-    list their setup in `_setup_work`."""
+class SQLBackend(Runner):
+    """Engines, tables and the sync/async execution of `Work` steps; subclasses name their tables in `_own_tables`
+    and yield their setup from `_setup_steps`.
+
+    An operation is a steps method (`memwoven._steps`) that yields one `Work` per transaction; `_run` and `_arun`
+    execute each through the sync or the async engine (setting up storage first, on this object's first use).
+    """
 
     _own_tables: list[sa.Table]
 
     def __init__(
         self,
         url_or_engine: str | URL | Engine | AsyncEngine,
-        *,
         table_prefix: str,
         schema: str | None,
         pool_size: int,
@@ -66,29 +69,45 @@ class SQLBackend:
         schema = f", schema={self.schema!r}" if self.schema is not None else ""
         return f"{self._db.where!r}, table_prefix={self.table_prefix!r}{schema}"
 
-    def _setup_work(self) -> list[Work[Any, Any]]:
-        """The transactions that prepare storage on first use (create tables, ...), in order."""
+    def _setup_steps(self) -> Steps[None]:
+        """The transactions that prepare storage on first use (create tables, ...), in order: only `Work` steps."""
         raise NotImplementedError
 
-    def _execute(self, work: Work[R, T]) -> T:
-        """Run `work` through the sync engine (setting up storage first if this object has not yet)."""
+    def _create_tables(self) -> Work[None]:
+        """The transaction that creates this object's tables if missing."""
+        return Work(lambda connection: create_tables(connection, self._tables, self._own_tables), write=True, ddl=True)
+
+    def _run(self, steps: Steps[T]) -> T:
+        """Drive `steps` from sync code, each `Work` in one transaction on the sync engine."""
+        return run(steps, self._step)
+
+    async def _arun(self, steps: Steps[T]) -> T:
+        """Drive `steps` from async code, each `Work` in one transaction on this event loop's engine."""
+        return await arun(steps, self._astep)
+
+    def _step(self, step: Any) -> Any:
+        """Execute one step from sync code: a `Work` through the sync engine (setting up storage first if this
+        object has not yet), any other as `execute` does."""
+        if not isinstance(step, Work):
+            return execute(step)
         if not self._ready:
             with self._ready_lock:
                 if not self._ready:
                     self._db.prepare_storage()
-                    for setup in self._setup_work():
-                        setup.done(self._db.run(setup))
+                    run(self._setup_steps(), self._db.transact)
                     self._ready = True
-        return work.done(self._db.run(work))
+        return self._db.transact(step)
 
-    async def _aexecute(self, work: Work[R, T]) -> T:
-        """Async twin of `_execute`: the same work through the async engine."""
+    async def _astep(self, step: Any) -> Any:
+        """Execute one step from async code: a `Work` through the async engine (setting up storage first if this
+        object has not yet), any other as `aexecute` does."""
+        if not isinstance(step, Work):
+            return await aexecute(step)
         if not self._ready:
             self._db.prepare_storage()
-            for setup in self._setup_work():  # idempotent, so concurrent first calls may both run it
-                setup.done(await self._db.arun(setup))
+            await arun(self._setup_steps(), self._db.atransact)  # idempotent: concurrent first calls may both run it
             self._ready = True
-        return work.done(await self._db.arun(work))
+        return await self._db.atransact(step)
 
     def drop_tables(self) -> None:
         """Drop every table of this prefix (all the sessions and collections stored under it). Irreversible."""
@@ -101,5 +120,6 @@ class SQLBackend:
         self._db.close()
 
     async def aclose(self) -> None:
-        """Async twin of `close`."""
+        """Dispose the connection pools this object created, closing this event loop's async engine natively on
+        it (the other loops' engines as `close` does)."""
         await self._db.aclose()

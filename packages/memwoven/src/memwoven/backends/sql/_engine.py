@@ -1,8 +1,8 @@
 """Engines and transactions shared by the SQL backends (sans business logic).
 
-`Database` turns a URL (or a ready engine) into a sync `Engine` and async engines over the same database, runs one
-unit of `Work` per transaction through either, retries transient lock conflicts, and maps connection failures to
-`BackendUnavailableError` naming the URL without its password.
+`Database` turns a URL (or a ready engine) into a sync `Engine` and async engines over the same database, executes
+one unit of `Work` per transaction through either (`transact`, `atransact`), retries transient lock conflicts, and
+maps connection failures to `BackendUnavailableError` naming the URL without its password.
 
 Async engines are per event loop: a driver's async connections belong to the loop that opened them, and each
 `asyncio.run` makes a new loop. Built from a URL, the object's `async_engine` serves one loop at a time and every
@@ -54,7 +54,6 @@ __all__ = ["Database", "Work"]
 logger = logging.getLogger("memwoven.sql")
 
 R = TypeVar("R")
-T = TypeVar("T")
 E = TypeVar("E", Engine, AsyncEngine)
 
 # backend name -> (sync driver, async driver); the URL's own driver, if any, must be one of the pair.
@@ -78,16 +77,17 @@ _RETRYABLE_MYSQL_CODES = frozenset({1213, 1020})  # deadlock; MariaDB "record ha
 
 
 @dataclass(frozen=True)
-class Work(Generic[R, T]):
-    """One transaction's worth of work: `run(connection)` inside it, then `done(result)` once it committed.
+class Work(Generic[R]):
+    """One transaction's worth of work, and the step an SQL backend's operations yield (`memwoven._steps`): its
+    `body(connection)` runs inside the transaction, and its result is sent back into the operation once the
+    transaction committed (so what the operation does after the `yield`, such as updating a cache, sees only
+    committed results).
 
-    The same `run` serves the sync API (on a sync connection) and the async API (through SQLAlchemy's greenlet
-    bridge, `AsyncConnection.run_sync`), so every operation's body exists once. `done` sees only committed
-    results, which is where caches are updated.
+    The same `body` serves the sync API (on a sync connection) and the async API (through SQLAlchemy's greenlet
+    bridge, `AsyncConnection.run_sync`), so every operation's body exists once.
     """
 
-    run: Callable[[Connection], R]
-    done: Callable[[R], T]
+    body: Callable[[Connection], R]
     write: bool = False
     ddl: bool = False
 
@@ -333,7 +333,7 @@ class _PinnedReader:
         self._connection: Connection | None = None
         self._pid = os.getpid()
 
-    def try_run(self, work: Work[R, Any]) -> tuple[R] | None:
+    def try_read(self, work: Work[R]) -> tuple[R] | None:
         """`(result,)` if `work` ran on the pinned connection; None if the caller must use the pool."""
         if not self._lock.acquire(blocking=False):
             return None
@@ -343,7 +343,7 @@ class _PinnedReader:
             try:
                 if self._connection is None:
                     self._connection = self._engine.connect()
-                result = work.run(self._connection)
+                result = work.body(self._connection)
                 self._connection.commit()  # autocommit: ends SQLAlchemy's transaction, no round trip
             except (DBAPIError, PoolTimeoutError) as error:
                 logger.info("dropped the kept read connection (%s); reading through the pool", _error_text(error))
@@ -370,7 +370,7 @@ class _PinnedReader:
 
 
 class Database:
-    """A sync engine, async engines over the same database (one per event loop), and how to run `Work` on them."""
+    """A sync engine, async engines over the same database (one per event loop), and how to execute `Work` on them."""
 
     def __init__(
         self,
@@ -477,7 +477,7 @@ class Database:
             inspector = sa.inspect(connection)
             return all(inspector.has_table(table.name, schema=table.schema) for table in tables)
 
-        return self.run(Work(read, bool))
+        return self.transact(Work(read))
 
     def prepare_storage(self) -> None:
         """Create the directory of an SQLite database file (the first time the database is used)."""
@@ -485,7 +485,7 @@ class Database:
             with self.translated():
                 self._sqlite_file.parent.mkdir(parents=True, exist_ok=True)
 
-    def _retry(self, error: DBAPIError, work: Work[Any, Any], attempt: int) -> bool:
+    def _retry(self, error: DBAPIError, work: Work[Any], attempt: int) -> bool:
         if error.connection_invalidated:
             return False
         retry = attempt < _DDL_ATTEMPTS if work.ddl else attempt < _ATTEMPTS and _is_transient(error)
@@ -495,10 +495,10 @@ class Database:
             )
         return retry
 
-    def run(self, work: Work[R, Any]) -> R:
-        """Run `work.run` in one transaction on the sync engine, retrying deadlocks; return its result."""
+    def transact(self, work: Work[R]) -> R:
+        """Run `work.body` in one transaction on the sync engine, retrying deadlocks; return its result."""
         if not work.write and self._reader is not None:
-            pinned = self._reader.try_run(work)
+            pinned = self._reader.try_read(work)
             if pinned is not None:
                 return pinned[0]
         with self.translated():
@@ -506,26 +506,28 @@ class Database:
             while True:
                 try:
                     with self._turns, self._engines[work.write].begin() as connection:
-                        return work.run(connection)
+                        return work.body(connection)
                 except DBAPIError as error:
                     if not self._retry(error, work, attempt):
                         raise
                 time.sleep(_retry_delay(attempt))
                 attempt += 1
 
-    async def arun(self, work: Work[R, Any]) -> R:
-        """Async twin of `run`: the same `work.run`, on this event loop's engine through `run_sync`."""
+    async def atransact(self, work: Work[R]) -> R:
+        """`transact` from async code: the same `work.body` in one transaction on this event loop's engine (through
+        `run_sync`), retrying deadlocks; in a worker thread through the sync engine when this loop has no async
+        engine."""
         if self.async_engine is None:
-            return await asyncio.to_thread(self.run, work)
+            return await asyncio.to_thread(self.transact, work)
         mine = self._loops.get(asyncio.get_running_loop()) or await self._enter_loop()
         if mine.engine is None:
-            return await asyncio.to_thread(self.run, work)
+            return await asyncio.to_thread(self.transact, work)
         with self.translated():
             attempt = 1
             while True:
                 try:
                     async with mine.turns, mine.by_write[work.write].begin() as connection:
-                        return await connection.run_sync(work.run)
+                        return await connection.run_sync(work.body)
                 except DBAPIError as error:
                     if not self._retry(error, work, attempt):
                         raise

@@ -38,9 +38,10 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import await_only
 
+from memwoven._steps import Steps, twins
 from memwoven.backends.sql._base import SQLBackend
 from memwoven.backends.sql._engine import Work
-from memwoven.backends.sql._schema import create_tables, insert_ignoring, key_of
+from memwoven.backends.sql._schema import insert_ignoring, key_of
 from memwoven.contracts import ChatMemory, History, MessagesIn, check_id, next_version
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 from memwoven.history import (
@@ -91,98 +92,31 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         cache_size: int = 256,
         ttl: float | None = None,
     ) -> None:
-        super().__init__(
-            url_or_engine,
-            table_prefix=table_prefix,
-            schema=schema,
-            pool_size=pool_size,
-            pool_timeout=pool_timeout,
-            async_engine=async_engine,
-        )
+        super().__init__(url_or_engine, table_prefix, schema, pool_size, pool_timeout, async_engine)
         self._cache = SnapshotCache(cache_size)
         if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0):
             raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")
         self.ttl = ttl
-        self._sessions = self._tables.sessions
+        self._session_table = self._tables.sessions
         self._messages = self._tables.messages
-        self._own_tables = [self._sessions, self._messages]
+        self._own_tables = [self._session_table, self._messages]
         self._insert_statements: dict[sa.Dialect, tuple[str, bool]] = {}  # one per engine's dialect
-        self._statements = _Statements(self._sessions, self._messages)
+        self._statements = _Statements(self._session_table, self._messages)
 
     def __repr__(self) -> str:
         return f"SQLChatMemory({self._options_repr()})"
 
-    # The API: each method validates, then runs one `Work` through the sync or the async engine -------------
+    # The API: each operation validates, then yields one `Work` (a transaction) for the sync or the async engine --
 
-    def load_versioned(self, session_id: str) -> History:
+    def _setup_steps(self) -> Steps[None]:
+        yield self._create_tables()
+
+    def _load_versioned(self, session_id: str) -> Steps[History]:
         """Return the session's messages and the version they were read at."""
-        return self._execute(self._load_work(session_id))
-
-    def save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
-        """Replace the session's history (writing only what changed) and return its new version."""
-        return self._execute(self._save_work(session_id, messages, expected_version))
-
-    def append(self, session_id: str, messages: MessagesIn) -> int:
-        """Atomically add messages at the end of the session and return its new version."""
-        return self._execute(self._append_work(session_id, messages))
-
-    def sessions(self) -> list[str]:
-        """The ids of the stored sessions, sorted."""
-        return self._execute(self._sessions_work())
-
-    async def aload_versioned(self, session_id: str) -> History:
-        """Async twin of `load_versioned`."""
-        return await self._aexecute(self._load_work(session_id))
-
-    async def asave(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
-        """Async twin of `save`."""
-        return await self._aexecute(self._save_work(session_id, messages, expected_version))
-
-    async def aappend(self, session_id: str, messages: MessagesIn) -> int:
-        """Async twin of `append`."""
-        return await self._aexecute(self._append_work(session_id, messages))
-
-    async def asessions(self) -> list[str]:
-        """Async twin of `sessions`."""
-        return await self._aexecute(self._sessions_work())
-
-    def _update_locked(self, session_id: str, change: Callable[[list[Message]], MessagesIn]) -> int:
-        """Run `change` and write its result in one transaction holding the session's row lock."""
-        return self._execute(self._update_work(session_id, change, _refuse_awaitable))
-
-    async def _aupdate_locked(
-        self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
-    ) -> int:
-        """Async twin of `_update_locked`; a coroutine `change` is awaited on this loop."""
-        loop = asyncio.get_running_loop()
-
-        def awaiter(result: Awaitable[Any]) -> Any:
-            try:
-                asyncio.get_running_loop()  # the work runs in SQLAlchemy's greenlet on this loop: await here
-            except RuntimeError:  # it runs the sync API in a worker thread: await on this loop
-                return asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
-            return await_only(result)
-
-        return await self._aexecute(self._update_work(session_id, change, awaiter))
-
-    def cleanup_expired(self) -> int:
-        """Delete the sessions whose TTL ran out (they already read as absent); return how many."""
-        return self._execute(self._cleanup_work())
-
-    async def acleanup_expired(self) -> int:
-        """Async twin of `cleanup_expired`."""
-        return await self._aexecute(self._cleanup_work())
-
-    # Work ---------------------------------------------------------------------------------------------------
-
-    def _setup_work(self) -> list[Work[Any, Any]]:
-        return [Work(lambda c: create_tables(c, self._tables, self._own_tables), _ignore, write=True, ddl=True)]
-
-    def _load_work(self, session_id: str) -> Work[Snapshot, History]:
         session_id = check_id(session_id)
         key = key_of(session_id)
 
-        def run(connection: Connection) -> Snapshot:
+        def body(connection: Connection) -> Snapshot:
             row = connection.execute(self._statements.probe, {"key": key}).one()
             if row.session_id is None:
                 if row.has_rows:  # one statement: a writer cannot have created the session in between
@@ -198,20 +132,21 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             rows = connection.execute(self._rows_query(key)).all()
             return self._decode(session_id, key, rows)
 
-        def done(snapshot: Snapshot) -> History:
-            if snapshot.version:
-                self._cache.put(session_id, snapshot)
-            return History(list(snapshot.messages), snapshot.version)
+        snapshot: Snapshot = yield Work(body)
+        if snapshot.version:
+            self._cache.put(session_id, snapshot)
+        return History(list(snapshot.messages), snapshot.version)
 
-        return Work(run, done)
+    load_versioned, aload_versioned = twins(_load_versioned)
 
-    def _save_work(self, session_id: str, messages: MessagesIn, expected_version: int | None) -> Work[int, int]:
+    def _save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> Steps[int]:
+        """Replace the session's history (writing only what changed) and return its new version."""
         session_id = check_id(session_id)
         edit = prepare_edit(messages, self._cache.get(session_id))  # validated before anything is written
         new = edit.messages
         key = key_of(session_id)
 
-        def run(connection: Connection) -> int:
+        def body(connection: Connection) -> int:
             locked = self._lock_session(connection, session_id, key)
             if expected_version is not None and expected_version != locked.version:
                 raise ConcurrentModificationError(
@@ -231,25 +166,23 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             chain = self._insert(connection, session_id, key, kept, chain, rest, bodies)
             return self._set_version(connection, key, next_version(locked.version), len(new), chain)
 
-        def done(version: int) -> int:
-            if version:
-                self._cache.put(session_id, Snapshot(version, new))
-            else:
-                self._cache.drop(session_id)
-            return version
+        version: int = yield Work(body, write=True)
+        return self._remember(session_id, version, new)
 
-        return Work(run, done, write=True)
+    save, asave = twins(_save)
 
-    def _append_work(self, session_id: str, messages: MessagesIn) -> Work[Any, int]:
+    def _append(self, session_id: str, messages: MessagesIn) -> Steps[int]:
+        """Atomically add messages at the end of the session and return its new version."""
         session_id = check_id(session_id)
         added = coerce_messages(messages)
-        if not added:
-            return self._version_work(session_id)
-        carry_ids = bool(message_ids(added))  # refuses two messages with one id before anything is written
         key = key_of(session_id)
+        if not added:
+            version: int = yield Work(lambda connection: self._stored_version(connection, key))
+            return version
+        carry_ids = bool(message_ids(added))  # refuses two messages with one id before anything is written
         bodies = [encode_message(m) for m in added]
 
-        def run(connection: Connection) -> tuple[int, int, list[Message]]:
+        def body(connection: Connection) -> tuple[int, int, list[Message]]:
             locked = self._lock_session(connection, session_id, key)
             if locked.version == 0:
                 self._refuse_orphans(connection, session_id, key)
@@ -269,23 +202,59 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             self._set_version(connection, key, new_version, locked.message_count + len(written), chain)
             return locked.version, new_version, written
 
-        def done(result: tuple[int, int, list[Message]]) -> int:
-            old, new, written = result
-            cached = self._cache.get(session_id)
-            if new != old and cached is not None and cached.version == old:
-                self._cache.put(session_id, Snapshot(new, cached.messages + written))
-            return new
+        result: tuple[int, int, list[Message]] = yield Work(body, write=True)
+        old, new, written = result
+        cached = self._cache.get(session_id)
+        if new != old and cached is not None and cached.version == old:
+            self._cache.put(session_id, Snapshot(new, cached.messages + written))
+        return new
 
-        return Work(run, done, write=True)
+    append, aappend = twins(_append)
 
-    def _update_work(
+    def _sessions(self) -> Steps[list[str]]:
+        """The ids of the stored sessions, sorted."""
+
+        def body(connection: Connection) -> list[str]:
+            sessions = self._session_table
+            query = sa.select(sessions.c.session_id).where(sessions.c.message_count > 0, _alive(sessions))
+            return sorted(connection.execute(query).scalars())
+
+        session_ids: list[str] = yield Work(body)
+        return session_ids
+
+    sessions, asessions = twins(_sessions)
+
+    def _update_locked(self, session_id: str, change: Callable[[list[Message]], MessagesIn]) -> int:
+        """Run `change` and write its result in one transaction holding the session's row lock (an awaitable
+        `change` returns is refused: `_aupdate_locked` awaits it)."""
+        return self._run(self._locked_update_steps(session_id, change, _refuse_awaitable))
+
+    async def _aupdate_locked(
+        self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
+    ) -> int:
+        """`_update_locked` from async code, where `change` may also be a coroutine function: its result is awaited
+        on this loop from inside the transaction (in SQLAlchemy's greenlet, or from the worker thread when the sync
+        API serves this loop), so the session's row stays locked while it runs."""
+        loop = asyncio.get_running_loop()
+
+        def awaiter(result: Awaitable[Any]) -> Any:
+            try:
+                asyncio.get_running_loop()  # the work runs in SQLAlchemy's greenlet on this loop: await here
+            except RuntimeError:  # it runs the sync API in a worker thread: await on this loop
+                return asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
+            return await_only(result)
+
+        return await self._arun(self._locked_update_steps(session_id, change, awaiter))
+
+    def _locked_update_steps(
         self, session_id: str, change: Callable[[list[Message]], Any], awaiter: Callable[[Awaitable[Any]], Any]
-    ) -> Work[tuple[int, list[Message]], int]:
-        """Lock the session's row, read it, apply `change` and write what changed, in one transaction."""
+    ) -> Steps[int]:
+        """Lock the session's row, read it, apply `change` (its awaitable result through `awaiter`) and write what
+        changed, in one transaction."""
         session_id = check_id(session_id)
         key = key_of(session_id)
 
-        def run(connection: Connection) -> tuple[int, list[Message]]:
+        def body(connection: Connection) -> tuple[int, list[Message]]:
             locked = self._lock_session(connection, session_id, key)
             cached = self._cache.get(session_id)
             current = EMPTY
@@ -311,38 +280,14 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             )
             return self._set_version(connection, key, next_version(locked.version), len(new), chain), new
 
-        def done(written: tuple[int, list[Message]]) -> int:
-            version, new = written
-            if version:
-                self._cache.put(session_id, Snapshot(version, new))
-            else:
-                self._cache.drop(session_id)
-            return version
+        version, new = yield Work(body, write=True)
+        return self._remember(session_id, version, new)
 
-        return Work(run, done, write=True)
+    def _cleanup_expired(self) -> Steps[int]:
+        """Delete the sessions whose TTL ran out (they already read as absent); return how many."""
 
-    def _version_work(self, session_id: str) -> Work[int, int]:
-        key = key_of(session_id)
-
-        def run(connection: Connection) -> int:
-            version = connection.execute(
-                sa.select(self._sessions.c.version).where(self._sessions.c.session_key == key)
-            ).scalar()
-            return int(version or 0)
-
-        return Work(run, _same)
-
-    def _sessions_work(self) -> Work[list[str], list[str]]:
-        def run(connection: Connection) -> list[str]:
-            sessions = self._sessions
-            query = sa.select(sessions.c.session_id).where(sessions.c.message_count > 0, _alive(sessions))
-            return sorted(connection.execute(query).scalars())
-
-        return Work(run, _same)
-
-    def _cleanup_work(self) -> Work[int, int]:
-        def run(connection: Connection) -> int:
-            sessions, messages = self._sessions, self._messages
+        def body(connection: Connection) -> int:
+            sessions, messages = self._session_table, self._messages
             expired = [
                 row.session_key
                 for row in connection.execute(sa.select(sessions.c.session_key).where(sa.not_(_alive(sessions))))
@@ -355,13 +300,25 @@ class SQLChatMemory(SQLBackend, ChatMemory):
                 )
             return len(expired)
 
-        return Work(run, _same, write=True)
+        deleted: int = yield Work(body, write=True)
+        return deleted
+
+    cleanup_expired, acleanup_expired = twins(_cleanup_expired)
+
+    def _remember(self, session_id: str, version: int, messages: list[Message]) -> int:
+        """After a committed write of the session's whole history, remember it (forget a removed session); return
+        `version`."""
+        if version:
+            self._cache.put(session_id, Snapshot(version, messages))
+        else:
+            self._cache.drop(session_id)
+        return version
 
     # Helpers run inside a transaction -----------------------------------------------------------------------
 
     def _lock_session(self, connection: Connection, session_id: str, key: str) -> _Locked:
         """Create the session's row if missing (version 0, no messages) and lock it; return what it holds."""
-        sessions = self._sessions
+        sessions = self._session_table
         seed = _seed(key)
         new_row = {"session_key": key, "session_id": session_id, "version": 0, "message_count": 0, "chain": seed}
         for _ in range(3):  # the row can vanish between the two statements if another writer clears it
@@ -384,9 +341,15 @@ class SQLChatMemory(SQLBackend, ChatMemory):
                 return _Locked(int(row.version), int(row.message_count), bytes(row.chain))
         raise ConcurrentModificationError(f"session {session_id!r} kept being cleared while writing; retry")
 
+    def _stored_version(self, connection: Connection, key: str) -> int:
+        version = connection.execute(
+            sa.select(self._session_table.c.version).where(self._session_table.c.session_key == key)
+        ).scalar()
+        return int(version or 0)
+
     def _delete_session(self, connection: Connection, key: str) -> None:
         connection.execute(sa.delete(self._messages).where(self._messages.c.session_key == key))
-        connection.execute(sa.delete(self._sessions).where(self._sessions.c.session_key == key))
+        connection.execute(sa.delete(self._session_table).where(self._session_table.c.session_key == key))
 
     def _delete_from(self, connection: Connection, key: str, seq: int) -> None:
         messages = self._messages
@@ -407,7 +370,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
 
     def _rows_query(self, key: str) -> sa.Select[Any]:
         """The session row joined with its message rows, in order."""
-        sessions, messages = self._sessions, self._messages
+        sessions, messages = self._session_table, self._messages
         return (
             sa.select(
                 sessions.c.version,
@@ -663,11 +626,3 @@ def _expired(expires_at_ms: int | None) -> bool:
 def _alive(sessions: sa.Table) -> sa.ColumnElement[bool]:
     """SQL: the session has no TTL or it has not run out."""
     return sa.or_(sessions.c.expires_at_ms.is_(None), sessions.c.expires_at_ms > _now_ms())
-
-
-def _ignore(_: object) -> None:
-    return None
-
-
-def _same(value: Any) -> Any:
-    return value

@@ -20,9 +20,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from memwoven._steps import Steps, twins
 from memwoven.backends.sql._base import SQLBackend
 from memwoven.backends.sql._engine import Database, Work
-from memwoven.backends.sql._schema import Tables, check_identifier, create_tables, insert_ignoring, key_of, upsert
+from memwoven.backends.sql._schema import Tables, check_identifier, insert_ignoring, key_of, upsert
 from memwoven.contracts import (
     CollectionInfo,
     DocumentsIn,
@@ -92,14 +93,7 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
         self.collection = check_collection(collection)  # stored as data, keyed by its hash
         self.metric = check_metric(metric)
         self._wanted_dimension = check_dimension(dimension)
-        super().__init__(
-            url_or_engine,
-            table_prefix=table_prefix,
-            schema=schema,
-            pool_size=pool_size,
-            pool_timeout=pool_timeout,
-            async_engine=async_engine,
-        )
+        super().__init__(url_or_engine, table_prefix, schema, pool_size, pool_timeout, async_engine)
         self._key = key_of(self.collection)
         self._collections = self._tables.collections
         self._vectors = self._tables.vectors
@@ -130,111 +124,21 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
         """The embedding dimension (None until this object learns it from the collection or a store)."""
         return self._index.dimension
 
-    # The API: each method validates, then runs one `Work` through the sync or the async engine -------------
+    # The API: each operation validates, then yields one `Work` (a transaction) for the sync or the async engine --
 
-    def store(self, documents: DocumentsIn) -> None:
+    def _setup_steps(self) -> Steps[None]:
+        yield self._create_tables()
+        self._opened((yield Work(self._open_collection, write=True)))
+
+    def _store(self, documents: DocumentsIn) -> Steps[None]:
         """Insert or replace documents by id, in one transaction."""
-        self._execute(self._store_work(documents))
-
-    def search(
-        self,
-        embedding: Sequence[float],
-        *,
-        top_k: int = 4,
-        threshold: float | None = None,
-        filter: Filter | None = None,
-    ) -> list[ScoredDocument]:
-        """Exact top-k search over the collection as stored."""
-        return self._execute(self._search_work(embedding, top_k, threshold, filter))
-
-    def get(self, ids: Iterable[str]) -> list[VectorDocument]:
-        """The documents with these ids, in the order asked."""
-        return self._execute(self._get_work(ids))
-
-    def delete(self, ids: Iterable[str]) -> None:
-        """Delete documents by id; unknown ids are ignored."""
-        self._execute(self._delete_work(ids))
-
-    def count(self) -> int:
-        """The number of stored documents."""
-        return self._execute(self._read_work(len))
-
-    def clear(self) -> None:
-        """Delete every document of the collection (its dimension and metric stay)."""
-        self._execute(self._clear_work())
-
-    def ids(self) -> list[str]:
-        """The ids of every stored document, sorted."""
-        return self._execute(self._read_work(_sorted_ids))
-
-    async def astore(self, documents: DocumentsIn) -> None:
-        """Async twin of `store`."""
-        await self._aexecute(self._store_work(documents))
-
-    async def asearch(
-        self,
-        embedding: Sequence[float],
-        *,
-        top_k: int = 4,
-        threshold: float | None = None,
-        filter: Filter | None = None,
-    ) -> list[ScoredDocument]:
-        """Async twin of `search`."""
-        return await self._aexecute(self._search_work(embedding, top_k, threshold, filter))
-
-    async def aget(self, ids: Iterable[str]) -> list[VectorDocument]:
-        """Async twin of `get`."""
-        return await self._aexecute(self._get_work(ids))
-
-    async def adelete(self, ids: Iterable[str]) -> None:
-        """Async twin of `delete`."""
-        await self._aexecute(self._delete_work(ids))
-
-    async def acount(self) -> int:
-        """Async twin of `count`."""
-        return await self._aexecute(self._read_work(len))
-
-    async def aclear(self) -> None:
-        """Async twin of `clear`."""
-        await self._aexecute(self._clear_work())
-
-    async def aids(self) -> list[str]:
-        """Async twin of `ids`."""
-        return await self._aexecute(self._read_work(_sorted_ids))
-
-    # Work ---------------------------------------------------------------------------------------------------
-
-    def _setup_work(self) -> list[Work[Any, Any]]:
-        return [
-            Work(lambda c: create_tables(c, self._tables, self._own_tables), _ignore, write=True, ddl=True),
-            Work(self._open_collection, self._opened, write=True),
-        ]
-
-    def _read_work(self, read: Callable[[VectorIndex], T]) -> Work[None, T]:
-        """Bring the index up to date with the table, then `read` it."""
-
-        def done(_: None) -> T:
-            with self._lock:
-                return read(self._index)
-
-        return Work(self._refresh, done)
-
-    def _search_work(
-        self, embedding: Sequence[float], top_k: int, threshold: float | None, filter: Filter | None
-    ) -> Work[None, list[ScoredDocument]]:
-        return self._read_work(lambda index: index.search(embedding, top_k=top_k, threshold=threshold, filter=filter))
-
-    def _get_work(self, ids: Iterable[str]) -> Work[None, list[VectorDocument]]:
-        wanted = check_ids(ids)
-        return self._read_work(lambda index: index.get(wanted))
-
-    def _store_work(self, documents: DocumentsIn) -> Work[Any, None]:
         batch = self._index.prepare(documents)  # validated before anything is written
         require_utf8(batch)
         if self._db.dialect == "postgresql" and any("\x00" in content for content in batch.contents):
             raise InvalidInputError("PostgreSQL text cannot hold NUL characters (document content)")
         if not batch.ids:
-            return Work(_ignore, _ignore)
+            yield Work(_ignore)
+            return
         dimension = int(batch.vectors.shape[1])
         vectors = batch.vectors.astype("<f4", copy=False)
         rows = [
@@ -250,7 +154,7 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
             for doc_id, content, metadata, vector in zip(batch.ids, batch.contents, batch.metadata, vectors)
         ]
 
-        def run(connection: Connection) -> _Collection:
+        def body(connection: Connection) -> _Collection:
             state = self._bump(connection)
             if state.dimension is None:
                 connection.execute(self._collection_update().values(dimension=dimension))
@@ -261,16 +165,44 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
             upsert(connection, self._vectors, [{**row, "version": state.version} for row in rows])
             return state._replace(dimension=dimension)
 
-        return Work(run, lambda state: self._applied(state, lambda index: index.upsert(batch)), write=True)
+        self._applied((yield Work(body, write=True)), lambda index: index.upsert(batch))
 
-    def _delete_work(self, ids: Iterable[str]) -> Work[Any, None]:
+    store, astore = twins(_store)
+
+    def _search(
+        self,
+        embedding: Sequence[float],
+        *,
+        top_k: int = 4,
+        threshold: float | None = None,
+        filter: Filter | None = None,
+    ) -> Steps[list[ScoredDocument]]:
+        """Exact top-k search over the collection as stored."""
+        return (
+            yield from self._read_steps(
+                lambda index: index.search(embedding, top_k=top_k, threshold=threshold, filter=filter)
+            )
+        )
+
+    search, asearch = twins(_search)
+
+    def _get(self, ids: Iterable[str]) -> Steps[list[VectorDocument]]:
+        """The documents with these ids, in the order asked."""
+        wanted = check_ids(ids)
+        return (yield from self._read_steps(lambda index: index.get(wanted)))
+
+    get, aget = twins(_get)
+
+    def _delete(self, ids: Iterable[str]) -> Steps[None]:
+        """Delete documents by id; unknown ids are ignored."""
         unique = list(dict.fromkeys(check_ids(ids)))
         if not unique:
-            return Work(_ignore, _ignore)
+            yield Work(_ignore)
+            return
         keys = [key_of(doc_id) for doc_id in unique]
         vectors = self._vectors
 
-        def run(connection: Connection) -> _Collection:
+        def body(connection: Connection) -> _Collection:
             state = self._bump(connection)
             for start in range(0, len(keys), _CHUNK):
                 connection.execute(
@@ -284,15 +216,39 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
                 )
             return state
 
-        return Work(run, lambda state: self._applied(state, lambda index: index.remove(unique)), write=True)
+        self._applied((yield Work(body, write=True)), lambda index: index.remove(unique))
 
-    def _clear_work(self) -> Work[_Collection, None]:
-        def run(connection: Connection) -> _Collection:
+    delete, adelete = twins(_delete)
+
+    def _count(self) -> Steps[int]:
+        """The number of stored documents."""
+        return (yield from self._read_steps(len))
+
+    count, acount = twins(_count)
+
+    def _clear(self) -> Steps[None]:
+        """Delete every document of the collection (its dimension and metric stay)."""
+
+        def body(connection: Connection) -> _Collection:
             state = self._bump(connection, clear=True)
             connection.execute(sa.delete(self._vectors).where(self._vectors.c.collection_key == self._key))
             return state
 
-        return Work(run, lambda state: self._applied(state, VectorIndex.clear, cleared=True), write=True)
+        self._applied((yield Work(body, write=True)), VectorIndex.clear, cleared=True)
+
+    clear, aclear = twins(_clear)
+
+    def _ids(self) -> Steps[list[str]]:
+        """The ids of every stored document, sorted."""
+        return (yield from self._read_steps(_sorted_ids))
+
+    ids, aids = twins(_ids)
+
+    def _read_steps(self, read: Callable[[VectorIndex], T]) -> Steps[T]:
+        """Bring the index up to date with the table, then `read` it."""
+        yield Work(self._refresh)
+        with self._lock:
+            return read(self._index)
 
     # Helpers run inside a transaction -----------------------------------------------------------------------
 
@@ -487,7 +443,7 @@ def _stored_collections(database: Database, tables: Tables, key: str | None = No
         query = sa.select(c.c.name, c.c.metric, c.c.dimension)
         return connection.execute(query if key is None else query.where(c.c.collection_key == key)).all()
 
-    return database.run(Work(read, _ignore))
+    return database.transact(Work(read))
 
 
 def _ignore(_: object) -> None:
