@@ -1,4 +1,4 @@
-"""What the Redis backends share: the key prefix rule, error translation, and their clients with the drivers.
+"""What the Redis backends share: the key prefix rule, error translation, their ops and clients with the executors.
 
 A backend object holds one sync client and, lazily, one async client per event loop: a redis-py asyncio client
 and its connections belong to the loop they were opened on, and each `asyncio.run` (as LlamaIndex's sync methods
@@ -9,7 +9,9 @@ without touching the loop. An async client you pass serves the first loop that u
 and with none, each Redis call runs the sync client in a worker thread. At most `MAX_IN_FLIGHT` operations per
 loop use Redis at once; more wait their turn, so no load exhausts a connection pool.
 
-Operations are generators of I/O-free ops (each backend's own) and `Sleep`s, driven by `memwoven._steps`.
+Operations are generators of I/O-free ops (`Script`, `Scan`, `Fields`, `HScan`) and the engine's steps, driven by
+`memwoven._steps`: `RedisBackend` runs them with `Clients.execute` (the sync client) or `Clients.aexecute` (the
+event loop's client).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import contextlib
 import logging
 import re
 import threading
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -32,12 +34,17 @@ from redis.exceptions import RedisClusterException, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from memwoven._redact import redact_text, redact_url
-from memwoven._steps import Call, Invoke, Sleep, Steps, aexecute, arun, execute, run
+from memwoven._steps import Call, Invoke, Runner, Sleep, Steps, aexecute, arun, execute, run
 from memwoven.errors import BackendUnavailableError, CorruptMemoryError, InvalidInputError, MemwovenError
 
 __all__ = [
     "MAX_IN_FLIGHT",
     "Clients",
+    "Fields",
+    "HScan",
+    "RedisBackend",
+    "Scan",
+    "Script",
     "as_text",
     "check_prefix",
     "clients_from_url",
@@ -97,6 +104,68 @@ def redis_errors(url: str, subject: str) -> Iterator[None]:
         raise _damaged(error, subject) from error
 
 
+@dataclass(frozen=True)
+class Script:
+    """Run one of the backend's scripts on `keys`."""
+
+    name: str
+    keys: list[str]
+    args: list[str | bytes | int]
+
+
+@dataclass(frozen=True)
+class Scan:
+    """Find the keys matching a pattern (on every node of a cluster)."""
+
+    pattern: str
+
+
+@dataclass(frozen=True)
+class Fields:
+    """Read one field of each of some hashes (one pipeline)."""
+
+    keys: list[str]
+    field: str
+
+
+@dataclass(frozen=True)
+class HScan:
+    """Read a whole hash with HSCAN (never HGETALL: no single huge reply)."""
+
+    key: str
+
+
+Op = Script | Scan | Fields | HScan
+
+
+def _execute(client: Any, scripts: Mapping[str, Any], op: Op) -> Any:
+    """Run `op` with a sync client and its `scripts`."""
+    if isinstance(op, Script):
+        return scripts[op.name](keys=op.keys, args=op.args)
+    if isinstance(op, Scan):
+        return list(client.scan_iter(match=op.pattern, count=1000))
+    if isinstance(op, HScan):
+        return dict(client.hscan_iter(op.key, count=1000))
+    pipe = client.pipeline(transaction=False)
+    for key in op.keys:
+        pipe.hget(key, op.field)
+    return pipe.execute()
+
+
+async def _aexecute(client: Any, scripts: Mapping[str, Any], op: Op) -> Any:
+    """`_execute` with an async client and its `scripts`."""
+    if isinstance(op, Script):
+        return await scripts[op.name](keys=op.keys, args=op.args)
+    if isinstance(op, Scan):
+        return [key async for key in client.scan_iter(match=op.pattern, count=1000)]
+    if isinstance(op, HScan):
+        return {field: value async for field, value in client.hscan_iter(op.key, count=1000)}
+    pipe = client.pipeline(transaction=False)
+    for key in op.keys:
+        pipe.hget(key, op.field)
+    return await pipe.execute()
+
+
 @dataclass
 class _LoopClient:
     """One event loop's async client (None: the sync client in worker threads), its scripts and turns."""
@@ -109,7 +178,7 @@ class _LoopClient:
 
 
 class Clients:
-    """A backend's Redis clients, `scripts` registered on each, and its drivers `run` and `arun`.
+    """A backend's Redis clients, `scripts` registered on each, and its executors `execute` and `aexecute`.
 
     From a URL, or a sync client you built with optionally its asyncio twin (which serves the first event loop
     that uses it). Every client is closed by `close` (the sync one) or `aclose` (that too, and the loop's own).
@@ -128,36 +197,22 @@ class Clients:
         self._loops: dict[asyncio.AbstractEventLoop, _LoopClient] = {}
         self._guard = threading.Lock()  # for `_loops` and `_lent`, shared by the threads running loops
 
-    def run(self, steps: Steps[_T], execute_op: Callable[[Any], Any], subject: str) -> _T:
-        """Drive `steps` from sync code, each op through `execute_op` (with `client` and `scripts`)."""
+    def execute(self, step: Any) -> Any:
+        """Execute a step from sync code: an `Op` with the sync client, the engine's steps with `execute`."""
+        if isinstance(step, _ENGINE_STEPS):
+            return execute(step)
+        return _execute(self.client, self.scripts, step)
 
-        def step(op: Any) -> Any:
-            return execute(op) if isinstance(op, _ENGINE_STEPS) else execute_op(op)
-
-        with redis_errors(self.url, subject):
-            return run(steps, step)
-
-    async def arun(
-        self,
-        steps: Steps[_T],
-        execute_op: Callable[[Any], Any],
-        aexecute_op: Callable[[Any, dict[str, Any], Any], Awaitable[Any]],
-        subject: str,
-    ) -> _T:
-        """Drive `steps` from async code, each op through `aexecute_op(client, scripts, op)` with this event loop's
-        client, or through `execute_op` in a worker thread if the loop has none."""
-
-        async def step(op: Any) -> Any:
-            if isinstance(op, _ENGINE_STEPS):
-                return await aexecute(op)
-            mine = await self._this_loop()
-            async with mine.turns:
-                if mine.client is None:
-                    return await asyncio.to_thread(execute_op, op)
-                return await aexecute_op(mine.client, mine.scripts, op)
-
-        with redis_errors(self.url, subject):
-            return await arun(steps, step)
+    async def aexecute(self, step: Any) -> Any:
+        """Execute a step from async code: an `Op` with this event loop's client (taking a turn), or with the sync
+        client in a worker thread if the loop has none; the engine's steps with `aexecute`."""
+        if isinstance(step, _ENGINE_STEPS):
+            return await aexecute(step)
+        mine = await self._this_loop()
+        async with mine.turns:
+            if mine.client is None:
+                return await asyncio.to_thread(_execute, self.client, self.scripts, step)
+            return await _aexecute(mine.client, mine.scripts, step)
 
     async def _this_loop(self) -> _LoopClient:
         """The running loop's client, made on its first use."""
@@ -229,6 +284,37 @@ class Clients:
             lifetime, mine.lifetime = mine.lifetime, None  # finalized once, even by concurrent calls
             await lifetime.aclose()
         self.close()
+
+
+class RedisBackend(Runner):
+    """What a Redis backend object shares: its `Clients`, which execute its steps (`_run` with the sync client,
+    `_arun` with the event loop's), and `close` / `aclose`."""
+
+    _redis: Clients
+    _url: str
+    _client: Any
+    _scripts: dict[str, Any]
+
+    def _connect(
+        self, url_or_client: Any, async_client: Any, socket_timeout: float, scripts: Mapping[str, str]
+    ) -> None:
+        """Open the clients (from a URL, or those you passed) and register `scripts` on them."""
+        self._redis = Clients(url_or_client, async_client, socket_timeout, scripts)
+        self._url, self._client, self._scripts = self._redis.url, self._redis.client, self._redis.scripts
+
+    def _run(self, steps: Steps[_T]) -> _T:
+        return run(steps, self._redis.execute)
+
+    async def _arun(self, steps: Steps[_T]) -> _T:
+        return await arun(steps, self._redis.aexecute)
+
+    def close(self) -> None:
+        """Close the sync client's connections (each event loop's async client closes with its loop)."""
+        self._redis.close()
+
+    async def aclose(self) -> None:
+        """Close this event loop's async client and the sync client."""
+        await self._redis.aclose()
 
 
 def clients_from_url(url: str, socket_timeout: float) -> tuple[Any, Callable[[], Any]]:

@@ -24,27 +24,26 @@ own snapshot at the stored version, or stored messages equal, body and digest, t
 from the server clock (microseconds), so they only grow, even across a clear. An optional sliding TTL is reset on
 every write, as one deadline for all the session's keys so they expire together.
 
-Each operation is written once, as a generator that yields `_Op`s (script calls, scans) and receives their
-results; `_run` drives it with the sync client, `_arun` with the event loop's async client (see
-`memwoven.backends._redis`: one per loop, or the sync client in worker threads).
+Each operation is written once, as a generator of steps that yields ops (script calls, scans) and receives their
+results; `twins` makes its sync method, run with the sync client, and its async twin, run with the event loop's
+async client (see `memwoven.backends._redis`: one per loop, or the sync client in worker threads).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
-from memwoven._steps import Sleep
-from memwoven.backends._redis import Clients, as_text, check_prefix, logger
+from memwoven._steps import Sleep, Steps, twins
+from memwoven.backends._redis import Fields, RedisBackend, Scan, Script, as_text, check_prefix, logger, redis_errors
 from memwoven.contracts import ChatMemory, History, MessagesIn, check_id
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 from memwoven.history import (
@@ -62,7 +61,6 @@ from memwoven.models import Message, coerce_messages, same_prefix
 
 __all__ = ["RedisChatMemory"]
 
-_T = TypeVar("_T")
 _PARTS = ("meta", "msgs", "digests", "ids")  # a session's keys, in the order the scripts take them
 _LOCK_LEASE = 30.0  # seconds an update lock lives if its holder dies
 _LOCK_WAIT = 60.0  # seconds a locked update waits for its turn
@@ -222,47 +220,7 @@ return math.min(redis.call('EXISTS', KEYS[1], KEYS[2], KEYS[3], KEYS[4]), 1)
 }
 
 
-@dataclass(frozen=True)
-class _Script:
-    """Run one of `SCRIPTS` on the session's keys."""
-
-    name: str
-    keys: list[str]
-    args: list[str | bytes | int]
-
-
-@dataclass(frozen=True)
-class _Scan:
-    """Find the keys matching a pattern (on every node of a cluster)."""
-
-    pattern: str
-
-
-@dataclass(frozen=True)
-class _Fields:
-    """Read one field of each of some hashes (one pipeline)."""
-
-    keys: list[str]
-    field: str
-
-
-_Op = _Script | _Scan | _Fields
-_Steps = Generator[_Op | Sleep, Any, _T]
-
-
-async def _aexecute(client: Any, scripts: dict[str, Any], op: _Op) -> Any:
-    """`RedisChatMemory._execute` with an async client and its `scripts`."""
-    if isinstance(op, _Script):
-        return await scripts[op.name](keys=op.keys, args=op.args)
-    if isinstance(op, _Scan):
-        return [key async for key in client.scan_iter(match=op.pattern, count=1000)]
-    pipe = client.pipeline(transaction=False)
-    for key in op.keys:
-        pipe.hget(key, op.field)
-    return await pipe.execute()
-
-
-class RedisChatMemory(ChatMemory):
+class RedisChatMemory(RedisBackend, ChatMemory):
     """Chat histories on Redis: `redis://`, `rediss://` or `redis+cluster://` URLs, or clients you built.
 
     `prefix` namespaces every key; `ttl` (seconds) expires a session that has not been written for that long.
@@ -286,8 +244,7 @@ class RedisChatMemory(ChatMemory):
             raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")
         self._ttl_ms = str(int(ttl * 1000)) if ttl else "0"
         self._cache = SnapshotCache(cache_size)
-        self._redis = Clients(url_or_client, async_client, socket_timeout, SCRIPTS)
-        self._url, self._client, self._scripts = self._redis.url, self._redis.client, self._redis.scripts
+        self._connect(url_or_client, async_client, socket_timeout, SCRIPTS)
 
     def __repr__(self) -> str:
         return f"RedisChatMemory({self._url!r}, prefix={self.prefix!r})"
@@ -304,230 +261,188 @@ class RedisChatMemory(ChatMemory):
 
     # Operations as I/O-free steps ---------------------------------------------------------------------------
 
-    def _load_steps(self, session_id: str) -> _Steps[History]:
-        keys = self._keys(check_id(session_id))
-        cached = self._cache.get(session_id) or EMPTY
-        version_raw, stored_id, changed, *rest = yield _Script("load", keys, [str(cached.version)])
-        if len(rest) == 1:  # no meta key (or no version in it): absent, unless some other key remains
+    def _load_versioned(self, session_id: str) -> Steps[History]:
+        """Return the session's messages and version (one round trip; cached messages when unchanged)."""
+        with self._errors(session_id):
+            keys = self._keys(check_id(session_id))
+            cached = self._cache.get(session_id) or EMPTY
+            version_raw, stored_id, changed, *rest = yield Script("load", keys, [str(cached.version)])
+            if len(rest) == 1:  # no meta key (or no version in it): absent, unless some other key remains
+                self._cache.drop(session_id)
+                if rest[0]:
+                    raise _corrupt(session_id, "its meta key is gone (evicted or deleted) while its other keys remain")
+                return History([], 0)
+            version = int(version_raw)
+            if as_text(stored_id) != session_id:
+                raise _corrupt(session_id, f"its meta key names another session ({as_text(stored_id)!r})")
+            if changed:
+                raws, count, links, sealed, ids = rest
+                if not count or int(count) != len(raws):  # a list cut short or added to behind memwoven's back
+                    found = f"it should have {as_text(count) or '?'} messages; found {len(raws)}"
+                    raise _corrupt(session_id, found)
+                bodies = [as_text(raw) for raw in raws]
+                messages = [decode_message(session_id, i, body) for i, body in enumerate(bodies)]
+                try:
+                    carried = len(message_ids(messages))
+                except InvalidInputError as error:
+                    raise _corrupt(session_id, str(error)) from None
+                chain = _chain([_stamp(body, m) for body, m in zip(bodies, messages)])
+                last = chain[-1] if chain else b""
+                if chain != links or ids != carried or sealed != _seal(session_id, version, len(chain), carried, last):
+                    raise _corrupt(session_id, "its messages, digests, ids or version are not as written")
+                cached = Snapshot(version, messages)
+                self._cache.put(session_id, cached)
+            return History(list(cached.messages), version)
+
+    load_versioned, aload_versioned = twins(_load_versioned)
+
+    def _save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> Steps[int]:
+        """Replace the session's history, writing only the changed suffix."""
+        with self._errors(session_id):
+            keys = self._keys(check_id(session_id))
+            edit = prepare_edit(messages, self._cache.get(session_id))  # validated before anything is written
+            new = edit.messages
+            message_ids(new[edit.same :])  # CM10; the script checks the ids written against those kept
+            trust_cache, damaged_at = True, None  # damaged_at: the version of a damaged history being replaced
+            while True:
+                cached = self._cache.get(session_id) if trust_cache else None
+                if damaged_at is not None:  # the stored messages are damaged: keep none of them
+                    base, keep, bodies = damaged_at, 0, [encode_message(m) for m in new]
+                elif cached is not None and expected_version in (None, cached.version):
+                    base = cached.version
+                    keep = edit.same if cached is edit.base else same_prefix(new, cached.messages)
+                    bodies = [encode_message(m) for m in new[keep:]]
+                else:  # nothing remembered at the right version: keep the stored messages equal to the new ones
+                    version_raw, _, raws, links = yield Script("stored", keys[:3], [])
+                    base = int(version_raw)
+                    if expected_version is not None and base != expected_version:
+                        raise self._conflict(session_id, base, expected_version)
+                    bodies = [encode_message(m) for m in new]
+                    keep = _verified_prefix(raws, links, bodies, _chain(map(_stamp, bodies, new)))
+                    bodies = bodies[keep:]
+                args: list[str | bytes | int] = [str(base), session_id, keep, self._ttl_ms, len(bodies)]
+                stamps = map(_stamp, bodies, new[keep:])
+                ok, reply = yield Script("save", keys, [*args, *bodies, *stamps])
+                if ok == 1:
+                    version = int(reply)
+                    self._cache.put(session_id, Snapshot(version, new))
+                    return version
+                if ok == -2:  # an id written is one kept or written twice: name it (CM10)
+                    message_ids(new)
+                    stray = f"its ids key holds {as_text(reply)!r}, which none of its messages carries"
+                    raise _corrupt(session_id, stray)
+                if ok == -1 and expected_version is not None:
+                    raise _corrupt(
+                        session_id, "its stored messages are damaged; save without a version to replace them"
+                    )
+                if ok == -1:
+                    logger.warning("session %r: replacing its damaged history whole", session_id)
+                    damaged_at = int(reply)  # a plain save replaces a damaged history: the way to repair it
+                    continue
+                if expected_version is not None:
+                    raise self._conflict(session_id, int(reply), expected_version)
+                logger.debug("session %r: changed by another writer during a save; comparing again", session_id)
+                trust_cache = False  # another writer got in between: compare again, with the stored messages
+
+    save, asave = twins(_save)
+
+    def _append(self, session_id: str, messages: MessagesIn) -> Steps[int]:
+        """Append atomically (one script call)."""
+        with self._errors(session_id):
+            keys = self._keys(check_id(session_id))
+            added = coerce_messages(messages)
+            message_ids(added)  # CM10: two messages with one id are refused before anything is sent
+            bodies = [encode_message(m) for m in added]
+            args: list[str | bytes | int] = [session_id, self._ttl_ms, len(bodies)]
+            old_raw, new_raw, stored = yield Script("append", keys, [*args, *bodies, *map(_stamp, bodies, added)])
+            old, new = int(old_raw), int(new_raw)
+            if new == -1:
+                raise _corrupt(session_id, "its stored messages are damaged; nothing was appended")
+            cached = self._cache.get(session_id)
+            if cached is not None and cached.version == old and old != new:  # nobody else wrote in between
+                written = not_stored(added, {as_text(i) for i in stored})
+                self._cache.put(session_id, Snapshot(new, cached.messages + written))
+            return new
+
+    append, aappend = twins(_append)
+
+    def _sessions(self) -> Steps[list[str]]:
+        """The ids of this prefix's sessions (found with SCAN, never KEYS), sorted."""
+        with self._errors(None):
+            keys = [as_text(key) for key in (yield Scan(f"{self.prefix}:{{*}}:*"))]
+            metas = [key for key in keys if key.endswith(":meta")]
+            ids = yield Fields(metas, "id")
+            named = {meta[: -len("meta")] for meta, i in zip(metas, ids) if i is not None}
+            unnamed = {key[: key.rindex(":") + 1] for key in keys if key.rpartition(":")[2] in _PARTS} - named
+            lost = []
+            for base in sorted(unnamed):  # confirmed atomically: a session being cleared or expiring is not damage
+                if (yield Script("orphaned", [base + part for part in _PARTS], [])):
+                    lost.append(base + "*")
+            if lost:
+                logger.warning("prefix %r: sessions without their meta key: %s", self.prefix, lost)
+                raise CorruptMemoryError(
+                    f"prefix {self.prefix!r}: {len(lost)} session(s) lost their meta key (evicted or deleted) while "
+                    f"their messages remain, so their ids are unknown: {', '.join(lost)}; clear(session_id) or delete "
+                    "those keys"
+                )
+            return sorted(as_text(i) for i in ids if i is not None)
+
+    sessions, asessions = twins(_sessions)
+
+    def _clear(self, session_id: str) -> Steps[None]:
+        """Delete the session's keys."""
+        with self._errors(session_id):
+            yield Script("clear", self._keys(check_id(session_id)), [])
             self._cache.drop(session_id)
-            if rest[0]:
-                raise _corrupt(session_id, "its meta key is gone (evicted or deleted) while its other keys remain")
-            return History([], 0)
-        version = int(version_raw)
-        if as_text(stored_id) != session_id:
-            raise _corrupt(session_id, f"its meta key names another session ({as_text(stored_id)!r})")
-        if changed:
-            raws, count, links, sealed, ids = rest
-            if not count or int(count) != len(raws):  # a message list cut short or added to behind memwoven's back
-                raise _corrupt(session_id, f"it should have {as_text(count) or '?'} messages; found {len(raws)}")
-            bodies = [as_text(raw) for raw in raws]
-            messages = [decode_message(session_id, i, body) for i, body in enumerate(bodies)]
-            try:
-                carried = len(message_ids(messages))
-            except InvalidInputError as error:
-                raise _corrupt(session_id, str(error)) from None
-            chain = _chain([_stamp(body, m) for body, m in zip(bodies, messages)])
-            last = chain[-1] if chain else b""
-            if chain != links or ids != carried or sealed != _seal(session_id, version, len(chain), carried, last):
-                raise _corrupt(session_id, "its messages, digests, ids or version are not as written")
-            cached = Snapshot(version, messages)
-            self._cache.put(session_id, cached)
-        return History(list(cached.messages), version)
 
-    def _save_steps(self, session_id: str, messages: MessagesIn, expected_version: int | None) -> _Steps[int]:
-        keys = self._keys(check_id(session_id))
-        edit = prepare_edit(messages, self._cache.get(session_id))  # validated before anything is written
-        new = edit.messages
-        message_ids(new[edit.same :])  # CM10; the script checks the ids written against those kept
-        trust_cache, damaged_at = True, None  # damaged_at: the version of a damaged history being replaced
-        while True:
-            cached = self._cache.get(session_id) if trust_cache else None
-            if damaged_at is not None:  # the stored messages are damaged: keep none of them
-                base, keep, bodies = damaged_at, 0, [encode_message(m) for m in new]
-            elif cached is not None and expected_version in (None, cached.version):
-                base = cached.version
-                keep = edit.same if cached is edit.base else same_prefix(new, cached.messages)
-                bodies = [encode_message(m) for m in new[keep:]]
-            else:  # nothing remembered at the right version: keep the stored messages equal to the new ones
-                version_raw, _, raws, links = yield _Script("stored", keys[:3], [])
-                base = int(version_raw)
-                if expected_version is not None and base != expected_version:
-                    raise self._conflict(session_id, base, expected_version)
-                bodies = [encode_message(m) for m in new]
-                keep = _verified_prefix(raws, links, bodies, _chain(map(_stamp, bodies, new)))
-                bodies = bodies[keep:]
-            args: list[str | bytes | int] = [str(base), session_id, keep, self._ttl_ms, len(bodies)]
-            stamps = map(_stamp, bodies, new[keep:])
-            ok, reply = yield _Script("save", keys, [*args, *bodies, *stamps])
-            if ok == 1:
-                version = int(reply)
-                self._cache.put(session_id, Snapshot(version, new))
-                return version
-            if ok == -2:  # an id written is one kept or written twice: name it (CM10)
-                message_ids(new)
-                raise _corrupt(session_id, f"its ids key holds {as_text(reply)!r}, which none of its messages carries")
-            if ok == -1 and expected_version is not None:
-                raise _corrupt(session_id, "its stored messages are damaged; save without a version to replace them")
-            if ok == -1:
-                logger.warning("session %r: replacing its damaged history whole", session_id)
-                damaged_at = int(reply)  # a plain save replaces a damaged history: the way to repair it
-                continue
-            if expected_version is not None:
-                raise self._conflict(session_id, int(reply), expected_version)
-            logger.debug("session %r: changed by another writer during a save; comparing again", session_id)
-            trust_cache = False  # another writer got in between: compare again, with the stored messages
-
-    def _append_steps(self, session_id: str, messages: MessagesIn) -> _Steps[int]:
-        keys = self._keys(check_id(session_id))
-        added = coerce_messages(messages)
-        message_ids(added)  # CM10: two messages with one id are refused before anything is sent
-        bodies = [encode_message(m) for m in added]
-        args: list[str | bytes | int] = [session_id, self._ttl_ms, len(bodies)]
-        old_raw, new_raw, stored = yield _Script("append", keys, [*args, *bodies, *map(_stamp, bodies, added)])
-        old, new = int(old_raw), int(new_raw)
-        if new == -1:
-            raise _corrupt(session_id, "its stored messages are damaged; nothing was appended")
-        cached = self._cache.get(session_id)
-        if cached is not None and cached.version == old and old != new:  # nobody else wrote in between
-            written = not_stored(added, {as_text(i) for i in stored})
-            self._cache.put(session_id, Snapshot(new, cached.messages + written))
-        return new
-
-    def _sessions_steps(self) -> _Steps[list[str]]:
-        keys = [as_text(key) for key in (yield _Scan(f"{self.prefix}:{{*}}:*"))]
-        metas = [key for key in keys if key.endswith(":meta")]
-        ids = yield _Fields(metas, "id")
-        named = {meta[: -len("meta")] for meta, i in zip(metas, ids) if i is not None}
-        unnamed = {key[: key.rindex(":") + 1] for key in keys if key.rpartition(":")[2] in _PARTS} - named
-        lost = []
-        for base in sorted(unnamed):  # confirmed atomically: a session being cleared or expiring is not damage
-            if (yield _Script("orphaned", [base + part for part in _PARTS], [])):
-                lost.append(base + "*")
-        if lost:
-            logger.warning("prefix %r: sessions without their meta key: %s", self.prefix, lost)
-            raise CorruptMemoryError(
-                f"prefix {self.prefix!r}: {len(lost)} session(s) lost their meta key (evicted or deleted) while "
-                f"their messages remain, so their ids are unknown: {', '.join(lost)}; clear(session_id) or delete "
-                "those keys"
-            )
-        return sorted(as_text(i) for i in ids if i is not None)
-
-    def _clear_steps(self, session_id: str) -> _Steps[None]:
-        yield _Script("clear", self._keys(check_id(session_id)), [])
-        self._cache.drop(session_id)
+    clear, aclear = twins(_clear)
 
     def _conflict(self, session_id: str, actual: int, expected: int) -> ConcurrentModificationError:
         return ConcurrentModificationError(
             f"session {session_id!r} is at version {actual}, not {expected}; reload and retry"
         )
 
-    # Drivers ------------------------------------------------------------------------------------------------
+    def _errors(self, session_id: str | None) -> contextlib.AbstractContextManager[None]:
+        """Redis errors of an operation on the session (None: on sessions) as memwoven errors naming it."""
+        return redis_errors(self._url, "a session" if session_id is None else f"session {session_id!r}")
 
-    def _run(self, steps: _Steps[_T], session_id: str | None = None) -> _T:
-        return self._redis.run(steps, self._execute, _subject(session_id))
-
-    def _execute(self, op: _Op) -> Any:
-        if isinstance(op, _Script):
-            return self._scripts[op.name](keys=op.keys, args=op.args)
-        if isinstance(op, _Scan):
-            return list(self._client.scan_iter(match=op.pattern, count=1000))
-        pipe = self._client.pipeline(transaction=False)
-        for key in op.keys:
-            pipe.hget(key, op.field)
-        return pipe.execute()
-
-    async def _arun(self, steps: _Steps[_T], session_id: str | None = None) -> _T:
-        return await self._redis.arun(steps, self._execute, _aexecute, _subject(session_id))
-
-    # The contract -------------------------------------------------------------------------------------------
-
-    def load_versioned(self, session_id: str) -> History:
-        """Return the session's messages and version (one round trip; cached messages when unchanged)."""
-        return self._run(self._load_steps(session_id), session_id)
-
-    def save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
-        """Replace the session's history, writing only the changed suffix."""
-        return self._run(self._save_steps(session_id, messages, expected_version), session_id)
-
-    def append(self, session_id: str, messages: MessagesIn) -> int:
-        """Append atomically (one script call)."""
-        return self._run(self._append_steps(session_id, messages), session_id)
-
-    def clear(self, session_id: str) -> None:
-        """Delete the session's keys."""
-        self._run(self._clear_steps(session_id), session_id)
-
-    def sessions(self) -> list[str]:
-        """The ids of this prefix's sessions (found with SCAN, never KEYS), sorted."""
-        return self._run(self._sessions_steps())
-
-    async def aload_versioned(self, session_id: str) -> History:
-        """Async twin of `load_versioned`."""
-        return await self._arun(self._load_steps(session_id), session_id)
-
-    async def asave(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
-        """Async twin of `save`."""
-        return await self._arun(self._save_steps(session_id, messages, expected_version), session_id)
-
-    async def aappend(self, session_id: str, messages: MessagesIn) -> int:
-        """Async twin of `append`."""
-        return await self._arun(self._append_steps(session_id, messages), session_id)
-
-    async def aclear(self, session_id: str) -> None:
-        """Async twin of `clear`."""
-        await self._arun(self._clear_steps(session_id), session_id)
-
-    async def asessions(self) -> list[str]:
-        """Async twin of `sessions`."""
-        return await self._arun(self._sessions_steps())
-
-    def _update_locked(self, session_id: str, change: Callable[[list[Message]], MessagesIn]) -> int:
+    def _update_locked_steps(
+        self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
+    ) -> Steps[int]:
         """`update` after repeated conflicts: the optimistic loop again, but with the writers that also ended up
         here taking turns under a Redis lock (a lease). The version check still decides what is written, so a
-        lease that runs out while `change` is slow can cost a retry, never a lost write."""
+        lease that runs out while `change` is slow can cost a retry, never a lost write. From async code `change`
+        may be a coroutine function."""
         key, token = self._lock_key(session_id), uuid.uuid4().hex
-        if not self._run(_lock_steps(key, token), session_id):
+        with self._errors(session_id):
+            taken = yield from _lock_steps(key, token)
+        if not taken:
             raise _busy(session_id)
         try:
-            version = self._try_update(session_id, change, _LOCKED_TRIES, _pause_under_lock)
-        finally:
-            self._run(_unlock_steps(key, token), session_id)
+            version = yield from self._optimistic_steps(session_id, change, _LOCKED_TRIES, _pause_under_lock)
+        except Exception:  # a caller that gave up (GeneratorExit: cancelled, interrupted) leaves it to the lease
+            with self._errors(session_id):
+                yield from _unlock_steps(key, token)
+            raise
+        with self._errors(session_id):
+            yield from _unlock_steps(key, token)
         return _locked_result(session_id, version)
 
-    async def _aupdate_locked(
-        self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
-    ) -> int:
-        """Async twin of `_update_locked`; `change` may be a coroutine function."""
-        key, token = self._lock_key(session_id), uuid.uuid4().hex
-        if not await self._arun(_lock_steps(key, token), session_id):
-            raise _busy(session_id)
-        try:
-            version = await self._atry_update(session_id, change, _LOCKED_TRIES, _pause_under_lock)
-        finally:
-            await self._arun(_unlock_steps(key, token), session_id)
-        return _locked_result(session_id, version)
-
-    def close(self) -> None:
-        """Close the sync client's connections (each event loop's async client closes with its loop)."""
-        self._redis.close()
-
-    async def aclose(self) -> None:
-        """Close this event loop's async client and the sync client."""
-        await self._redis.aclose()
+    _update_locked, _aupdate_locked = twins(_update_locked_steps)
 
 
-def _lock_steps(key: str, token: str) -> _Steps[bool]:
+def _lock_steps(key: str, token: str) -> Steps[bool]:
     """Take the update lock `key` for `token`, waiting up to `_LOCK_WAIT`: whether it was taken."""
     deadline = time.monotonic() + _LOCK_WAIT
-    while not (yield _Script("lock", [key], [token, int(_LOCK_LEASE * 1000)])):
+    while not (yield Script("lock", [key], [token, int(_LOCK_LEASE * 1000)])):
         if time.monotonic() >= deadline:
             return False
         yield Sleep(_LOCK_POLL)
     return True
 
 
-def _unlock_steps(key: str, token: str) -> _Steps[None]:
-    yield _Script("unlock", [key], [token])
+def _unlock_steps(key: str, token: str) -> Steps[None]:
+    yield Script("unlock", [key], [token])
 
 
 def _busy(session_id: str) -> ConcurrentModificationError:
@@ -538,10 +453,6 @@ def _locked_result(session_id: str, version: int | None) -> int:
     if version is None:
         raise ConcurrentModificationError(f"session {session_id!r} kept changing under its update lock; retry")
     return version
-
-
-def _subject(session_id: str | None) -> str:
-    return "a session" if session_id is None else f"session {session_id!r}"
 
 
 def _corrupt(session_id: str, what: str) -> CorruptMemoryError:

@@ -20,18 +20,19 @@ locally when nothing else was written in between. Several clients therefore see 
 memory (float32 rows plus metadata), like the embedded backends. The Redis query engine (Redis 8, Redis Stack)
 is not used yet: this path works the same on every Redis >= 6 and on compatible servers.
 
-As in `memwoven.backends.redis`, each operation is a generator yielding I/O-free `_Op`s; `_run` drives it with the
-sync client and `_arun` with the event loop's async client (see `memwoven.backends._redis`), so no body is written
-twice.
+As in `memwoven.backends.redis`, each operation is a generator of steps yielding I/O-free ops; `twins` makes its
+sync method, run with the sync client, and its async twin, run with the event loop's async client (see
+`memwoven.backends._redis`), so no body is written twice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import redis
@@ -40,7 +41,8 @@ import redis.asyncio.cluster
 import redis.cluster
 
 from memwoven._redact import redact_url
-from memwoven.backends._redis import Clients, as_text, check_prefix, clients_from_url, redis_errors
+from memwoven._steps import Steps, twins
+from memwoven.backends._redis import HScan, RedisBackend, Script, as_text, check_prefix, clients_from_url, redis_errors
 from memwoven.contracts import (
     CollectionInfo,
     DocumentsIn,
@@ -62,7 +64,6 @@ from memwoven.vector_index import DocumentBatch, VectorIndex, as_query, check_se
 
 __all__ = ["RedisVectorMemory", "list_collections"]
 
-_T = TypeVar("_T")
 _PULL_LIMIT = 1000  # stream entries per pull; a client further behind pulls again
 _START = "0-0"  # the position before any stream entry
 
@@ -184,26 +185,6 @@ return {docs, vecs}
 
 
 @dataclass(frozen=True)
-class _Script:
-    """Run one of `SCRIPTS` on the collection's keys."""
-
-    name: str
-    keys: list[str]
-    args: list[str | bytes | int]
-
-
-@dataclass(frozen=True)
-class _HScan:
-    """Read a whole hash with HSCAN (never HGETALL: no single huge reply)."""
-
-    key: str
-
-
-_Op = _Script | _HScan
-_Steps = Generator[_Op, Any, _T]
-
-
-@dataclass(frozen=True)
 class _Position:
     """The last change stream entry applied to the local index, and its sequence number."""
 
@@ -211,7 +192,7 @@ class _Position:
     seq: int
 
 
-class RedisVectorMemory(VectorMemory):
+class RedisVectorMemory(RedisBackend, VectorMemory):
     """One vector collection on Redis: a `redis://`, `rediss://` or `redis+cluster://` URL, or clients you built.
 
     `dimension` is fixed at construction or by the first store and persisted with the collection; given one,
@@ -244,8 +225,7 @@ class RedisVectorMemory(VectorMemory):
         self._keys = [f"{prefix}:vec:{{{collection}}}:{part}" for part in ("docs", "vecs", "config", "changes")]
         self._position: _Position | None = None  # None: the next read reloads fully
         self._lock = threading.RLock()  # guards _index and _position; never held across I/O
-        self._redis = Clients(url_or_client, async_client, socket_timeout, SCRIPTS)
-        self._url, self._client, self._scripts = self._redis.url, self._redis.client, self._redis.scripts
+        self._connect(url_or_client, async_client, socket_timeout, SCRIPTS)
         if dimension is not None:
             self._check_at_open(lambda: self._run(self._check_steps()))
 
@@ -257,44 +237,60 @@ class RedisVectorMemory(VectorMemory):
         """The embedding dimension: given, fixed by the first store, or read from Redis by the first operation."""
         return self._index.dimension
 
+    def _errors(self) -> contextlib.AbstractContextManager[None]:
+        """Redis errors of an operation on the collection as memwoven errors naming it."""
+        return redis_errors(self._url, f"collection {self.collection!r}")
+
     # Writes as I/O-free steps -------------------------------------------------------------------------------
 
-    def _store_steps(self, documents: DocumentsIn) -> _Steps[None]:
-        batch = self._index.prepare(documents)  # everything is validated before anything is written
-        if not batch.ids:
-            return
-        dimension = batch.vectors.shape[1]
-        encoded = [
-            json.dumps({"content": content, "metadata": metadata}, separators=(",", ":"))
-            for content, metadata in zip(batch.contents, batch.metadata)
-        ]
-        vectors = [row.tobytes() for row in batch.vectors.astype("<f4", copy=False)]
-        head: list[str | bytes | int] = [self._max_changes, dimension, self.metric, len(batch.ids)]
-        reply = yield _Script("store", self._keys, [*head, *batch.ids, *encoded, *vectors])
-        position = self._written(reply, dimension)
-        with self._lock:
-            if self._follows(position):
-                self._index.upsert(batch)
-                self._position = position
-
-    def _delete_steps(self, ids: Iterable[str]) -> _Steps[None]:
-        wanted = check_ids(ids)
-        if not wanted:
-            return
-        reply = yield _Script("delete", self._keys, [self._max_changes, *wanted])
-        if reply:  # something was deleted
-            position = self._written(reply, None)
+    def _store(self, documents: DocumentsIn) -> Steps[None]:
+        """Insert or replace documents by id: one atomic script call, validated before anything is written."""
+        with self._errors():
+            batch = self._index.prepare(documents)  # everything is validated before anything is written
+            if not batch.ids:
+                return
+            dimension = batch.vectors.shape[1]
+            encoded = [
+                json.dumps({"content": content, "metadata": metadata}, separators=(",", ":"))
+                for content, metadata in zip(batch.contents, batch.metadata)
+            ]
+            vectors = [row.tobytes() for row in batch.vectors.astype("<f4", copy=False)]
+            head: list[str | bytes | int] = [self._max_changes, dimension, self.metric, len(batch.ids)]
+            reply = yield Script("store", self._keys, [*head, *batch.ids, *encoded, *vectors])
+            position = self._written(reply, dimension)
             with self._lock:
                 if self._follows(position):
-                    self._index.remove(wanted)
+                    self._index.upsert(batch)
                     self._position = position
 
-    def _clear_steps(self) -> _Steps[None]:
-        args: list[str | bytes | int] = [self._max_changes, self._index.dimension or "", self.metric]
-        position = self._written((yield _Script("clear", self._keys, args)), self._index.dimension)
-        with self._lock:  # after a clear the collection is empty, whatever this client had missed
-            self._index = VectorIndex(self._index.dimension, self.metric)
-            self._position = position
+    store, astore = twins(_store)
+
+    def _delete(self, ids: Iterable[str]) -> Steps[None]:
+        """Delete documents by id (one atomic script call); unknown ids are ignored."""
+        with self._errors():
+            wanted = check_ids(ids)
+            if not wanted:
+                return
+            reply = yield Script("delete", self._keys, [self._max_changes, *wanted])
+            if reply:  # something was deleted
+                position = self._written(reply, None)
+                with self._lock:
+                    if self._follows(position):
+                        self._index.remove(wanted)
+                        self._position = position
+
+    delete, adelete = twins(_delete)
+
+    def _clear(self) -> Steps[None]:
+        """Delete every document; the dimension and metric stay with the collection."""
+        with self._errors():
+            args: list[str | bytes | int] = [self._max_changes, self._index.dimension or "", self.metric]
+            position = self._written((yield Script("clear", self._keys, args)), self._index.dimension)
+            with self._lock:  # after a clear the collection is empty, whatever this client had missed
+                self._index = VectorIndex(self._index.dimension, self.metric)
+                self._position = position
+
+    clear, aclear = twins(_clear)
 
     def _written(self, reply: list[Any], dimension: int | None) -> _Position:
         """Check a write script's reply (raising if the collection refused it); return the change's position."""
@@ -316,14 +312,14 @@ class RedisVectorMemory(VectorMemory):
 
     # Reads: sync the local index, then answer from it -------------------------------------------------------
 
-    def _sync_steps(self) -> _Steps[None]:
+    def _sync_steps(self) -> Steps[None]:
         """Bring the local index up to date with Redis: pull the new changes, or reload fully."""
         while True:
             position = self._position
             if position is None:
                 yield from self._reload_steps()
                 continue
-            config, log, ids, docs, vectors = yield _Script("pull", self._keys, [position.entry, _PULL_LIMIT])
+            config, log, ids, docs, vectors = yield Script("pull", self._keys, [position.entry, _PULL_LIMIT])
             current = self._check_config(config)
             with self._lock:
                 if self._position is not position:  # another caller moved the index meanwhile: pull again
@@ -358,20 +354,20 @@ class RedisVectorMemory(VectorMemory):
             self._position = _Position(entries[-1][0], entries[-1][1])
         return True
 
-    def _reload_steps(self) -> _Steps[None]:
+    def _reload_steps(self) -> Steps[None]:
         """Read the whole collection with HSCAN into a fresh index, positioned at the stream's last entry.
 
         Writes that land during the scan come after that position, so the pull that follows re-applies them.
         """
-        config, last = yield _Script("head", self._keys[2:], [])
+        config, last = yield Script("head", self._keys[2:], [])
         current = self._check_config(config)
-        docs = yield _HScan(self._keys[0])
-        vectors = yield _HScan(self._keys[1])
+        docs = yield HScan(self._keys[0])
+        vectors = yield HScan(self._keys[1])
         # A write between the two scans leaves an id in one hash only; read those again in one atomic step: if
         # the pair is still broken, the storage is damaged (every write changes both hashes in one script).
         unpaired = sorted(docs.keys() ^ vectors.keys())
         if unpaired:
-            again_docs, again_vectors = yield _Script("read", self._keys[:2], [*unpaired])
+            again_docs, again_vectors = yield Script("read", self._keys[:2], [*unpaired])
             self._check_pairs(unpaired, again_docs, again_vectors)
             for doc_id, doc, vector in zip(unpaired, again_docs, again_vectors):
                 docs.pop(doc_id, None)
@@ -386,10 +382,11 @@ class RedisVectorMemory(VectorMemory):
                 self._index = index
                 self._position = _Position(as_text(last) if last else _START, current)
 
-    def _check_steps(self) -> _Steps[None]:
+    def _check_steps(self) -> Steps[None]:
         """Check the stored dimension and metric, if the collection has been written, without reading documents."""
-        config, _ = yield _Script("head", self._keys[2:], [])
-        self._check_config(config)
+        with self._errors():
+            config, _ = yield Script("head", self._keys[2:], [])
+            self._check_config(config)
 
     def _check_config(self, config: list[bytes | None]) -> int:
         """Check the stored dimension and metric against this object's; return the current sequence number."""
@@ -443,133 +440,54 @@ class RedisVectorMemory(VectorMemory):
     def _corrupt(self, doc_id: bytes, problem: str) -> CorruptMemoryError:
         return CorruptMemoryError(f"collection {self.collection!r}: document {as_text(doc_id)!r}: {problem}")
 
-    def _search_steps(
-        self, embedding: Sequence[float], top_k: int, threshold: float | None, filter: Filter | None
-    ) -> _Steps[list[ScoredDocument]]:
-        check_search_args(top_k, threshold)  # bad arguments fail before any I/O
-        if filter is not None:
-            compile_filter(filter)
-        as_query(embedding, self._index.dimension, self.metric)
-        yield from self._sync_steps()
-        with self._lock:
-            return self._index.search(embedding, top_k=top_k, threshold=threshold, filter=filter)
-
-    def _get_steps(self, ids: Iterable[str]) -> _Steps[list[VectorDocument]]:
-        wanted = check_ids(ids)
-        if not wanted:
-            return []
-        yield from self._sync_steps()
-        with self._lock:
-            return self._index.get(wanted)
-
-    def _count_steps(self) -> _Steps[int]:
-        yield from self._sync_steps()
-        return len(self._index)
-
-    def _ids_steps(self) -> _Steps[list[str]]:
-        yield from self._sync_steps()
-        with self._lock:
-            return sorted(self._index.ids)
-
-    # Drivers ------------------------------------------------------------------------------------------------
-
-    def _run(self, steps: _Steps[_T]) -> _T:
-        return self._redis.run(steps, self._execute, f"collection {self.collection!r}")
-
-    def _execute(self, op: _Op) -> Any:
-        if isinstance(op, _Script):
-            return self._scripts[op.name](keys=op.keys, args=op.args)
-        return dict(self._client.hscan_iter(op.key, count=1000))
-
-    async def _arun(self, steps: _Steps[_T]) -> _T:
-        return await self._redis.arun(steps, self._execute, _aexecute, f"collection {self.collection!r}")
-
-    # The contract -------------------------------------------------------------------------------------------
-
-    def store(self, documents: DocumentsIn) -> None:
-        """Insert or replace documents by id: one atomic script call, validated before anything is written."""
-        self._run(self._store_steps(documents))
-
-    def search(
+    def _search(
         self,
         embedding: Sequence[float],
         *,
         top_k: int = 4,
         threshold: float | None = None,
         filter: Filter | None = None,
-    ) -> list[ScoredDocument]:
+    ) -> Steps[list[ScoredDocument]]:
         """Exact top-k search over the synced local index."""
-        return self._run(self._search_steps(embedding, top_k, threshold, filter))
+        with self._errors():
+            check_search_args(top_k, threshold)  # bad arguments fail before any I/O
+            if filter is not None:
+                compile_filter(filter)
+            as_query(embedding, self._index.dimension, self.metric)
+            yield from self._sync_steps()
+            with self._lock:
+                return self._index.search(embedding, top_k=top_k, threshold=threshold, filter=filter)
 
-    def get(self, ids: Iterable[str]) -> list[VectorDocument]:
+    search, asearch = twins(_search)
+
+    def _get(self, ids: Iterable[str]) -> Steps[list[VectorDocument]]:
         """Documents by id, in the order asked."""
-        return self._run(self._get_steps(ids))
+        with self._errors():
+            wanted = check_ids(ids)
+            if not wanted:
+                return []
+            yield from self._sync_steps()
+            with self._lock:
+                return self._index.get(wanted)
 
-    def delete(self, ids: Iterable[str]) -> None:
-        """Delete documents by id (one atomic script call); unknown ids are ignored."""
-        self._run(self._delete_steps(ids))
+    get, aget = twins(_get)
 
-    def count(self) -> int:
+    def _count(self) -> Steps[int]:
         """The number of documents."""
-        return self._run(self._count_steps())
+        with self._errors():
+            yield from self._sync_steps()
+            return len(self._index)
 
-    def clear(self) -> None:
-        """Delete every document; the dimension and metric stay with the collection."""
-        self._run(self._clear_steps())
+    count, acount = twins(_count)
 
-    def ids(self) -> list[str]:
+    def _ids(self) -> Steps[list[str]]:
         """The ids of every document, sorted (from the synced index)."""
-        return self._run(self._ids_steps())
+        with self._errors():
+            yield from self._sync_steps()
+            with self._lock:
+                return sorted(self._index.ids)
 
-    async def astore(self, documents: DocumentsIn) -> None:
-        """Async twin of `store`."""
-        await self._arun(self._store_steps(documents))
-
-    async def asearch(
-        self,
-        embedding: Sequence[float],
-        *,
-        top_k: int = 4,
-        threshold: float | None = None,
-        filter: Filter | None = None,
-    ) -> list[ScoredDocument]:
-        """Async twin of `search`."""
-        return await self._arun(self._search_steps(embedding, top_k, threshold, filter))
-
-    async def aget(self, ids: Iterable[str]) -> list[VectorDocument]:
-        """Async twin of `get`."""
-        return await self._arun(self._get_steps(ids))
-
-    async def adelete(self, ids: Iterable[str]) -> None:
-        """Async twin of `delete`."""
-        await self._arun(self._delete_steps(ids))
-
-    async def acount(self) -> int:
-        """Async twin of `count`."""
-        return await self._arun(self._count_steps())
-
-    async def aclear(self) -> None:
-        """Async twin of `clear`."""
-        await self._arun(self._clear_steps())
-
-    async def aids(self) -> list[str]:
-        """Async twin of `ids`."""
-        return await self._arun(self._ids_steps())
-
-    def close(self) -> None:
-        """Close the sync client's connections (each event loop's async client closes with its loop)."""
-        self._redis.close()
-
-    async def aclose(self) -> None:
-        """Close this event loop's async client and the sync client."""
-        await self._redis.aclose()
-
-
-async def _aexecute(client: Any, scripts: dict[str, Any], op: _Op) -> Any:
-    """`RedisVectorMemory._execute` with an async client and its `scripts`."""
-    if isinstance(op, _Script):
-        return await scripts[op.name](keys=op.keys, args=op.args)
-    return {field: value async for field, value in client.hscan_iter(op.key, count=1000)}
+    ids, aids = twins(_ids)
 
 
 def list_collections(
