@@ -6,7 +6,6 @@ effects beyond caching; E3 a failure raises (`EmbeddingError`), never an empty o
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import math
 import re
@@ -22,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.errors import EmbeddingError, InvalidInputError
 
 __all__ = ["CachedEmbedFn", "EmbedFn", "HashingEmbedFn", "embed_fn_from_callable"]
@@ -55,7 +55,7 @@ def _check_vectors(vectors: Any, count: int, dimension: int | None, source: str)
     return rows
 
 
-class EmbedFn(ABC):
+class EmbedFn(Runner, ABC):
     """Turns text into a vector of a known `dimension`. Call it like a function, or batch with `embed_many`."""
 
     @property
@@ -72,21 +72,21 @@ class EmbedFn(ABC):
     def embed_many(self, texts: Sequence[str]) -> list[list[float]]:
         """Embed a batch of texts, one vector per text, in order."""
 
-    def embed(self, text: str) -> list[float]:
+    def _embed(self, text: str) -> Steps[list[float]]:
         """Embed one text."""
-        return self.embed_many([text])[0]
+        vectors: list[list[float]] = yield Call(self, "embed_many", ([text],))
+        return vectors[0]
+
+    embed, aembed = twins(_embed)
 
     def __call__(self, text: str) -> list[float]:
         """Embed one text (an `EmbedFn` is a plain `text -> vector` callable too)."""
         return self.embed(text)
 
     async def aembed_many(self, texts: Sequence[str]) -> list[list[float]]:
-        """Async twin of `embed_many` (runs off the event loop by default)."""
-        return await asyncio.to_thread(self.embed_many, _check_texts(texts))
-
-    async def aembed(self, text: str) -> list[float]:
-        """Async twin of `embed`."""
-        return (await self.aembed_many([text]))[0]
+        """`embed_many` from async code: the texts are checked here first (whatever `embed_many` checks), then
+        `embed_many` runs off the event loop (`Runner._off_loop`: in a worker thread)."""
+        return await self._off_loop(self.embed_many, _check_texts(texts))
 
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
@@ -125,7 +125,7 @@ class HashingEmbedFn(EmbedFn):
 
     def embed_many(self, texts: Sequence[str]) -> list[list[float]]:
         """Embed texts by feature hashing."""
-        return [self._embed(text).tolist() for text in _check_texts(texts)]
+        return [self._vector(text).tolist() for text in _check_texts(texts)]
 
     def _slot(self, feature: str) -> tuple[int, float]:
         slot = self._slots.get(feature)
@@ -147,7 +147,7 @@ class HashingEmbedFn(EmbedFn):
             features += [("c:" + padded[i : i + n], self._ngram_weight) for i in range(max(1, len(padded) - n + 1))]
         return features or [("<empty>", 1.0)]
 
-    def _embed(self, text: str) -> np.ndarray[Any, np.dtype[np.float64]]:
+    def _vector(self, text: str) -> np.ndarray[Any, np.dtype[np.float64]]:
         features = self._features(text)
         slots = [self._slot(feature) for feature, _ in features]
         positions = np.fromiter((p for p, _ in slots), dtype=np.intp, count=len(slots))

@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from memwoven._steps import Call, Steps, arun, run
+from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.contracts import ChatMemory, History, MessagesIn, check_id
 from memwoven.errors import ConcurrentModificationError, InvalidInputError
 from memwoven.models import Message
@@ -21,11 +21,14 @@ __all__ = [
     "INSTRUCTION_ROLES",
     "SUMMARIZER_SUFFIX",
     "SUMMARY_KEY",
+    "SessionRecords",
+    "UserCallable",
     "WrappingChatMemory",
     "archive_id",
     "call_async",
     "call_sync",
     "head_end",
+    "load_steps",
     "is_summary",
     "group_end",
     "group_start",
@@ -201,6 +204,22 @@ async def call_async(function: Callable[..., Any], *args: Any, **kwargs: Any) ->
     return await result if inspect.isawaitable(result) else result
 
 
+class UserCallable:
+    """A step target (`Call(UserCallable(f), "call", args)`) that calls a user's callable as `call_sync` does from
+    sync code and as `call_async` does from async code."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self.function = function
+
+    def call(self, *args: Any) -> Any:
+        """`call_sync` of the callable."""
+        return call_sync(self.function, *args)
+
+    async def acall(self, *args: Any) -> Any:
+        """`call_async` of the callable (a sync one runs in a thread)."""
+        return await call_async(self.function, *args)
+
+
 # A ChatMemory that wraps another -------------------------------------------------------------------------------
 
 
@@ -231,65 +250,51 @@ class WrappingChatMemory(ChatMemory):
             yield from self._after_write(session_id)
         return version
 
-    def load_versioned(self, session_id: str) -> History:
+    def _load_versioned(self, session_id: str) -> Steps[History]:
         """Delegated to the inner memory."""
-        return self.inner.load_versioned(session_id)
+        history: History = yield Call(self.inner, "load_versioned", (session_id,))
+        return history
 
-    def save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
+    load_versioned, aload_versioned = twins(_load_versioned)
+
+    def _save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> Steps[int]:
         """Save through the inner memory, then apply the policy."""
-        return run(self._write("save", session_id, list(messages), expected_version=expected_version))
+        return (yield from self._write("save", session_id, list(messages), expected_version=expected_version))
 
-    def append(self, session_id: str, messages: MessagesIn) -> int:
+    save, asave = twins(_save)
+
+    def _append(self, session_id: str, messages: MessagesIn) -> Steps[int]:
         """Append through the inner memory, then apply the policy."""
-        return run(self._write("append", session_id, list(messages)))
+        return (yield from self._write("append", session_id, list(messages)))
 
-    def sessions(self) -> list[str]:
+    append, aappend = twins(_append)
+
+    def _sessions(self) -> Steps[list[str]]:
         """Delegated to the inner memory."""
-        return self.inner.sessions()
+        sessions: list[str] = yield Call(self.inner, "sessions")
+        return sessions
 
-    def clear(self, session_id: str) -> None:
+    sessions, asessions = twins(_sessions)
+
+    def _clear(self, session_id: str) -> Steps[None]:
         """Delegated to the inner memory (the archive is kept)."""
-        self.inner.clear(session_id)
+        yield Call(self.inner, "clear", (session_id,))
 
-    def cleanup_expired(self) -> int:
+    clear, aclear = twins(_clear)
+
+    def _cleanup_expired(self) -> Steps[int]:
         """Delete the inner memory's expired sessions (see `memwoven.policies.cleanup_expired`)."""
-        from memwoven.policies.limits import cleanup_expired
+        from memwoven.policies.limits import cleanup_expired_steps
 
-        return cleanup_expired(self.inner)
+        return (yield from cleanup_expired_steps(self.inner))
 
-    def close(self) -> None:
+    cleanup_expired, acleanup_expired = twins(_cleanup_expired)
+
+    def _close(self) -> Steps[None]:
         """Close the inner memory."""
-        self.inner.close()
+        yield Call(self.inner, "close")
 
-    async def aload_versioned(self, session_id: str) -> History:
-        """Async twin of `load_versioned`."""
-        return await self.inner.aload_versioned(session_id)
-
-    async def asave(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
-        """Async twin of `save`."""
-        return await arun(self._write("save", session_id, list(messages), expected_version=expected_version))
-
-    async def aappend(self, session_id: str, messages: MessagesIn) -> int:
-        """Async twin of `append`."""
-        return await arun(self._write("append", session_id, list(messages)))
-
-    async def asessions(self) -> list[str]:
-        """Async twin of `sessions`."""
-        return await self.inner.asessions()
-
-    async def aclear(self, session_id: str) -> None:
-        """Async twin of `clear`."""
-        await self.inner.aclear(session_id)
-
-    async def acleanup_expired(self) -> int:
-        """Async twin of `cleanup_expired`."""
-        from memwoven.policies.limits import acleanup_expired
-
-        return await acleanup_expired(self.inner)
-
-    async def aclose(self) -> None:
-        """Async twin of `close`."""
-        await self.inner.aclose()
+    close, aclose = twins(_close)
 
 
 def unwrap(memory: ChatMemory) -> ChatMemory:
@@ -301,6 +306,38 @@ def unwrap(memory: ChatMemory) -> ChatMemory:
     while isinstance(memory, WrappingChatMemory):
         memory = memory.inner
     return memory
+
+
+def load_steps(memory: ChatMemory, session_id: str) -> Steps[list[Message]]:
+    """Read a session of `memory` (its `load`)."""
+    messages: list[Message] = yield Call(memory, "load", (session_id,))
+    return messages
+
+
+class SessionRecords(Runner):
+    """What `WorkingMemory` and `UserMemory` share: records kept as the messages of one session of `store`."""
+
+    store: ChatMemory
+    session_id: str
+
+    def _messages(self) -> Steps[list[Message]]:
+        """Read the session."""
+        return (yield from load_steps(self.store, self.session_id))
+
+    def _delete_change(self, record: str) -> Callable[[list[Message]], list[Message]]:
+        """The change that removes `record` from the session's messages."""
+        raise NotImplementedError
+
+    def _delete_record(self, record: str) -> Steps[bool]:
+        """Remove `record` if `has(record)`; return whether it was there."""
+        if not (yield Call(self, "has", (record,))):
+            return False
+        yield Call(self.store, "update", (self.session_id, self._delete_change(record)))
+        return True
+
+    def _clear_session(self) -> Steps[None]:
+        """Remove the session."""
+        yield Call(self.store, "clear", (self.session_id,))
 
 
 def rewrite_steps(

@@ -15,14 +15,22 @@ expires natively or has no TTL.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
 
-from memwoven._steps import Steps, arun, run
+from memwoven._steps import Call, Runner, Steps, async_twin, function_twins, twins
 from memwoven.contracts import ChatMemory, check_id
 from memwoven.errors import InvalidInputError
 from memwoven.models import Message
-from memwoven.policies._base import WrappingChatMemory, archive_id, group_end, group_start, head_end, rewrite_steps
+from memwoven.policies._base import (
+    WrappingChatMemory,
+    archive_id,
+    group_end,
+    group_start,
+    head_end,
+    load_steps,
+    rewrite_steps,
+)
 
 __all__ = ["TrimmingChatMemory", "acleanup_expired", "atrim", "cleanup_expired", "plan_trim", "trim"]
 
@@ -52,14 +60,12 @@ def _trim_steps(memory: ChatMemory, session_id: str, max_messages: int, archive:
     return rewrite_steps(memory, session_id, lambda messages: plan_trim(messages, max_messages), archive=archive)
 
 
-def trim(memory: ChatMemory, session_id: str, max_messages: int, *, archive: bool = True) -> int | None:
+def _trim(memory: ChatMemory, session_id: str, max_messages: int, *, archive: bool = True) -> Steps[int | None]:
     """Trim a session of any memory to `max_messages` now; returns the new version, or None if it was short enough."""
-    return run(_trim_steps(memory, check_id(session_id), _check_max(max_messages), archive))
+    return (yield from _trim_steps(memory, check_id(session_id), _check_max(max_messages), archive))
 
 
-async def atrim(memory: ChatMemory, session_id: str, max_messages: int, *, archive: bool = True) -> int | None:
-    """Async twin of `trim`."""
-    return await arun(_trim_steps(memory, check_id(session_id), _check_max(max_messages), archive))
+trim, atrim = function_twins(_trim)
 
 
 class TrimmingChatMemory(WrappingChatMemory):
@@ -73,29 +79,50 @@ class TrimmingChatMemory(WrappingChatMemory):
     def __repr__(self) -> str:
         return f"TrimmingChatMemory({self.inner!r}, max_messages={self.max_messages}, archive={self.archive})"
 
-    def archived(self, session_id: str) -> list[Message]:
+    def _archived(self, session_id: str) -> Steps[list[Message]]:
         """The messages trimmed from the session so far (when archiving), oldest first."""
-        return self.inner.load(archive_id(session_id))
+        return (yield from load_steps(self.inner, archive_id(session_id)))
 
-    async def aarchived(self, session_id: str) -> list[Message]:
-        """Async twin of `archived`."""
-        return await self.inner.aload(archive_id(session_id))
+    archived, aarchived = twins(_archived)
 
     def _after_write(self, session_id: str) -> Steps[None]:
         yield from _trim_steps(self.inner, session_id, self.max_messages, self.archive)
 
 
-def cleanup_expired(memory: ChatMemory) -> int:
+@runtime_checkable
+class _Expiring(Protocol):
+    """A memory that deletes its expired sessions itself (the built-in SQL, file and in-memory backends)."""
+
+    def cleanup_expired(self) -> int: ...
+
+
+@runtime_checkable
+class _AsyncExpiring(Protocol):
+    """A memory with the async twin of `cleanup_expired` too."""
+
+    async def acleanup_expired(self) -> int: ...
+
+
+class _InThread(Runner):
+    """The step target for a memory whose `cleanup_expired` has no async twin: from async code, a worker thread."""
+
+    def __init__(self, memory: _Expiring) -> None:
+        self.memory = memory
+
+    def cleanup_expired(self) -> int:
+        """The memory's `cleanup_expired`."""
+        return int(self.memory.cleanup_expired())
+
+    acleanup_expired = async_twin(cleanup_expired)
+
+
+def cleanup_expired_steps(memory: ChatMemory) -> Steps[int]:
     """Delete the expired sessions of any memory that has a `cleanup_expired()`; return how many (0 otherwise)."""
-    method = getattr(memory, "cleanup_expired", None)
-    return int(method()) if callable(method) else 0
+    if not isinstance(memory, _Expiring):
+        return 0
+    target = memory if isinstance(memory, _AsyncExpiring) else _InThread(memory)
+    removed = yield Call(target, "cleanup_expired")
+    return int(removed)
 
 
-async def acleanup_expired(memory: ChatMemory) -> int:
-    """Async twin of `cleanup_expired`."""
-    method = getattr(memory, "acleanup_expired", None)
-    if callable(method):
-        return int(await method())
-    if callable(getattr(memory, "cleanup_expired", None)):
-        return await asyncio.to_thread(cleanup_expired, memory)
-    return 0
+cleanup_expired, acleanup_expired = function_twins(cleanup_expired_steps)

@@ -20,14 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.contracts import ChatMemory, ChatSession, MessagesIn, check_id
 from memwoven.errors import InvalidInputError
 from memwoven.models import Message
-from memwoven.policies._base import WrappingChatMemory
+from memwoven.policies._base import WrappingChatMemory, load_steps
 from memwoven.policies.summarize import SummarizingChatMemory
 from memwoven.policies.tokens import MessageTokenCounter, TokenizerLike, token_counter
 from memwoven.policies.user import UserMemory
-from memwoven.policies.window import Window, window
+from memwoven.policies.window import Window, window_under
 from memwoven.policies.working import WorkingMemory
 
 __all__ = ["MemoryManager", "step_id"]
@@ -57,7 +58,7 @@ def _steps_of(session_id: str, sessions: Sequence[str]) -> list[int]:
     return sorted(found)
 
 
-class MemoryManager:
+class MemoryManager(Runner):
     """A conversation (a session of `memory`), a `WorkingMemory` scope and optionally a user's `UserMemory`.
 
     `working_store` and `user_store` default to `memory` (working memory and facts are kept in the backend under
@@ -126,77 +127,52 @@ class MemoryManager:
         """The session id of a step of this conversation."""
         return step_id(self.session_id, step)
 
-    def _window(self, messages: Sequence[Message]) -> Window:
-        return window(
-            messages,
-            max_messages=self.max_messages,
-            max_tokens=self.max_tokens,
-            tokenizer=self.counter,
-            keep_first=self.keep_first,
-        )
+    # Sync API and its async twins (``aadd``, ``ahistory``, ...) ---------------------------------------------------
 
-    @staticmethod
-    def _prompt(selected: Window, working: str, user: str) -> list[Message]:
+    def _add(self, messages: MessagesIn) -> Steps[int]:
+        """Append messages to the conversation; return its new version."""
+        version: int = yield Call(self.memory, "append", (self.session_id, messages))
+        return version
+
+    add, aadd = twins(_add)
+
+    def _history(self) -> Steps[list[Message]]:
+        """The whole stored conversation."""
+        return (yield from load_steps(self.memory, self.session_id))
+
+    history, ahistory = twins(_history)
+
+    def _window(self) -> Steps[Window]:
+        """The conversation's window under this manager's budget."""
+        return window_under(self, (yield from load_steps(self.memory, self.session_id)))
+
+    window, awindow = twins(_window)
+
+    def _prompt(self) -> Steps[list[Message]]:
+        """Messages for a model: a system message with the working memory and user facts (if any), then the window.
+
+        The context message is not stored; it is built on each call.
+        """
+        user = (yield Call(self.user, "to_context_string")) if self.user is not None else ""
+        selected: Window = yield Call(self, "window")
+        working = yield Call(self.working, "to_context_string")
         context = "\n\n".join(part for part in (working, user) if part)
         if not context:
             return list(selected.messages)
         return [Message(role="system", content=context, metadata={"memwoven_context": True}), *selected.messages]
 
-    # Sync API --------------------------------------------------------------------------------------------------
+    prompt, aprompt = twins(_prompt)
 
-    def add(self, messages: MessagesIn) -> int:
-        """Append messages to the conversation; return its new version."""
-        return self.memory.append(self.session_id, messages)
-
-    def history(self) -> list[Message]:
-        """The whole stored conversation."""
-        return self.memory.load(self.session_id)
-
-    def window(self) -> Window:
-        """The conversation's window under this manager's budget."""
-        return self._window(self.memory.load(self.session_id))
-
-    def prompt(self) -> list[Message]:
-        """Messages for a model: a system message with the working memory and user facts (if any), then the window.
-
-        The context message is not stored; it is built on each call.
-        """
-        user = self.user.to_context_string() if self.user is not None else ""
-        return self._prompt(self.window(), self.working.to_context_string(), user)
-
-    def steps(self) -> list[int]:
+    def _steps(self) -> Steps[list[int]]:
         """The numbers of this conversation's steps that hold messages, sorted."""
-        return _steps_of(self.session_id, self.memory.sessions())
+        sessions: list[str] = yield Call(self.memory, "sessions")
+        return _steps_of(self.session_id, sessions)
 
-    def clear(self) -> None:
+    steps, asteps = twins(_steps)
+
+    def _clear(self) -> Steps[None]:
         """Clear the conversation and this scope's working memory (user facts and steps are kept)."""
-        self.memory.clear(self.session_id)
-        self.working.clear()
+        yield Call(self.memory, "clear", (self.session_id,))
+        yield Call(self.working, "clear")
 
-    # Async API -------------------------------------------------------------------------------------------------
-
-    async def aadd(self, messages: MessagesIn) -> int:
-        """Async twin of `add`."""
-        return await self.memory.aappend(self.session_id, messages)
-
-    async def ahistory(self) -> list[Message]:
-        """Async twin of `history`."""
-        return await self.memory.aload(self.session_id)
-
-    async def awindow(self) -> Window:
-        """Async twin of `window`."""
-        return self._window(await self.memory.aload(self.session_id))
-
-    async def aprompt(self) -> list[Message]:
-        """Async twin of `prompt`."""
-        user = await self.user.ato_context_string() if self.user is not None else ""
-        return self._prompt(await self.awindow(), await self.working.ato_context_string(), user)
-
-    async def asteps(self) -> list[int]:
-        """Async twin of `steps`."""
-        return _steps_of(self.session_id, await self.memory.asessions())
-
-    async def aclear(self) -> None:
-        """Async twin of `clear`."""
-        await self.memory.aclear(self.session_id)
-        await self.working.aclear()
+    clear, aclear = twins(_clear)

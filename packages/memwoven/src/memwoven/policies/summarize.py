@@ -28,7 +28,6 @@ can leave a message in the archive twice (never lost).
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Sequence
@@ -36,7 +35,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Union
 
-from memwoven._steps import Call, Steps, arun, run
+from memwoven._steps import Call, Runner, Steps, async_twin, twins
 from memwoven.contracts import ChatMemory, check_id
 from memwoven.errors import ConcurrentModificationError, InvalidInputError, MemwovenError
 from memwoven.models import ImagePart, Message, OpaquePart, TextPart
@@ -50,6 +49,7 @@ from memwoven.policies._base import (
     group_end,
     group_start,
     is_summary,
+    load_steps,
     not_yet_archived,
     pending_call_start,
 )
@@ -90,7 +90,7 @@ class SummarizationError(MemwovenError):
         self.stored = stored
 
 
-class Summarizer:
+class Summarizer(Runner):
     """Base class of summarizers with a sync and an async path (what the adapters return).
 
     Subclasses implement `__call__`; `acall` defaults to running it in a thread.
@@ -100,9 +100,7 @@ class Summarizer:
         """Summarize `messages`; `session_id` is the summarizer's own session (``<id>:summarizer``)."""
         raise NotImplementedError
 
-    async def acall(self, messages: list[Message], *, session_id: str | None = None) -> str:
-        """Async twin of `__call__`."""
-        return await asyncio.to_thread(self.__call__, messages, session_id=session_id)
+    acall = async_twin(__call__)
 
 
 SummarizerLike = Union[Summarizer, Callable[..., Union[str, Awaitable[str]]]]
@@ -255,24 +253,20 @@ class SummarizingChatMemory(WrappingChatMemory):
 
     # Public API ----------------------------------------------------------------------------------------------
 
-    def compact(self, session_id: str, *, force: bool = False) -> bool:
+    def _compact(self, session_id: str, *, force: bool = False) -> Steps[bool]:
         """Compact the session now if it is past the trigger (or whenever there is a middle, with `force`).
 
         Returns True if it was compacted.
         """
-        return run(self._compact(check_id(session_id), force))
+        return (yield from self._compaction(check_id(session_id), force))
 
-    async def acompact(self, session_id: str, *, force: bool = False) -> bool:
-        """Async twin of `compact`."""
-        return await arun(self._compact(check_id(session_id), force))
+    compact, acompact = twins(_compact)
 
-    def archived(self, session_id: str) -> list[Message]:
+    def _archived(self, session_id: str) -> Steps[list[Message]]:
         """The original messages summarized away from the session so far, oldest first."""
-        return self.inner.load(archive_id(session_id))
+        return (yield from load_steps(self.inner, archive_id(session_id)))
 
-    async def aarchived(self, session_id: str) -> list[Message]:
-        """Async twin of `archived`."""
-        return await self.inner.aload(archive_id(session_id))
+    archived, aarchived = twins(_archived)
 
     def context_window(
         self,
@@ -339,13 +333,13 @@ class SummarizingChatMemory(WrappingChatMemory):
 
     def _after_write(self, session_id: str) -> Steps[None]:
         try:
-            yield from self._compact(session_id, False)
+            yield from self._compaction(session_id, False)
         except Exception as error:
             raise SummarizationError(
                 f"the write to session {session_id!r} was stored, but compacting it failed: {error}", stored=True
             ) from error
 
-    def _compact(self, session_id: str, force: bool) -> Steps[bool]:
+    def _compaction(self, session_id: str, force: bool) -> Steps[bool]:
         summarizer_session = check_id(session_id + SUMMARIZER_SUFFIX)
         done: tuple[Sequence[Message], str] | None = None  # (middle, summary) already produced by this call
         archived: list[Message] = []

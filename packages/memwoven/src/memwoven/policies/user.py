@@ -19,12 +19,12 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from memwoven._steps import Steps, arun, run
+from memwoven._steps import Call, Steps, twins
 from memwoven.contracts import ChatMemory, check_id
 from memwoven.errors import InvalidInputError
 from memwoven.models import Message
 from memwoven.namespaces import check_namespace, namespaced_id
-from memwoven.policies._base import archive_id, call_async, call_sync, rewrite_steps, unwrap
+from memwoven.policies._base import SessionRecords, UserCallable, archive_id, load_steps, rewrite_steps, unwrap
 
 __all__ = ["FACT_KEY", "UserMemory", "normalize_fact"]
 
@@ -52,7 +52,7 @@ def _clean(facts: Iterable[str]) -> list[str]:
     return cleaned
 
 
-class UserMemory:
+class UserMemory(SessionRecords):
     """Facts about one user across sessions: add (deduplicated), list, delete, and render for a prompt.
 
     Every method has an async twin (``aadd``, ``afacts``, ...).
@@ -84,7 +84,26 @@ class UserMemory:
 
     # Pure helpers ----------------------------------------------------------------------------------------------
 
-    def _add_steps(self, facts: Iterable[str]) -> Steps[list[str]]:
+    def _delete_change(self, record: str) -> Callable[[list[Message]], list[Message]]:
+        key = normalize_fact(record)
+        return lambda messages: [m for m in messages if normalize_fact(m.text) != key]
+
+    def _extractor(self) -> Extractor:
+        if self.extractor is None:
+            raise InvalidInputError("this UserMemory has no extractor; pass extractor= to learn from messages")
+        return self.extractor
+
+    # Sync API and its async twins (``aadd``, ``afacts``, ...) ----------------------------------------------------
+
+    def _add(self, fact: str) -> Steps[bool]:
+        """Add a fact unless an equal one (ignoring case and spacing) is known; return whether it was added."""
+        added: list[str] = yield Call(self, "add_many", ([fact],))
+        return bool(added)
+
+    add, aadd = twins(_add)
+
+    def _add_many(self, facts: Iterable[str]) -> Steps[list[str]]:
+        """Add several facts at once (one write); return those that were new."""
         candidates = _clean(facts)
         added: list[str] = []
 
@@ -108,107 +127,58 @@ class UserMemory:
             yield from rewrite_steps(self.store, self.session_id, plan, archive=self.archive)
         return list(added)
 
-    def _delete_change(self, fact: str) -> Callable[[list[Message]], list[Message]]:
-        key = normalize_fact(fact)
-        return lambda messages: [m for m in messages if normalize_fact(m.text) != key]
+    add_many, aadd_many = twins(_add_many)
 
-    @staticmethod
-    def _has(messages: Sequence[Message], fact: str) -> bool:
+    def _facts(self) -> Steps[list[str]]:
+        """The known facts, oldest first."""
+        return [m.text for m in (yield from self._messages())]
+
+    facts, afacts = twins(_facts)
+
+    def _has(self, fact: str) -> Steps[bool]:
+        """True if the fact (ignoring case and spacing) is known."""
+        messages = yield from self._messages()
         key = normalize_fact(fact)
         return any(normalize_fact(m.text) == key for m in messages)
 
-    @staticmethod
-    def _context(messages: Sequence[Message], title: str, max_facts: int | None) -> str:
-        facts = [m.text for m in messages]
+    has, ahas = twins(_has)
+
+    def _delete(self, fact: str) -> Steps[bool]:
+        """Delete a fact (matched ignoring case and spacing); return whether it was known."""
+        return (yield from self._delete_record(fact))
+
+    delete, adelete = twins(_delete)
+
+    def _clear(self) -> Steps[None]:
+        """Delete every fact of this user (the archive is kept)."""
+        yield from self._clear_session()
+
+    clear, aclear = twins(_clear)
+
+    def _archived(self) -> Steps[list[str]]:
+        """The facts dropped by the `max_facts` cap, oldest first."""
+        return [m.text for m in (yield from load_steps(self.store, archive_id(self.session_id)))]
+
+    archived, aarchived = twins(_archived)
+
+    def _learn(self, messages: Sequence[Message]) -> Steps[list[str]]:
+        """Run the extractor over `messages` and add the facts it returns; return those that were new.
+
+        From async code (`alearn`) a sync extractor runs in a thread.
+        """
+        facts = yield Call(UserCallable(self._extractor()), "call", (list(messages),))
+        added: list[str] = yield Call(self, "add_many", (facts,))
+        return added
+
+    learn, alearn = twins(_learn)
+
+    def _to_context_string(
+        self, *, title: str = "Known facts about the user:", max_facts: int | None = None
+    ) -> Steps[str]:
+        """The facts as lines for a prompt (the newest `max_facts` if given; "" when there are none)."""
+        facts = [m.text for m in (yield from self._messages())]
         if max_facts is not None:
             facts = facts[-max_facts:]
         return "\n".join([title, *(f"- {fact}" for fact in facts)]) if facts else ""
 
-    def _extractor(self) -> Extractor:
-        if self.extractor is None:
-            raise InvalidInputError("this UserMemory has no extractor; pass extractor= to learn from messages")
-        return self.extractor
-
-    # Sync API --------------------------------------------------------------------------------------------------
-
-    def add(self, fact: str) -> bool:
-        """Add a fact unless an equal one (ignoring case and spacing) is known; return whether it was added."""
-        return bool(self.add_many([fact]))
-
-    def add_many(self, facts: Iterable[str]) -> list[str]:
-        """Add several facts at once (one write); return those that were new."""
-        return run(self._add_steps(facts))
-
-    def facts(self) -> list[str]:
-        """The known facts, oldest first."""
-        return [m.text for m in self.store.load(self.session_id)]
-
-    def has(self, fact: str) -> bool:
-        """True if the fact (ignoring case and spacing) is known."""
-        return self._has(self.store.load(self.session_id), fact)
-
-    def delete(self, fact: str) -> bool:
-        """Delete a fact (matched ignoring case and spacing); return whether it was known."""
-        if not self.has(fact):
-            return False
-        self.store.update(self.session_id, self._delete_change(fact))
-        return True
-
-    def clear(self) -> None:
-        """Delete every fact of this user (the archive is kept)."""
-        self.store.clear(self.session_id)
-
-    def archived(self) -> list[str]:
-        """The facts dropped by the `max_facts` cap, oldest first."""
-        return [m.text for m in self.store.load(archive_id(self.session_id))]
-
-    def learn(self, messages: Sequence[Message]) -> list[str]:
-        """Run the extractor over `messages` and add the facts it returns; return those that were new."""
-        return self.add_many(call_sync(self._extractor(), list(messages)))
-
-    def to_context_string(self, *, title: str = "Known facts about the user:", max_facts: int | None = None) -> str:
-        """The facts as lines for a prompt (the newest `max_facts` if given; "" when there are none)."""
-        return self._context(self.store.load(self.session_id), title, max_facts)
-
-    # Async API -------------------------------------------------------------------------------------------------
-
-    async def aadd(self, fact: str) -> bool:
-        """Async twin of `add`."""
-        return bool(await self.aadd_many([fact]))
-
-    async def aadd_many(self, facts: Iterable[str]) -> list[str]:
-        """Async twin of `add_many`."""
-        return await arun(self._add_steps(facts))
-
-    async def afacts(self) -> list[str]:
-        """Async twin of `facts`."""
-        return [m.text for m in await self.store.aload(self.session_id)]
-
-    async def ahas(self, fact: str) -> bool:
-        """Async twin of `has`."""
-        return self._has(await self.store.aload(self.session_id), fact)
-
-    async def adelete(self, fact: str) -> bool:
-        """Async twin of `delete`."""
-        if not await self.ahas(fact):
-            return False
-        await self.store.aupdate(self.session_id, self._delete_change(fact))
-        return True
-
-    async def aclear(self) -> None:
-        """Async twin of `clear`."""
-        await self.store.aclear(self.session_id)
-
-    async def aarchived(self) -> list[str]:
-        """Async twin of `archived`."""
-        return [m.text for m in await self.store.aload(archive_id(self.session_id))]
-
-    async def alearn(self, messages: Sequence[Message]) -> list[str]:
-        """Async twin of `learn` (a sync extractor runs in a thread)."""
-        return await self.aadd_many(await call_async(self._extractor(), list(messages)))
-
-    async def ato_context_string(
-        self, *, title: str = "Known facts about the user:", max_facts: int | None = None
-    ) -> str:
-        """Async twin of `to_context_string`."""
-        return self._context(await self.store.aload(self.session_id), title, max_facts)
+    to_context_string, ato_context_string = twins(_to_context_string)

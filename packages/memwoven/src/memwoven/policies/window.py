@@ -22,11 +22,13 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
+from memwoven._steps import Runner, Steps, twins
 from memwoven.contracts import ChatMemory, check_id
 from memwoven.errors import InvalidInputError
 from memwoven.models import Message
-from memwoven.policies._base import head_end, unit_before, without_orphans
+from memwoven.policies._base import head_end, load_steps, unit_before, without_orphans
 from memwoven.policies.tokens import MessageTokenCounter, TokenizerLike, token_counter
 
 __all__ = ["ContextWindow", "OversizedTurnWarning", "Window", "window"]
@@ -119,7 +121,27 @@ def window(
     return Window(selected, tokens, over, n - len(selected))
 
 
-class ContextWindow:
+class Budget(Protocol):
+    """The window budget an object keeps (`ContextWindow`, `MemoryManager`)."""
+
+    max_messages: int | None
+    max_tokens: int | None
+    counter: MessageTokenCounter
+    keep_first: int
+
+
+def window_under(budget: Budget, messages: Sequence[Message]) -> Window:
+    """`window` of `messages` under an object's budget."""
+    return window(
+        messages,
+        max_messages=budget.max_messages,
+        max_tokens=budget.max_tokens,
+        tokenizer=budget.counter,
+        keep_first=budget.keep_first,
+    )
+
+
+class ContextWindow(Runner):
     """A window over one session of a `ChatMemory`: `load()` / `aload()` read the session and select.
 
     With a `SummarizingChatMemory`, pass its `keep_first` so that the pinned messages and the summary after them
@@ -151,18 +173,10 @@ class ContextWindow:
 
     def select(self, messages: Sequence[Message]) -> Window:
         """Apply this window's budget to `messages`."""
-        return window(
-            messages,
-            max_messages=self.max_messages,
-            max_tokens=self.max_tokens,
-            tokenizer=self.counter,
-            keep_first=self.keep_first,
-        )
+        return window_under(self, messages)
 
-    def load(self) -> Window:
+    def _load(self) -> Steps[Window]:
         """Read the session and select its window."""
-        return self.select(self.memory.load(self.session_id))
+        return self.select((yield from load_steps(self.memory, self.session_id)))
 
-    async def aload(self) -> Window:
-        """Async twin of `load`."""
-        return self.select(await self.memory.aload(self.session_id))
+    load, aload = twins(_load)

@@ -18,16 +18,17 @@ stored in the backend under it: conversation policies never summarize or trim en
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from pydantic import JsonValue, TypeAdapter, ValidationError
 
+from memwoven._steps import Call, Steps, twins
 from memwoven.contracts import ChatMemory, check_id
 from memwoven.errors import CorruptMemoryError, InvalidInputError
 from memwoven.models import Message, freeze_json
 from memwoven.namespaces import check_namespace, namespaced_id
-from memwoven.policies._base import unwrap
+from memwoven.policies._base import SessionRecords, unwrap
 
 __all__ = ["WORKING_KEY", "WorkingMemory"]
 
@@ -83,7 +84,7 @@ def _without(messages: list[Message], session_id: str, key: str) -> list[Message
     return [m for m in messages if _entry(m, session_id)[0] != key]
 
 
-class WorkingMemory:
+class WorkingMemory(SessionRecords):
     """A key-value scratchpad for one scope (an agent, a task, a run), stored in a `ChatMemory`.
 
     Every method has an async twin (``aset``, ``aget``, ...). `importance` (0 to 1) orders
@@ -111,123 +112,83 @@ class WorkingMemory:
             raise InvalidInputError(f"the value of {key!r} is not a JSON value ({error})") from None
         return _message(key, value, float(importance))
 
-    def _set_change(self, key: str, value: Any, importance: float) -> Any:
+    def _set_change(self, key: str, value: Any, importance: float) -> Callable[[list[Message]], list[Message]]:
         entry = self._new_entry(key, value, importance)
         return lambda messages: _with(messages, self.session_id, key, entry)
 
-    def _read(self, messages: list[Message]) -> dict[str, tuple[Any, float]]:
-        return _entries(messages, self.session_id)
+    def _delete_change(self, record: str) -> Callable[[list[Message]], list[Message]]:
+        return lambda messages: _without(messages, self.session_id, record)
 
-    def _get(self, messages: list[Message], key: str, default: Any) -> Any:
-        found = self._read(messages).get(key)
+    def _read(self) -> Steps[dict[str, tuple[Any, float]]]:
+        """The entries, by key: (value, importance)."""
+        return _entries((yield from self._messages()), self.session_id)
+
+    # Sync API (each method: one read or one read-modify-write, then a pure helper) and its async twins ---------
+
+    def _set(self, key: str, value: Any, importance: float = 0.5) -> Steps[None]:
+        """Set `key` to a JSON `value` (replacing any previous value) with an `importance` from 0 to 1."""
+        yield Call(self.store, "update", (self.session_id, self._set_change(key, value, importance)))
+
+    set, aset = twins(_set)
+
+    def _get(self, key: str, default: Any = None) -> Steps[Any]:
+        """The value of `key`, or `default`."""
+        found = (yield from self._read()).get(key)
         return default if found is None else thaw(found[0])
 
-    def _importance(self, messages: list[Message], key: str) -> float | None:
-        found = self._read(messages).get(key)
+    get, aget = twins(_get)
+
+    def _has(self, key: str) -> Steps[bool]:
+        """True if `key` is set."""
+        return key in (yield from self._read())
+
+    has, ahas = twins(_has)
+
+    def _importance(self, key: str) -> Steps[float | None]:
+        """The importance of `key`, or None if it is not set."""
+        found = (yield from self._read()).get(key)
         return None if found is None else found[1]
 
-    def _items(self, messages: list[Message]) -> list[tuple[str, Any]]:
-        return [(key, thaw(value)) for key, (value, _) in self._read(messages).items()]
+    importance, aimportance = twins(_importance)
 
-    def _delete_change(self, key: str) -> Any:
-        return lambda messages: _without(messages, self.session_id, key)
+    def _delete(self, key: str) -> Steps[bool]:
+        """Remove `key`; return whether it was set."""
+        return (yield from self._delete_record(key))
 
-    def _context(self, messages: list[Message], min_importance: float, max_items: int | None, title: str) -> str:
-        entries = sorted(self._read(messages).items(), key=lambda item: (-item[1][1], item[0]))
+    delete, adelete = twins(_delete)
+
+    def _keys(self) -> Steps[list[str]]:
+        """The keys, in the order they were first set."""
+        return list((yield from self._read()))
+
+    keys, akeys = twins(_keys)
+
+    def _items(self) -> Steps[list[tuple[str, Any]]]:
+        """(key, value) pairs, in the order the keys were first set."""
+        return [(key, thaw(value)) for key, (value, _) in (yield from self._read()).items()]
+
+    items, aitems = twins(_items)
+
+    def _to_dict(self) -> Steps[dict[str, Any]]:
+        """Every entry as a plain dict."""
+        items: list[tuple[str, Any]] = yield Call(self, "items")
+        return dict(items)
+
+    to_dict, ato_dict = twins(_to_dict)
+
+    def _clear(self) -> Steps[None]:
+        """Remove every entry of this scope."""
+        yield from self._clear_session()
+
+    clear, aclear = twins(_clear)
+
+    def _to_context_string(
+        self, *, min_importance: float = 0.0, max_items: int | None = None, title: str = "Working memory:"
+    ) -> Steps[str]:
+        """The entries as lines for a prompt, most important first ("" when empty)."""
+        entries = sorted((yield from self._read()).items(), key=lambda item: (-item[1][1], item[0]))
         lines = [f"- {key}: {_render(value)}" for key, (value, importance) in entries if importance >= min_importance]
         lines = lines[:max_items] if max_items is not None else lines
         return "\n".join([title, *lines]) if lines else ""
 
-    # Sync API (each method: one read or one read-modify-write, then a pure helper) -----------------------------
-
-    def set(self, key: str, value: Any, importance: float = 0.5) -> None:
-        """Set `key` to a JSON `value` (replacing any previous value) with an `importance` from 0 to 1."""
-        self.store.update(self.session_id, self._set_change(key, value, importance))
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """The value of `key`, or `default`."""
-        return self._get(self.store.load(self.session_id), key, default)
-
-    def has(self, key: str) -> bool:
-        """True if `key` is set."""
-        return key in self._read(self.store.load(self.session_id))
-
-    def importance(self, key: str) -> float | None:
-        """The importance of `key`, or None if it is not set."""
-        return self._importance(self.store.load(self.session_id), key)
-
-    def delete(self, key: str) -> bool:
-        """Remove `key`; return whether it was set."""
-        if not self.has(key):
-            return False
-        self.store.update(self.session_id, self._delete_change(key))
-        return True
-
-    def keys(self) -> list[str]:
-        """The keys, in the order they were first set."""
-        return list(self._read(self.store.load(self.session_id)))
-
-    def items(self) -> list[tuple[str, Any]]:
-        """(key, value) pairs, in the order the keys were first set."""
-        return self._items(self.store.load(self.session_id))
-
-    def to_dict(self) -> dict[str, Any]:
-        """Every entry as a plain dict."""
-        return dict(self.items())
-
-    def clear(self) -> None:
-        """Remove every entry of this scope."""
-        self.store.clear(self.session_id)
-
-    def to_context_string(
-        self, *, min_importance: float = 0.0, max_items: int | None = None, title: str = "Working memory:"
-    ) -> str:
-        """The entries as lines for a prompt, most important first ("" when empty)."""
-        return self._context(self.store.load(self.session_id), min_importance, max_items, title)
-
-    # Async API -------------------------------------------------------------------------------------------------
-
-    async def aset(self, key: str, value: Any, importance: float = 0.5) -> None:
-        """Async twin of `set`."""
-        await self.store.aupdate(self.session_id, self._set_change(key, value, importance))
-
-    async def aget(self, key: str, default: Any = None) -> Any:
-        """Async twin of `get`."""
-        return self._get(await self.store.aload(self.session_id), key, default)
-
-    async def ahas(self, key: str) -> bool:
-        """Async twin of `has`."""
-        return key in self._read(await self.store.aload(self.session_id))
-
-    async def aimportance(self, key: str) -> float | None:
-        """Async twin of `importance`."""
-        return self._importance(await self.store.aload(self.session_id), key)
-
-    async def adelete(self, key: str) -> bool:
-        """Async twin of `delete`."""
-        if not await self.ahas(key):
-            return False
-        await self.store.aupdate(self.session_id, self._delete_change(key))
-        return True
-
-    async def akeys(self) -> list[str]:
-        """Async twin of `keys`."""
-        return list(self._read(await self.store.aload(self.session_id)))
-
-    async def aitems(self) -> list[tuple[str, Any]]:
-        """Async twin of `items`."""
-        return self._items(await self.store.aload(self.session_id))
-
-    async def ato_dict(self) -> dict[str, Any]:
-        """Async twin of `to_dict`."""
-        return dict(await self.aitems())
-
-    async def aclear(self) -> None:
-        """Async twin of `clear`."""
-        await self.store.aclear(self.session_id)
-
-    async def ato_context_string(
-        self, *, min_importance: float = 0.0, max_items: int | None = None, title: str = "Working memory:"
-    ) -> str:
-        """Async twin of `to_context_string`."""
-        return self._context(await self.store.aload(self.session_id), min_importance, max_items, title)
+    to_context_string, ato_context_string = twins(_to_context_string)

@@ -20,6 +20,7 @@ import numpy as np
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
+from memwoven._steps import async_twin
 from memwoven.backends.file._fs import (
     DEFAULT_LOCK_TIMEOUT,
     FORMAT,
@@ -277,7 +278,8 @@ class FileChatMemory(ChatMemory):
     async def _aupdate_locked(
         self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
     ) -> int:
-        """Async twin of `_update_locked`: the locked work runs in a thread; a coroutine `change` runs on this loop."""
+        """`_update_locked` from async code, where `change` may be a coroutine function: the locked work runs in a
+        thread; a coroutine `change` runs on this loop."""
         return await asyncio.to_thread(self._locked_update, session_id, change, asyncio.get_running_loop())
 
     def _locked_update(
@@ -336,9 +338,7 @@ class FileChatMemory(ChatMemory):
                 removed += 1
         return removed
 
-    async def acleanup_expired(self) -> int:
-        """Async twin of `cleanup_expired`."""
-        return await asyncio.to_thread(self.cleanup_expired)
+    acleanup_expired = async_twin(cleanup_expired)
 
     def _expired(self, mtime_ns: int) -> bool:
         return self.ttl is not None and time.time_ns() - mtime_ns >= self.ttl * 1e9
