@@ -12,6 +12,8 @@ import pytest
 import redis
 import redis.asyncio
 import redis.cluster
+import redis_support
+from redis_support import RedisHooks, delete_prefix
 
 from memwoven import Message
 from memwoven.backends._redis import MAX_IN_FLIGHT
@@ -21,7 +23,7 @@ from memwoven.errors import BackendUnavailableError, CorruptMemoryError
 from memwoven.history import encode_message
 from memwoven.testing import ChatMemoryContract, turn
 from memwoven_test_support import redis_url, unique_name
-from memwoven_test_support.redis_servers import redis_cluster, redis_server
+from memwoven_test_support.redis_servers import redis_server
 
 
 @pytest.fixture
@@ -29,32 +31,28 @@ def redis_prefix() -> Iterator[tuple[str, str]]:
     """A unique key prefix on the shared Redis; its keys are deleted afterwards (never FLUSH)."""
     url, prefix = redis_url(), unique_name("mwtest")
     yield url, prefix
-    client = redis.Redis.from_url(url)
-    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
+    delete_prefix(url, prefix)
 
 
-class TestRedisChatMemory(ChatMemoryContract):
+class RedisChatHooks(RedisHooks, ChatMemoryContract):
+    """The chat contract on Redis: other objects on the server, under the memory's prefix or one extending it."""
+
+    def sibling(self, memory: RedisChatMemory, suffix: str) -> RedisChatMemory:
+        return RedisChatMemory(self.url(memory), prefix=memory.prefix + suffix)
+
+    def empty(self, memory: RedisChatMemory) -> None:
+        for session_id in memory.sessions():
+            memory.clear(session_id)
+
+
+class TestRedisChatMemory(RedisChatHooks):
     @pytest.fixture
     def chat_memory(self, redis_prefix: tuple[str, str]) -> ChatMemory:
         url, prefix = redis_prefix
         return RedisChatMemory(url, prefix=prefix)
 
-    def reopen(self, memory: ChatMemory) -> ChatMemory:
-        assert isinstance(memory, RedisChatMemory)
-        return RedisChatMemory(redis_url(), prefix=memory.prefix)
-
-    @contextlib.contextmanager
-    def neighbour(self, memory: ChatMemory) -> Iterator[ChatMemory]:
-        assert isinstance(memory, RedisChatMemory)
-        with RedisChatMemory(redis_url(), prefix=memory.prefix + "s") as neighbour:
-            try:
-                yield neighbour
-            finally:
-                for session_id in neighbour.sessions():
-                    neighbour.clear(session_id)
+    def url(self, memory: RedisChatMemory) -> str:
+        return redis_url()  # not the memory's URL, where a password would be redacted
 
     def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
         forge_first_message(memory, session_id)
@@ -147,31 +145,13 @@ def test_ttl_expires_idle_sessions(redis_prefix: tuple[str, str]) -> None:
     client.close()
 
 
-@pytest.fixture(scope="module")
-def cluster_url() -> Iterator[str]:
-    """A private 3-master Redis Cluster on free loopback ports, for this module."""
-    with redis_cluster(3) as url:
-        yield url
+cluster_url = redis_support.cluster_url  # a private cluster, for this module
 
 
-class TestRedisClusterChatMemory(ChatMemoryContract):
+class TestRedisClusterChatMemory(RedisChatHooks):
     @pytest.fixture
     def chat_memory(self, cluster_url: str) -> ChatMemory:
         return RedisChatMemory(cluster_url, prefix=unique_name("mwc"))
-
-    def reopen(self, memory: ChatMemory) -> ChatMemory:
-        assert isinstance(memory, RedisChatMemory)
-        return RedisChatMemory(memory._url, prefix=memory.prefix)
-
-    @contextlib.contextmanager
-    def neighbour(self, memory: ChatMemory) -> Iterator[ChatMemory]:
-        assert isinstance(memory, RedisChatMemory)
-        with RedisChatMemory(memory._url, prefix=memory.prefix + "s") as neighbour:
-            try:
-                yield neighbour
-            finally:
-                for session_id in neighbour.sessions():
-                    neighbour.clear(session_id)
 
     def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
         evict_meta(memory, session_id)
@@ -227,8 +207,8 @@ def _connected(memory: RedisChatMemory) -> set[tuple[str, str]]:
     """The clients the server (every node of a cluster) has connected, this probe's connections included: (node,
     client id) pairs."""
     client = memory._client
-    if isinstance(client, redis.cluster.RedisCluster):
-        replies = client.client_list(target_nodes=redis.cluster.RedisCluster.ALL_NODES)
+    if isinstance(client, redis.cluster.RedisCluster):  # a reply per node
+        replies: Any = client.client_list(target_nodes=redis.cluster.RedisCluster.ALL_NODES)
     else:
         replies = {"": client.client_list()}
     return {(node, entry["id"]) for node, entries in replies.items() for entry in entries}

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import random
 from collections.abc import Callable, Iterator
@@ -9,6 +8,8 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 import redis.asyncio
+import redis_support
+from redis_support import RedisHooks, delete_prefix
 
 from memwoven.backends.memory import InMemoryVectorMemory
 from memwoven.backends.redis_vector import RedisVectorMemory
@@ -18,22 +19,13 @@ from memwoven.models import VectorDocument
 from memwoven.testing import VectorMemoryContract
 from memwoven.urls import open_vector_memory
 from memwoven_test_support import redis_url, unique_name
-from memwoven_test_support.redis_servers import redis_cluster, redis_server
+from memwoven_test_support.redis_servers import redis_server
 
 _names = itertools.count()
 
 
 def doc(doc_id: str, *vector: float, **metadata: object) -> VectorDocument:
     return VectorDocument(id=doc_id, content=f"text {doc_id}", embedding=list(vector), metadata=metadata)
-
-
-def delete_prefix(url: str, prefix: str) -> None:
-    """Delete this test's keys with SCAN + DEL (never FLUSH: the server is shared)."""
-    client = redis.Redis.from_url(url)
-    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-    if keys:
-        client.delete(*keys)
-    client.close()
 
 
 @pytest.fixture
@@ -60,63 +52,42 @@ def open_memory(redis_prefix: tuple[str, str]) -> Iterator[Callable[..., RedisVe
         memory.close()
 
 
-class TestRedisVectorMemory(VectorMemoryContract):
+def factory(url: str, prefix: str) -> Callable[..., VectorMemory]:
+    """A `vector_memory_factory`: fresh collections under `prefix` on the server at `url`."""
+
+    def make(dimension: int | None, metric: Metric) -> VectorMemory:
+        return RedisVectorMemory(url, prefix=prefix, collection=f"c{next(_names)}", dimension=dimension, metric=metric)
+
+    return make
+
+
+class RedisVectorHooks(RedisHooks, VectorMemoryContract):
+    """The vector contract on Redis: other objects on the server, on the memory's collection or one extending it."""
+
+    def sibling(self, memory: RedisVectorMemory, suffix: str) -> RedisVectorMemory:
+        collection = memory.collection + suffix
+        return RedisVectorMemory(self.url(memory), prefix=memory.prefix, collection=collection, metric=memory.metric)
+
+    def empty(self, memory: RedisVectorMemory) -> None:
+        memory.clear()
+
+
+class TestRedisVectorMemory(RedisVectorHooks):
     @pytest.fixture
     def vector_memory_factory(self, redis_prefix: tuple[str, str]) -> Callable[..., VectorMemory]:
-        url, prefix = redis_prefix
+        return factory(*redis_prefix)
 
-        def factory(dimension: int | None, metric: Metric) -> VectorMemory:
-            return RedisVectorMemory(
-                url, prefix=prefix, collection=f"c{next(_names)}", dimension=dimension, metric=metric
-            )
-
-        return factory
-
-    def reopen(self, memory: VectorMemory) -> VectorMemory:
-        assert isinstance(memory, RedisVectorMemory)
-        return RedisVectorMemory(redis_url(), prefix=memory.prefix, collection=memory.collection, metric=memory.metric)
-
-    @contextlib.contextmanager
-    def neighbour(self, memory: VectorMemory) -> Iterator[VectorMemory]:
-        assert isinstance(memory, RedisVectorMemory)
-        with RedisVectorMemory(redis_url(), prefix=memory.prefix, collection=memory.collection + "s") as neighbour:
-            try:
-                yield neighbour
-            finally:
-                neighbour.clear()
+    def url(self, memory: RedisVectorMemory) -> str:
+        return redis_url()  # not the memory's URL, where a password would be redacted
 
 
-@pytest.fixture(scope="module")
-def cluster_url() -> Iterator[str]:
-    """A private 3-master Redis Cluster on free loopback ports, for this module."""
-    with redis_cluster(3) as url:
-        yield url
+cluster_url = redis_support.cluster_url  # a private cluster, for this module
 
 
-class TestRedisClusterVectorMemory(VectorMemoryContract):
+class TestRedisClusterVectorMemory(RedisVectorHooks):
     @pytest.fixture
     def vector_memory_factory(self, cluster_url: str) -> Callable[..., VectorMemory]:
-        prefix = unique_name("mwc")
-
-        def factory(dimension: int | None, metric: Metric) -> VectorMemory:
-            return RedisVectorMemory(
-                cluster_url, prefix=prefix, collection=f"c{next(_names)}", dimension=dimension, metric=metric
-            )
-
-        return factory
-
-    def reopen(self, memory: VectorMemory) -> VectorMemory:
-        assert isinstance(memory, RedisVectorMemory)
-        return RedisVectorMemory(memory._url, prefix=memory.prefix, collection=memory.collection, metric=memory.metric)
-
-    @contextlib.contextmanager
-    def neighbour(self, memory: VectorMemory) -> Iterator[VectorMemory]:
-        assert isinstance(memory, RedisVectorMemory)
-        with RedisVectorMemory(memory._url, prefix=memory.prefix, collection=memory.collection + "s") as neighbour:
-            try:
-                yield neighbour
-            finally:
-                neighbour.clear()
+        return factory(cluster_url, unique_name("mwc"))
 
 
 def test_collections_spread_over_the_cluster_and_keep_their_keys_in_one_slot(cluster_url: str) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -257,11 +257,7 @@ class RedisVectorMemory(RedisBackend, VectorMemory):
             vectors = [row.tobytes() for row in batch.vectors.astype("<f4", copy=False)]
             head: list[str | bytes | int] = [self._max_changes, dimension, self.metric, len(batch.ids)]
             reply = yield Script("store", self._keys, [*head, *batch.ids, *encoded, *vectors])
-            position = self._written(reply, dimension)
-            with self._lock:
-                if self._follows(position):
-                    self._index.upsert(batch)
-                    self._position = position
+            self._apply_own(self._written(reply, dimension), lambda: self._index.upsert(batch))
 
     store, astore = twins(_store)
 
@@ -273,11 +269,7 @@ class RedisVectorMemory(RedisBackend, VectorMemory):
                 return
             reply = yield Script("delete", self._keys, [self._max_changes, *wanted])
             if reply:  # something was deleted
-                position = self._written(reply, None)
-                with self._lock:
-                    if self._follows(position):
-                        self._index.remove(wanted)
-                        self._position = position
+                self._apply_own(self._written(reply, None), lambda: self._index.remove(wanted))
 
     delete, adelete = twins(_delete)
 
@@ -306,9 +298,13 @@ class RedisVectorMemory(RedisBackend, VectorMemory):
                 self._adopt_dimension(int(reply[3]))
         return _Position(as_text(reply[2]), int(value))
 
-    def _follows(self, position: _Position) -> bool:
-        """True if the change at `position` comes right after the one the local index is at."""
-        return self._position is not None and self._position.seq == position.seq - 1
+    def _apply_own(self, position: _Position, change: Callable[[], object]) -> None:
+        """Make this client's own write, at `position`, to the local index too if it comes right after the one the
+        index is at (nothing else was written in between); otherwise the next read pulls it."""
+        with self._lock:
+            if self._position is not None and self._position.seq == position.seq - 1:
+                change()
+                self._position = position
 
     # Reads: sync the local index, then answer from it -------------------------------------------------------
 
