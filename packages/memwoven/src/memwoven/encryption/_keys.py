@@ -1,4 +1,4 @@
-"""Keys, tokens and hashed ids: what the encrypted chat and vector memories share."""
+"""Keys, tokens, hashed ids and the wrapping of an inner memory: what the encrypted chat and vector memories share."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import hmac
 import os
 import re
 from collections.abc import Sequence
-from typing import Union
+from typing import Generic, TypeVar, Union
 
+from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.errors import InvalidInputError
 
 try:
@@ -27,6 +28,7 @@ __all__ = [
     "KeyLike",
     "Keyring",
     "MARKER",
+    "Wrapper",
     "b64",
     "generate_key",
     "keyring",
@@ -150,3 +152,18 @@ def utf8(text: str, what: str) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidInputError(f"{what} is not valid Unicode (it contains a lone surrogate)") from None
+
+
+_Inner = TypeVar("_Inner")
+
+
+class Wrapper(Runner, Generic[_Inner]):
+    """A memory that keeps its data in another one, `inner` (set by the subclass): closing it closes `inner`."""
+
+    inner: _Inner
+
+    def _close(self) -> Steps[None]:
+        """Close the inner memory."""
+        yield Call(self.inner, "close")
+
+    close, aclose = twins(_close)

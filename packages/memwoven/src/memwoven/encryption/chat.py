@@ -20,7 +20,7 @@ from memwoven.contracts import (
     MessagesIn,
     check_id,
 )
-from memwoven.encryption._keys import HASHED_ID, MARKER, IdHasher, KeyLike, Keyring, keyring, utf8
+from memwoven.encryption._keys import HASHED_ID, MARKER, IdHasher, KeyLike, Keyring, Wrapper, keyring, utf8
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 from memwoven.history import encode_message, message_ids
 from memwoven.models import Message, coerce_messages, same_prefix
@@ -69,7 +69,7 @@ class _SealedCache:
                 self._entries.popitem(last=False)
 
 
-class EncryptedChatMemory(ChatMemory):
+class EncryptedChatMemory(Wrapper[ChatMemory], ChatMemory):
     """A `ChatMemory` that keeps every message of `inner` encrypted with AES-GCM (see the module docs).
 
     Versions, atomicity, isolation and concurrency are `inner`'s: the wrapper only transforms messages (`update`
@@ -245,6 +245,8 @@ class EncryptedChatMemory(ChatMemory):
             return version
         raise ConcurrentModificationError(f"session {session_id!r} kept changing; gave up after {retries} tries")
 
+    reencrypt, areencrypt = twins(_reencrypt)
+
     def _listing_steps(self) -> Steps[tuple[list[str], dict[str, str]]]:
         """The ids of the stored sessions, and (with `id_key`) the hash-shaped stored ids that do not open as a
         session of this wrapper, each with why."""
@@ -287,6 +289,8 @@ class EncryptedChatMemory(ChatMemory):
             history = yield Call(self.inner, "load_versioned", (stored_id,))
         return self._open(session_id, stored_id, history)[1]
 
+    load_versioned, aload_versioned = twins(_load_versioned)
+
     def _save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> Steps[int]:
         """Encrypt the changed messages and save the whole history through the inner memory."""
         stored_id = self.stored_id(session_id)
@@ -297,12 +301,16 @@ class EncryptedChatMemory(ChatMemory):
         self._cache.put(stored_id, sealed)
         return version
 
+    save, asave = twins(_save)
+
     def _append(self, session_id: str, messages: MessagesIn) -> Steps[int]:
         """Encrypt `messages` and append them through the inner memory."""
         stored_id = self.stored_id(session_id)
         sealed = self._seal(session_id, stored_id, messages, reuse=False)
         version: int = yield Call(self.inner, "append", (stored_id, list(sealed.stored)))
         return version
+
+    append, aappend = twins(_append)
 
     def _sessions(self) -> Steps[list[str]]:
         """The stored sessions' ids, sorted.
@@ -312,26 +320,19 @@ class EncryptedChatMemory(ChatMemory):
         """
         return self._listed((yield from self._listing_steps()))
 
+    sessions, asessions = twins(_sessions)
+
     def _unlisted_sessions(self) -> Steps[dict[str, str]]:
         """With `id_key`: the stored sessions `sessions()` leaves out, stored id -> why (see the module docs)."""
         return (yield from self._listing_steps())[1]
+
+    unlisted_sessions, aunlisted_sessions = twins(_unlisted_sessions)
 
     def _clear(self, session_id: str) -> Steps[None]:
         """Remove the session."""
         yield Call(self.inner, "clear", (self.stored_id(session_id),))
 
-    def _close(self) -> Steps[None]:
-        """Close the inner memory."""
-        yield Call(self.inner, "close")
-
-    load_versioned, aload_versioned = twins(_load_versioned)
-    save, asave = twins(_save)
-    append, aappend = twins(_append)
-    sessions, asessions = twins(_sessions)
-    unlisted_sessions, aunlisted_sessions = twins(_unlisted_sessions)
     clear, aclear = twins(_clear)
-    reencrypt, areencrypt = twins(_reencrypt)
-    close, aclose = twins(_close)
 
     def _has_update_lock(self) -> bool:
         """`update` takes the inner memory's per-session write lock, when it has one."""

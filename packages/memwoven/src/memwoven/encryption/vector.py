@@ -20,7 +20,7 @@ from memwoven.contracts import (
     check_id,
     check_ids,
 )
-from memwoven.encryption._keys import IdHasher, KeyLike, Keyring, b64, keyring, unb64
+from memwoven.encryption._keys import IdHasher, KeyLike, Keyring, Wrapper, b64, keyring, unb64
 from memwoven.errors import CorruptMemoryError
 from memwoven.filters import compile_filter
 from memwoven.models import ScoredDocument, VectorDocument
@@ -47,7 +47,7 @@ def _collection_name(inner: VectorMemory) -> str | None:
     return None
 
 
-class EncryptedVectorMemory(VectorMemory):
+class EncryptedVectorMemory(Wrapper[VectorMemory], VectorMemory):
     """A `VectorMemory` that keeps the content and metadata of `inner`'s documents encrypted (see the module docs).
 
     Embeddings stay in the clear by default, so that the backend can rank; with `encrypt_embeddings=True` the
@@ -160,6 +160,8 @@ class EncryptedVectorMemory(VectorMemory):
         """Encrypt and upsert documents by id."""
         yield Call(self.inner, "store", (self._seal(documents),))
 
+    store, astore = twins(_store)
+
     def _search(
         self,
         embedding: Sequence[float],
@@ -195,6 +197,8 @@ class EncryptedVectorMemory(VectorMemory):
                 return [ScoredDocument(document=doc, score=score) for score, doc in matches[:top_k]]
             page *= 4
 
+    search, asearch = twins(_search)
+
     def _get(self, ids: Iterable[str]) -> Steps[list[VectorDocument]]:
         """Documents by id, decrypted, in the order asked."""
         wanted = check_ids(ids)
@@ -203,18 +207,26 @@ class EncryptedVectorMemory(VectorMemory):
         stored: list[VectorDocument] = yield Call(self.inner, "get", (stored_ids,))
         return [self._open(document, names.get(document.id)) for document in stored]
 
+    get, aget = twins(_get)
+
     def _delete(self, ids: Iterable[str]) -> Steps[None]:
         """Delete documents by id."""
         yield Call(self.inner, "delete", ([self.stored_id(i) for i in check_ids(ids)],))
+
+    delete, adelete = twins(_delete)
 
     def _count(self) -> Steps[int]:
         """The number of documents."""
         count: int = yield Call(self.inner, "count")
         return count
 
+    count, acount = twins(_count)
+
     def _clear(self) -> Steps[None]:
         """Delete every document."""
         yield Call(self.inner, "clear")
+
+    clear, aclear = twins(_clear)
 
     def _ids(self) -> Steps[list[str]]:
         """Every document id, sorted; with `id_key`, recovered by decrypting every document."""
@@ -222,6 +234,8 @@ class EncryptedVectorMemory(VectorMemory):
             stored_ids: list[str] = yield Call(self.inner, "ids")
             return stored_ids
         return sorted(document.id for document in (yield from self._all_steps()))
+
+    ids, aids = twins(_ids)
 
     def _reencrypt(self) -> Steps[int]:
         """Rewrite the documents sealed with an older key with the newest one; returns how many.
@@ -239,16 +253,4 @@ class EncryptedVectorMemory(VectorMemory):
                 rewritten += len(old)
         return rewritten
 
-    def _close(self) -> Steps[None]:
-        """Close the inner memory."""
-        yield Call(self.inner, "close")
-
-    store, astore = twins(_store)
-    search, asearch = twins(_search)
-    get, aget = twins(_get)
-    delete, adelete = twins(_delete)
-    count, acount = twins(_count)
-    clear, aclear = twins(_clear)
-    ids, aids = twins(_ids)
     reencrypt, areencrypt = twins(_reencrypt)
-    close, aclose = twins(_close)
