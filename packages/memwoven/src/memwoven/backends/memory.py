@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 
+from memwoven._steps import async_twin
 from memwoven.contracts import (
     ChatMemory,
     DocumentsIn,
@@ -132,9 +133,7 @@ class InMemoryChatMemory(ChatMemory):
             )
         return current
 
-    async def acleanup_expired(self) -> int:
-        """`cleanup_expired` from async code (it never blocks)."""
-        return self.cleanup_expired()
+    acleanup_expired = async_twin(cleanup_expired)  # called directly: `_blocking` is False
 
 
 class InMemoryVectorMemory(VectorMemory):
