@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from memwoven._steps import Call, Runner, Steps, async_twin, function_twins, twins
-from memwoven.contracts import ChatMemory, check_id
+from memwoven.contracts import ChatMemory, SupportsExpiry, check_id
 from memwoven.errors import InvalidInputError
 from memwoven.models import Message
 from memwoven.policies._base import (
@@ -91,16 +91,9 @@ class TrimmingChatMemory(WrappingChatMemory):
 
 @runtime_checkable
 class _Expiring(Protocol):
-    """A memory that deletes its expired sessions itself (the built-in SQL, file and in-memory backends)."""
+    """A memory with a sync `cleanup_expired` only (`SupportsExpiry` has the async one too)."""
 
     def cleanup_expired(self) -> int: ...
-
-
-@runtime_checkable
-class _AsyncExpiring(Protocol):
-    """A memory with the async twin of `cleanup_expired` too."""
-
-    async def acleanup_expired(self) -> int: ...
 
 
 class _InThread(Runner):
@@ -120,7 +113,7 @@ def cleanup_expired_steps(memory: ChatMemory) -> Steps[int]:
     """Delete the expired sessions of any memory that has a `cleanup_expired()`; return how many (0 otherwise)."""
     if not isinstance(memory, _Expiring):
         return 0
-    target = memory if isinstance(memory, _AsyncExpiring) else _InThread(memory)
+    target = memory if isinstance(memory, SupportsExpiry) else _InThread(memory)
     removed = yield Call(target, "cleanup_expired")
     return int(removed)
 
