@@ -406,47 +406,45 @@ class RedisChatMemory(RedisBackend, ChatMemory):
         """Redis errors of an operation on the session (None: on sessions) as memwoven errors naming it."""
         return redis_errors(self._url, "a session" if session_id is None else f"session {session_id!r}")
 
-    def _update_locked_steps(
-        self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
-    ) -> Steps[int]:
+    def _lock_steps(self, session_id: str, token: str) -> Steps[None]:
+        """Take the session's update lock for `token`, waiting up to `_LOCK_WAIT` (then raising a conflict)."""
+        with self._errors(session_id):
+            key, deadline = self._lock_key(session_id), time.monotonic() + _LOCK_WAIT
+            while not (yield Script("lock", [key], [token, int(_LOCK_LEASE * 1000)])):
+                if time.monotonic() >= deadline:
+                    raise ConcurrentModificationError(f"session {session_id!r}: its update lock stayed busy; retry")
+                yield Sleep(_LOCK_POLL)
+
+    def _unlock_steps(self, session_id: str, token: str) -> Steps[None]:
+        """Release the session's update lock if `token` still holds it (a lease that ran out may be another's now)."""
+        with self._errors(session_id):
+            yield Script("unlock", [self._lock_key(session_id)], [token])
+
+    def _update_locked(self, session_id: str, change: Callable[[list[Message]], MessagesIn]) -> int:
         """`update` after repeated conflicts: the optimistic loop again, but with the writers that also ended up
         here taking turns under a Redis lock (a lease). The version check still decides what is written, so a
-        lease that runs out while `change` is slow can cost a retry, never a lost write. From async code `change`
-        may be a coroutine function."""
-        key, token = self._lock_key(session_id), uuid.uuid4().hex
-        with self._errors(session_id):
-            taken = yield from _lock_steps(key, token)
-        if not taken:
-            raise _busy(session_id)
+        lease that runs out while `change` is slow can cost a retry, never a lost write."""
+        token = uuid.uuid4().hex
+        self._run(self._lock_steps(session_id, token))
         try:
-            version = yield from self._optimistic_steps(session_id, change, _LOCKED_TRIES, _pause_under_lock)
-        except Exception:  # a caller that gave up (GeneratorExit: cancelled, interrupted) leaves it to the lease
-            with self._errors(session_id):
-                yield from _unlock_steps(key, token)
-            raise
-        with self._errors(session_id):
-            yield from _unlock_steps(key, token)
+            version = self._try_update(session_id, change, _LOCKED_TRIES, _pause_under_lock)
+        finally:
+            self._run(self._unlock_steps(session_id, token))
         return _locked_result(session_id, version)
 
-    _update_locked, _aupdate_locked = twins(_update_locked_steps)
-
-
-def _lock_steps(key: str, token: str) -> Steps[bool]:
-    """Take the update lock `key` for `token`, waiting up to `_LOCK_WAIT`: whether it was taken."""
-    deadline = time.monotonic() + _LOCK_WAIT
-    while not (yield Script("lock", [key], [token, int(_LOCK_LEASE * 1000)])):
-        if time.monotonic() >= deadline:
-            return False
-        yield Sleep(_LOCK_POLL)
-    return True
-
-
-def _unlock_steps(key: str, token: str) -> Steps[None]:
-    yield Script("unlock", [key], [token])
-
-
-def _busy(session_id: str) -> ConcurrentModificationError:
-    return ConcurrentModificationError(f"session {session_id!r}: its update lock stayed busy; retry")
+    async def _aupdate_locked(
+        self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
+    ) -> int:
+        """`_update_locked` from async code, where `change` may be a coroutine function. Not made by `twins`: the
+        step engine throws no cancellation into the steps, so a steps method could not release the lock of a
+        cancelled update; this `finally` does, at once (not when the lease runs out)."""
+        token = uuid.uuid4().hex
+        await self._arun(self._lock_steps(session_id, token))
+        try:
+            version = await self._atry_update(session_id, change, _LOCKED_TRIES, _pause_under_lock)
+        finally:
+            await self._arun(self._unlock_steps(session_id, token))
+        return _locked_result(session_id, version)
 
 
 def _locked_result(session_id: str, version: int | None) -> int:
