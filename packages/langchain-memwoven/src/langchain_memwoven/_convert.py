@@ -38,9 +38,9 @@ from langchain_core.messages import (
 from pydantic import ValidationError
 
 from memwoven import ImagePart, InvalidInputError, Message, OpaquePart, TextPart
-from memwoven.models import coerce_messages
+from memwoven.models import coerce_messages, thaw
 
-__all__ = ["EXTRAS_KEY", "from_core", "from_core_many", "thaw", "to_core", "to_core_many"]
+__all__ = ["EXTRAS_KEY", "from_core", "from_core_many", "to_core", "to_core_many"]
 
 EXTRAS_KEY = "langchain"
 """The key of `Message.extras` that holds LangChain's serialization of the message."""
@@ -59,15 +59,6 @@ _CHAT_ROLES = {
     "function": "tool",
 }
 _DATA_URL = re.compile(r"^data:(?P<mime>[^;,]+)(?:;[^,;]*)*;base64,(?P<data>.*)$", re.DOTALL)
-
-
-def thaw(value: Any) -> Any:
-    """A deep, mutable copy of a JSON value (memwoven hands out frozen dicts and lists)."""
-    if isinstance(value, dict):
-        return {key: thaw(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [thaw(item) for item in value]
-    return value
 
 
 def check_json(value: Any, where: str) -> None:

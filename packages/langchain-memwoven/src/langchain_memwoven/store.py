@@ -54,12 +54,13 @@ from langgraph.store.base import (
 )
 from typing_extensions import Self
 
-from langchain_memwoven._convert import check_json, thaw
+from langchain_memwoven._convert import check_json
 from langchain_memwoven.embeddings import embed_fn_from_embeddings
 from memwoven import ChatMemory, CorruptMemoryError, InvalidInputError, Message, VectorMemory
 from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.embed import EmbedFn
 from memwoven.filters import compile_filter
+from memwoven.models import thaw
 from memwoven.urls import open_chat_memory, open_vector_memory
 
 __all__ = ["MemwovenStore"]

@@ -12,12 +12,12 @@ from langchain_core.embeddings import Embeddings
 from langchain_core.vectorstores import VectorStore
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
-from langchain_memwoven._convert import thaw
 from langchain_memwoven._twins import constructor_twins
 from langchain_memwoven.embeddings import EmbedFnEmbeddings
 from memwoven import InMemoryVectorMemory, InvalidInputError, ScoredDocument, VectorDocument, VectorMemory
 from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.embed import EmbedFn
+from memwoven.models import thaw
 from memwoven.urls import open_vector_memory
 
 __all__ = ["MemwovenVectorStore"]

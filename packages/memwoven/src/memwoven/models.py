@@ -49,6 +49,7 @@ __all__ = [
     "coerce_messages_after",
     "freeze_json",
     "same_prefix",
+    "thaw",
 ]
 
 
@@ -81,6 +82,15 @@ MAX_INT_DIGITS = 4300
 """How many decimal digits a JSON integer may have: what a Python process decodes by default
 (`sys.get_int_max_str_digits()`), so that every reader can read back what was stored."""
 _INT_BOUND = 10**MAX_INT_DIGITS
+
+
+def thaw(value: Any) -> Any:
+    """A deep, mutable copy of a (frozen) JSON value: plain dicts and lists, for code that edits or serializes it."""
+    if isinstance(value, dict):
+        return {key: thaw(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [thaw(item) for item in value]
+    return value
 
 
 def freeze_json(value: Any, _depth: int = 1) -> Any:

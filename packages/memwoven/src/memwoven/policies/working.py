@@ -26,7 +26,7 @@ from pydantic import JsonValue, TypeAdapter, ValidationError
 from memwoven._steps import Call, Steps, twins
 from memwoven.contracts import ChatMemory, check_id
 from memwoven.errors import CorruptMemoryError, InvalidInputError
-from memwoven.models import Message, freeze_json
+from memwoven.models import Message, freeze_json, thaw
 from memwoven.namespaces import check_namespace, namespaced_id
 from memwoven.policies._base import SessionRecords, unwrap
 
@@ -37,15 +37,6 @@ WORKING_KEY = "memwoven_working"
 
 _JSON = TypeAdapter(JsonValue)
 _MISSING = object()
-
-
-def thaw(value: Any) -> Any:
-    """A deep, mutable copy of a (frozen) JSON value."""
-    if isinstance(value, dict):
-        return {key: thaw(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [thaw(item) for item in value]
-    return value
 
 
 def _render(value: Any) -> str:
