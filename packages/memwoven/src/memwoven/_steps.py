@@ -177,6 +177,16 @@ def _named(function: Callable[..., Any], owner: Callable[..., Any], name: str, d
     function.__qualname__ = owner.__qualname__.rsplit(".", 1)[0] + "." + name if "." in owner.__qualname__ else name
     function.__module__ = owner.__module__
     function.__doc__ = doc
+    function.__signature__ = _signature(owner)  # type: ignore[attr-defined]  # for inspect and help()
+
+
+def _signature(steps: Callable[..., Any]) -> inspect.Signature:
+    """The signature of `steps` with the result it returns (``Steps[X]`` -> ``X``) as the return annotation."""
+    signature = inspect.signature(steps)
+    result = signature.return_annotation
+    if isinstance(result, str) and result.startswith("Steps[") and result.endswith("]"):
+        signature = signature.replace(return_annotation=result[len("Steps[") : -1])
+    return signature
 
 
 def twins(
