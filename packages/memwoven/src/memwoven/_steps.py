@@ -115,7 +115,9 @@ def run(steps: Steps[_T], executor: Callable[[Any], Any] = execute) -> _T:
         while True:
             try:
                 result = executor(step)
-            except Exception as error:  # noqa: BLE001 - the operation decides what a failed step means
+            # The operation decides what a failed step means; a cancellation or an interrupt reaches it too, so
+            # its cleanup steps run, as a `finally` block would in plain code.
+            except BaseException as error:  # noqa: BLE001
                 step = steps.throw(error)
             else:
                 step = steps.send(result)
@@ -130,7 +132,9 @@ async def arun(steps: Steps[_T], executor: Callable[[Any], Awaitable[Any]] = aex
         while True:
             try:
                 result = await executor(step)
-            except Exception as error:  # noqa: BLE001 - the operation decides what a failed step means
+            # The operation decides what a failed step means; a cancellation or an interrupt reaches it too, so
+            # its cleanup steps run, as a `finally` block would in plain code.
+            except BaseException as error:  # noqa: BLE001
                 step = steps.throw(error)
             else:
                 step = steps.send(result)
