@@ -53,7 +53,7 @@ from memwoven.contracts import (
 )
 from memwoven.errors import BackendUnavailableError, CorruptMemoryError, DimensionMismatchError, InvalidInputError
 from memwoven.filters import compile_filter
-from memwoven.models import FrozenList, ScoredDocument, VectorDocument, coerce_documents, freeze_json
+from memwoven.models import FrozenList, ScoredDocument, VectorDocument, coerce_documents, freeze_json, thaw
 from memwoven.vector_index import (
     DocumentBatch,
     VectorIndex,
@@ -213,9 +213,10 @@ class QdrantVectorMemory(VectorMemory):
             end = min(start + self._batch_size, count)
             points = []
             # the float32 rows go out as the floats Qdrant stores; the points are built unvalidated, everything in
-            # them having been checked
+            # them having been checked; the metadata thawed to plain dicts and lists, which the client serializes
+            # or deep-copies
             for row, (doc_id, vector) in enumerate(zip(batch.ids[start:end], batch.vectors[start:end].tolist()), start):
-                payload = {"id": doc_id, "content": batch.contents[row], "metadata": _thaw(batch.metadata[row])}
+                payload = {"id": doc_id, "content": batch.contents[row], "metadata": thaw(batch.metadata[row])}
                 if norms is not None:
                     payload["norm"] = norms[row]
                 points.append(models.PointStruct.model_construct(id=point_id(doc_id), vector=vector, payload=payload))
@@ -491,15 +492,6 @@ def _merge(parts: list[DocumentBatch]) -> DocumentBatch:
         ids, contents, metadata = list(latest), [contents[r] for r in rows], [metadata[r] for r in rows]
         vectors = vectors[rows]
     return DocumentBatch(ids=ids, contents=contents, metadata=metadata, vectors=vectors)
-
-
-def _thaw(value: Any) -> Any:
-    """Plain dicts and lists for a frozen JSON value (the client serializes or deep-copies the payload)."""
-    if isinstance(value, dict):
-        return {key: _thaw(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_thaw(item) for item in value]
-    return value
 
 
 def _local_lock(client: QdrantClient) -> threading.Lock | None:
