@@ -265,7 +265,7 @@ class ChatMemory(_Closable, ABC):
     async def _aupdate_locked(
         self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
     ) -> int:
-        """Async twin of `_update_locked`; `change` may be a coroutine function."""
+        """`_update_locked` from async code; `change` may be a coroutine function."""
         raise NotImplementedError
 
     def session(self, session_id: str) -> ChatSession:
