@@ -1,6 +1,6 @@
 """The import contract: data flows one way through memwoven's layers, and private modules stay private.
 
-    errors, _redact, _steps -> models -> contracts -> helpers -> backends -> policies, encryption -> urls
+    errors, _redact, _steps, _cache -> models -> contracts -> helpers -> backends -> policies, encryption -> urls
     -> testing, cli, adapters
 
 A module imports only from its own layer or the layers below; a backend never imports another backend (shared
@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).parents[1] / "packages"
 LAYERS = [
-    ["memwoven.errors", "memwoven._redact", "memwoven._steps"],
+    ["memwoven.errors", "memwoven._redact", "memwoven._steps", "memwoven._cache"],
     ["memwoven.models"],
     ["memwoven.contracts"],
     ["memwoven.filters", "memwoven.history", "memwoven.vector_index", "memwoven.namespaces", "memwoven.embed"],

@@ -11,14 +11,13 @@ per-message digests with the new messages' (`stored_prefix`).
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
 from collections.abc import Container, Iterable, Sequence
 from typing import NamedTuple
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
+from memwoven._cache import LRUCache
 from memwoven.contracts import MessagesIn
 from memwoven.errors import CorruptMemoryError, InvalidInputError
 from memwoven.models import Message, coerce_messages, same_prefix
@@ -133,38 +132,12 @@ def prepare_edit(messages: MessagesIn, cached: Snapshot | None) -> Edit:
     return Edit(coerce_messages(messages), None, 0)
 
 
-class SnapshotCache:
+class SnapshotCache(LRUCache[str, Snapshot]):
     """A bounded, thread-safe LRU of session id -> the last snapshot this object read or wrote."""
-
-    def __init__(self, size: int) -> None:
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise InvalidInputError(f"cache_size must be a non-negative int, got {size!r}")
-        self._size = size
-        self._entries: OrderedDict[str, Snapshot] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, session_id: str) -> Snapshot | None:
-        """The remembered snapshot of the session, if any."""
-        with self._lock:
-            snapshot = self._entries.get(session_id)
-            if snapshot is not None:
-                self._entries.move_to_end(session_id)
-            return snapshot
 
     def put(self, session_id: str, snapshot: Snapshot) -> None:
         """Remember a snapshot (a version of 0, an absent session, is forgotten instead)."""
         if snapshot.version == 0:
             self.drop(session_id)
-            return
-        if self._size == 0:
-            return
-        with self._lock:
-            self._entries[session_id] = snapshot
-            self._entries.move_to_end(session_id)
-            while len(self._entries) > self._size:
-                self._entries.popitem(last=False)
-
-    def drop(self, session_id: str) -> None:
-        """Forget the session."""
-        with self._lock:
-            self._entries.pop(session_id, None)
+        else:
+            super().put(session_id, snapshot)

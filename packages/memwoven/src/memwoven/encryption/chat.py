@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
@@ -13,6 +11,7 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
+from memwoven._cache import LRUCache
 from memwoven._steps import Call, Steps, twins
 from memwoven.contracts import (
     ChatMemory,
@@ -44,29 +43,14 @@ class _Sealed(NamedTuple):
     bodies: tuple[str, ...]
 
 
-class _SealedCache:
-    """A bounded, thread-safe LRU of stored session id -> `_Sealed`."""
-
-    def __init__(self, size: int) -> None:
-        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
-            raise InvalidInputError(f"cache_size must be a non-negative int, got {size!r}")
-        self._size = size
-        self._entries: OrderedDict[str, _Sealed] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> _Sealed | None:
-        with self._lock:
-            return self._entries.get(key)
+class _SealedCache(LRUCache[str, _Sealed]):
+    """A bounded, thread-safe LRU of stored session id -> `_Sealed` (an empty session is forgotten instead)."""
 
     def put(self, key: str, value: _Sealed) -> None:
-        with self._lock:
-            if not value.stored or self._size == 0:
-                self._entries.pop(key, None)
-                return
-            self._entries[key] = value
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._size:
-                self._entries.popitem(last=False)
+        if value.stored:
+            super().put(key, value)
+        else:
+            self.drop(key)
 
 
 class EncryptedChatMemory(Wrapper[ChatMemory], ChatMemory):

@@ -7,9 +7,7 @@ import functools
 import hashlib
 import os
 import re
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -20,6 +18,7 @@ import numpy as np
 from pydantic import TypeAdapter, ValidationError
 from pydantic_core import PydanticSerializationError
 
+from memwoven._cache import LRUCache
 from memwoven._steps import async_twin
 from memwoven.backends.file._fs import (
     DEFAULT_LOCK_TIMEOUT,
@@ -220,9 +219,7 @@ class FileChatMemory(ChatMemory):
         except (FileExistsError, NotADirectoryError):
             raise InvalidInputError(f"{self.directory} is not a directory") from None
         self.lock_timeout = lock_timeout
-        self._cache_size = max(0, cache_size)
-        self._cache: OrderedDict[str, _Snapshot] = OrderedDict()
-        self._cache_lock = threading.Lock()
+        self._cache: LRUCache[str, _Snapshot] = LRUCache(max(0, cache_size))
 
     def __repr__(self) -> str:
         return f"FileChatMemory({str(self.directory)!r})"
@@ -239,7 +236,7 @@ class FileChatMemory(ChatMemory):
     def save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
         """Replace the session's history atomically (compare-and-swap with `expected_version`)."""
         path = self.path_of(session_id)
-        cached = self._cached(path.name) or _NO_SNAPSHOT  # its lines encode its messages, whatever the file holds now
+        cached = self._cache.get(path.name) or _NO_SNAPSHOT  # its lines encode its messages, whatever the file holds
         checked, same = coerce_messages_after(messages, cached.messages)
         message_ids(checked)
         new, body = tuple(checked), _body_after(cached, same, checked)
@@ -251,7 +248,7 @@ class FileChatMemory(ChatMemory):
                 )
             if not new:
                 remove(path)
-                self._forget(path.name)
+                self._cache.drop(path.name)
                 return 0
             return self._write(session_id, path, current, body, new)
 
@@ -297,7 +294,7 @@ class FileChatMemory(ChatMemory):
             message_ids(new)
             if not new:
                 remove(path)
-                self._forget(path.name)
+                self._cache.drop(path.name)
                 return 0
             return self._write(session_id, path, current.version, _body_after(current, same, new), tuple(new))
 
@@ -334,7 +331,7 @@ class FileChatMemory(ChatMemory):
                 except FileNotFoundError:
                     continue
                 remove(path)
-                self._forget(name)
+                self._cache.drop(name)
                 removed += 1
         return removed
 
@@ -345,8 +342,7 @@ class FileChatMemory(ChatMemory):
 
     def close(self) -> None:
         """Drop the cache (there is nothing else to release)."""
-        with self._cache_lock:
-            self._cache.clear()
+        self._cache.clear()
 
     def _writing(self, session_id: str, path: Path) -> AbstractContextManager[None]:
         lock_path = self._locks / (path.name.removesuffix(_SUFFIX) + ".lock")
@@ -367,13 +363,13 @@ class FileChatMemory(ChatMemory):
             if self._expired(key.mtime_ns):
                 return None
             line = _read_header_line(stream)
-            cached = self._cached(path.name)
+            cached = self._cache.get(path.name)
             if cached is not None and cached.key == key and cached.header == line:
                 return cached
             body = stream.read()
         header = _parse_header(line, session_id, path)
         snapshot = _Snapshot(line, key, tuple(_decode_body(body, header, path)), header.version, (body,))
-        self._remember(path.name, snapshot)
+        self._cache.put(path.name, snapshot)
         return snapshot
 
     def _stored_version(self, session_id: str, path: Path, *, repairable: bool) -> int:
@@ -402,23 +398,5 @@ class FileChatMemory(ChatMemory):
         fields = {"format": FORMAT, "session_id": session_id, "version": version, "count": count, "sha256": digest}
         line = dumps(fields) + b"\n"
         key = atomic_write(path, lambda stream: stream.writelines([line, *body]))
-        self._remember(path.name, _Snapshot(line, key, messages, version, body))
+        self._cache.put(path.name, _Snapshot(line, key, messages, version, body))
         return version
-
-    def _cached(self, name: str) -> _Snapshot | None:
-        with self._cache_lock:
-            snapshot = self._cache.get(name)
-            if snapshot is not None:
-                self._cache.move_to_end(name)
-            return snapshot
-
-    def _remember(self, name: str, snapshot: _Snapshot) -> None:
-        with self._cache_lock:
-            self._cache[name] = snapshot
-            self._cache.move_to_end(name)
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-
-    def _forget(self, name: str) -> None:
-        with self._cache_lock:
-            self._cache.pop(name, None)
