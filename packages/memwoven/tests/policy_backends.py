@@ -76,6 +76,13 @@ def backend_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[
         dispose(memory)
 
 
+@pytest.fixture(name="chat_memory", params=BACKENDS)
+def chat_memory_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChatMemory]:
+    """The `chat_memory` fixture: a fresh chat memory on each of `BACKENDS`, disposed of afterwards. A test module
+    uses it by importing it (`from policy_backends import chat_memory_fixture as chat_memory_fixture`)."""
+    yield from backend_fixture(request, tmp_path)
+
+
 def conversation(turns: int, *, tools_every: int = 3, start: int = 0) -> list[Message]:
     """`turns` turns of user / assistant; every `tools_every`-th turn calls two tools before answering."""
     messages: list[Message] = []

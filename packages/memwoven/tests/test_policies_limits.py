@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,15 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from policy_backends import (
     ALL,
-    BACKENDS,
     EMBEDDED,
     assert_no_orphans,
-    backend_fixture,
     conversation,
     dispose,
     histories,
     open_backend,
 )
+from policy_backends import chat_memory_fixture as chat_memory_fixture
 
 from memwoven import ChatMemory, FileChatMemory, InMemoryChatMemory, InvalidInputError, Message
 from memwoven.policies import (
@@ -37,12 +35,6 @@ from memwoven.policies import (
 )
 from memwoven.policies._base import head_end
 from memwoven.testing import ChatMemoryContract, turn
-
-
-@pytest.fixture(params=BACKENDS)
-def chat_memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChatMemory]:
-    yield from backend_fixture(request, tmp_path)
-
 
 SYSTEM = Message(role="system", content="rules")
 

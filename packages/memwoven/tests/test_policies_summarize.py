@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from policy_backends import BACKENDS, assert_no_orphans, backend_fixture, conversation, histories
+from policy_backends import assert_no_orphans, conversation, histories
+from policy_backends import chat_memory_fixture as chat_memory_fixture
 
 from memwoven import ChatMemory, FileChatMemory, InMemoryChatMemory, InvalidInputError, Message, ToolCall
 from memwoven.contracts import MessagesIn
@@ -24,11 +24,6 @@ from memwoven.policies import (
     render_transcript,
 )
 from memwoven.testing import ChatMemoryContract
-
-
-@pytest.fixture(params=BACKENDS)
-def chat_memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChatMemory]:
-    yield from backend_fixture(request, tmp_path)
 
 
 class Recorder:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import warnings
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from policy_backends import BACKENDS, assert_no_orphans, backend_fixture, conversation, histories
+from policy_backends import assert_no_orphans, conversation, histories
+from policy_backends import chat_memory_fixture as chat_memory_fixture
 
 from memwoven import ChatMemory, ImagePart, InvalidInputError, Message, TextPart, ToolCall
 from memwoven.policies import (
@@ -23,11 +22,6 @@ from memwoven.policies import (
 )
 from memwoven.policies._base import head_end, without_orphans
 from memwoven.testing import sample_conversation
-
-
-@pytest.fixture(params=BACKENDS)
-def chat_memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChatMemory]:
-    yield from backend_fixture(request, tmp_path)
 
 
 def _texts(messages: list[Message]) -> list[str]:
