@@ -35,6 +35,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from memwoven._redact import redact_text, redact_url
 from memwoven._steps import Call, Invoke, Runner, Sleep, Steps, aexecute, arun, execute, run
+from memwoven.backends._loops import end_this_loops_lifetime
 from memwoven.errors import BackendUnavailableError, CorruptMemoryError, InvalidInputError, MemwovenError
 
 __all__ = [
@@ -279,10 +280,7 @@ class Clients:
 
     async def aclose(self) -> None:
         """Close this event loop's async client, and the sync client."""
-        mine = self._loops.get(asyncio.get_running_loop())
-        if mine is not None and mine.lifetime is not None:
-            lifetime, mine.lifetime = mine.lifetime, None  # finalized once, even by concurrent calls
-            await lifetime.aclose()
+        await end_this_loops_lifetime(self._loops)
         self.close()
 
 

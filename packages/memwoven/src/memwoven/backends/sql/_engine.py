@@ -47,6 +47,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import Pool, QueuePool
 
 from memwoven._redact import redact_url
+from memwoven.backends._loops import end_this_loops_lifetime
 from memwoven.errors import BackendUnavailableError, InvalidInputError, MemwovenError
 
 __all__ = ["Database", "Work"]
@@ -646,10 +647,7 @@ class Database:
 
     async def aclose(self) -> None:
         """Close this event loop's async engine on it, and the rest as `close` does."""
-        mine = self._loops.get(asyncio.get_running_loop())
-        if mine is not None and mine.lifetime is not None:
-            lifetime, mine.lifetime = mine.lifetime, None  # finalized once, even by concurrent calls
-            await lifetime.aclose()
+        await end_this_loops_lifetime(self._loops)
         self.close()
 
 
