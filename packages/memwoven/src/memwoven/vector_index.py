@@ -22,14 +22,17 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from memwoven.contracts import DocumentsIn, Filter, Metric, check_id, check_ids
+from memwoven._steps import Call, Steps, async_twin, twins
+from memwoven.contracts import DocumentsIn, Filter, Metric, VectorMemory, check_id, check_ids
 from memwoven.errors import DimensionMismatchError, InvalidInputError
-from memwoven.filters import compile_filter
+from memwoven.filters import Predicate, compile_filter
 from memwoven.models import FrozenDict, FrozenList, ScoredDocument, VectorDocument, coerce_documents
 
 __all__ = [
     "DocumentBatch",
+    "SearchQuery",
     "VectorIndex",
+    "VectorMemoryBase",
     "as_matrix",
     "as_query",
     "check_dimension",
@@ -127,8 +130,7 @@ def as_matrix(vectors: Any, dimension: int | None, metric: Metric) -> Matrix:
         matrix = matrix.reshape(1, -1)
     if matrix.ndim != 2 or matrix.shape[1] == 0:
         raise InvalidInputError("embeddings must be non-empty lists of numbers")
-    if dimension is not None and matrix.shape[1] != dimension:
-        raise DimensionMismatchError(f"embedding has dimension {matrix.shape[1]}, the collection has {dimension}")
+    _check_width(matrix.shape[1], dimension)
     if not np.isfinite(matrix).all():
         raise InvalidInputError("embeddings cannot contain NaN or infinity (or values beyond float32 range)")
     with np.errstate(over="ignore"):
@@ -140,6 +142,11 @@ def as_matrix(vectors: Any, dimension: int | None, metric: Metric) -> Matrix:
     if not np.all(squares <= _MAX_SQUARED_NORM):
         raise InvalidInputError("an embedding's norm is beyond float32 range (over 1.3e19); scale it down")
     return matrix
+
+
+def _check_width(width: int, dimension: int | None) -> None:
+    if dimension is not None and width != dimension:
+        raise DimensionMismatchError(f"embedding has dimension {width}, the collection has {dimension}")
 
 
 def require_utf8(batch: DocumentBatch) -> None:
@@ -170,6 +177,38 @@ def as_query(embedding: Sequence[float], dimension: int | None, metric: Metric) 
     if isinstance(embedding, (str, bytes)) or np.ndim(embedding) != 1:
         raise InvalidInputError("a query embedding must be a flat list of numbers")
     return as_matrix(embedding, dimension, metric).reshape(-1)
+
+
+@dataclass(frozen=True, eq=False)
+class SearchQuery:
+    """The validated arguments of one search: `vector` is a flat float32 query, finite (and not zero for the
+    cosine metric), whose dimension `vector_for` checks against the collection's."""
+
+    vector: Matrix
+    top_k: int
+    threshold: float | None
+    filter: Filter | None
+    predicate: Predicate | None  # the compiled `filter`
+
+    @classmethod
+    def of(
+        cls,
+        embedding: Sequence[float],
+        top_k: int,
+        threshold: float | None,
+        filter: Filter | None,
+        metric: Metric,
+        dimension: int | None = None,
+    ) -> SearchQuery:
+        """Validate the arguments of `search` (the embedding against `dimension` too, if given)."""
+        check_search_args(top_k, threshold)
+        predicate = compile_filter(filter) if filter is not None else None
+        return cls(as_query(embedding, dimension, metric), top_k, threshold, filter, predicate)
+
+    def vector_for(self, dimension: int | None) -> Matrix:
+        """The query vector, refused (`DimensionMismatchError`) if the collection has another dimension."""
+        _check_width(len(self.vector), dimension)
+        return self.vector
 
 
 class VectorIndex:
@@ -292,9 +331,12 @@ class VectorIndex:
         filter: Filter | None = None,
     ) -> list[ScoredDocument]:
         """Exact top-k search: scores descending, ties by id, only scores > threshold, metadata matching filter."""
-        check_search_args(top_k, threshold)
-        predicate = compile_filter(filter) if filter is not None else None
-        query = as_query(embedding, self.dimension, self.metric)
+        return self.query(SearchQuery.of(embedding, top_k, threshold, filter, self.metric, self.dimension))
+
+    def query(self, search: SearchQuery) -> list[ScoredDocument]:
+        """`search` with its arguments validated already (the query's dimension is checked here)."""
+        query = search.vector_for(self.dimension)
+        top_k, threshold, predicate = search.top_k, search.threshold, search.predicate
         if top_k == 0 or not self.ids:
             return []
         rows: Rows | None = None  # the rows still in the running, ascending (None: every live row)
@@ -377,6 +419,43 @@ class VectorIndex:
             directions = _aligned_rows(new_capacity, self.dimension or 0, np.uint16)
             directions[:capacity] = self._directions
             self._directions = directions
+
+
+class VectorMemoryBase(VectorMemory):
+    """The base of the built-in vector memories: `search` and `asearch` written once. The arguments are validated
+    into a `SearchQuery`, which the backend answers with `_search_query` (steps) or `_scan` (plain blocking code,
+    which `asearch` runs off the event loop)."""
+
+    def _search(
+        self,
+        embedding: Sequence[float],
+        *,
+        top_k: int = 4,
+        threshold: float | None = None,
+        filter: Filter | None = None,
+    ) -> Steps[list[ScoredDocument]]:
+        """Return the `top_k` documents most similar to `embedding` whose metadata matches `filter`."""
+        query = SearchQuery.of(embedding, top_k, threshold, filter, self.metric, self._query_dimension())
+        return (yield from self._search_query(query))
+
+    search, asearch = twins(_search)
+
+    def _query_dimension(self) -> int | None:
+        """The dimension a query is checked against before any I/O, if known without any (else None: the
+        backend checks it with `SearchQuery.vector_for`)."""
+        return None
+
+    def _search_query(self, query: SearchQuery) -> Steps[list[ScoredDocument]]:
+        """The hits of a validated query; by default those of `_scan`, run off the event loop by `asearch`."""
+        hits: list[ScoredDocument] = yield Call(self, "_scan", (query,))
+        return hits
+
+    def _scan(self, query: SearchQuery) -> list[ScoredDocument]:
+        """The hits of a validated query, found by plain (blocking) code: a backend overrides this or
+        `_search_query`."""
+        raise NotImplementedError
+
+    _ascan = async_twin(_scan)
 
 
 def _aligned_rows(rows: int, dimension: int, dtype: type[np.generic] = np.float32) -> Any:

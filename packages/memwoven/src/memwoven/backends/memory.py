@@ -9,24 +9,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 from memwoven._steps import async_twin
-from memwoven.contracts import (
-    ChatMemory,
-    DocumentsIn,
-    Filter,
-    History,
-    MessagesIn,
-    Metric,
-    VectorMemory,
-    check_id,
-    next_version,
-)
+from memwoven.contracts import ChatMemory, DocumentsIn, History, MessagesIn, Metric, check_id, next_version
 from memwoven.errors import ConcurrentModificationError, InvalidInputError
 from memwoven.history import message_ids, not_stored
 from memwoven.models import Message, ScoredDocument, VectorDocument, coerce_messages, coerce_messages_after
-from memwoven.vector_index import Scan, VectorIndex
+from memwoven.vector_index import Scan, SearchQuery, VectorIndex, VectorMemoryBase
 
 __all__ = ["InMemoryChatMemory", "InMemoryVectorMemory"]
 
@@ -136,7 +126,7 @@ class InMemoryChatMemory(ChatMemory):
     acleanup_expired = async_twin(cleanup_expired)  # called directly: `_blocking` is False
 
 
-class InMemoryVectorMemory(VectorMemory):
+class InMemoryVectorMemory(VectorMemoryBase):
     """A `VectorIndex` behind a lock: one contiguous float32 matrix, exact top-k.
 
     ``scan="bfloat16"`` (needs `memwoven[simd]`) keeps a half-size bfloat16 copy of the vectors that each search
@@ -163,17 +153,13 @@ class InMemoryVectorMemory(VectorMemory):
         with self._lock:
             self._index.upsert(self._index.prepare(documents))
 
-    def search(
-        self,
-        embedding: Sequence[float],
-        *,
-        top_k: int = 4,
-        threshold: float | None = None,
-        filter: Filter | None = None,
-    ) -> list[ScoredDocument]:
+    def _query_dimension(self) -> int | None:
+        return self._index.dimension
+
+    def _scan(self, query: SearchQuery) -> list[ScoredDocument]:
         """Exact top-k search."""
         with self._lock:
-            return self._index.search(embedding, top_k=top_k, threshold=threshold, filter=filter)
+            return self._index.query(query)
 
     def get(self, ids: Iterable[str]) -> list[VectorDocument]:
         """Documents by id, in the order asked."""

@@ -27,7 +27,7 @@ import itertools
 import threading
 import uuid
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -41,26 +41,16 @@ from qdrant_client.local.qdrant_local import QdrantLocal
 from memwoven._redact import redact_url
 from memwoven._steps import Steps, aexecute, arun, execute, run, twins
 from memwoven.backends._qdrant_filters import SAFE_KEY, as_filter, translate_filter
-from memwoven.contracts import (
-    CollectionInfo,
-    DocumentsIn,
-    Filter,
-    Metric,
-    VectorMemory,
-    check_collection,
-    check_ids,
-    is_collection_name,
-)
+from memwoven.contracts import CollectionInfo, DocumentsIn, Metric, check_collection, check_ids, is_collection_name
 from memwoven.errors import BackendUnavailableError, CorruptMemoryError, DimensionMismatchError, InvalidInputError
-from memwoven.filters import compile_filter
 from memwoven.models import FrozenList, ScoredDocument, VectorDocument, coerce_documents, freeze_json, thaw
 from memwoven.vector_index import (
     DocumentBatch,
+    SearchQuery,
     VectorIndex,
-    as_query,
+    VectorMemoryBase,
     check_dimension,
     check_metric,
-    check_search_args,
     check_stored_dimension,
 )
 
@@ -93,7 +83,7 @@ class _Call:
     kwargs: dict[str, Any]
 
 
-class QdrantVectorMemory(VectorMemory):
+class QdrantVectorMemory(VectorMemoryBase):
     """One vector collection on Qdrant: a `qdrant://`, `qdrants://`, `qdrant+local://` or `qdrant+memory://` URL,
     or a `QdrantClient` you built (optionally with a matching `AsyncQdrantClient`; clients you pass stay yours to
     close).
@@ -243,29 +233,21 @@ class QdrantVectorMemory(VectorMemory):
                 raise DimensionMismatchError("the embeddings of one batch have different dimensions")
         return _merge(parts) if parts else index.prepare([])
 
-    def _search(
-        self,
-        embedding: Sequence[float],
-        *,
-        top_k: int = 4,
-        threshold: float | None = None,
-        filter: Filter | None = None,
-    ) -> Steps[list[ScoredDocument]]:
+    def _query_dimension(self) -> int | None:
+        return self._dimension
+
+    def _search_query(self, query: SearchQuery) -> Steps[list[ScoredDocument]]:
         """The top-k documents: Qdrant's search, with exact filter semantics and ties broken by id."""
-        check_search_args(top_k, threshold)
-        predicate = compile_filter(filter) if filter is not None else None
-        known = self._dimension
-        query = as_query(embedding, known, self.metric)
+        top_k, threshold, filter, predicate = query.top_k, query.threshold, query.filter, query.predicate
         if top_k == 0 or not (yield from self._ensure_steps(None)):
             return []
-        if known is None:  # the collection's dimension is known now
-            query = as_query(embedding, self._dimension, self.metric)
+        vector = query.vector_for(self._dimension)  # the collection's dimension is known now
         prefilter = translate_filter(filter) if filter is not None else True
         if prefilter is False:
             return []
         request: dict[str, Any] = {
             "collection_name": self.collection,
-            "query": query.tolist(),
+            "query": vector.tolist(),
             "query_filter": None if prefilter is True else as_filter(prefilter),
             "score_threshold": None if threshold is None else threshold - 1e-6 * max(1.0, abs(threshold)),
             "search_params": self._search_params,
@@ -288,8 +270,6 @@ class QdrantVectorMemory(VectorMemory):
                 break  # nothing unseen can beat or tie the k-th hit
             limit *= 4
         return [ScoredDocument.model_construct(document=doc, score=score) for score, doc in hits[:top_k]]
-
-    search, asearch = twins(_search)
 
     def _score(self, score: float) -> float:
         return min(1.0, max(-1.0, score)) if self.metric == "cosine" else score

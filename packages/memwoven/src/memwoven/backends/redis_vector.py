@@ -43,24 +43,14 @@ import redis.cluster
 from memwoven._redact import redact_url
 from memwoven._steps import Steps, twins
 from memwoven.backends._redis import HScan, RedisBackend, Script, as_text, check_prefix, clients_from_url, redis_errors
-from memwoven.contracts import (
-    CollectionInfo,
-    DocumentsIn,
-    Filter,
-    Metric,
-    VectorMemory,
-    check_collection,
-    check_ids,
-    is_collection_name,
-)
+from memwoven.contracts import CollectionInfo, DocumentsIn, Metric, check_collection, check_ids, is_collection_name
 from memwoven.errors import (
     CorruptMemoryError,
     DimensionMismatchError,
     InvalidInputError,
 )
-from memwoven.filters import compile_filter
 from memwoven.models import FrozenDict, ScoredDocument, VectorDocument, freeze_json
-from memwoven.vector_index import DocumentBatch, VectorIndex, as_query, check_search_args, check_stored_dimension
+from memwoven.vector_index import DocumentBatch, SearchQuery, VectorIndex, VectorMemoryBase, check_stored_dimension
 
 __all__ = ["RedisVectorMemory", "list_collections"]
 
@@ -192,7 +182,7 @@ class _Position:
     seq: int
 
 
-class RedisVectorMemory(RedisBackend, VectorMemory):
+class RedisVectorMemory(RedisBackend, VectorMemoryBase):
     """One vector collection on Redis: a `redis://`, `rediss://` or `redis+cluster://` URL, or clients you built.
 
     `dimension` is fixed at construction or by the first store and persisted with the collection; given one,
@@ -436,25 +426,15 @@ class RedisVectorMemory(RedisBackend, VectorMemory):
     def _corrupt(self, doc_id: bytes, problem: str) -> CorruptMemoryError:
         return CorruptMemoryError(f"collection {self.collection!r}: document {as_text(doc_id)!r}: {problem}")
 
-    def _search(
-        self,
-        embedding: Sequence[float],
-        *,
-        top_k: int = 4,
-        threshold: float | None = None,
-        filter: Filter | None = None,
-    ) -> Steps[list[ScoredDocument]]:
+    def _query_dimension(self) -> int | None:
+        return self._index.dimension  # bad arguments fail before any I/O
+
+    def _search_query(self, query: SearchQuery) -> Steps[list[ScoredDocument]]:
         """Exact top-k search over the synced local index."""
         with self._errors():
-            check_search_args(top_k, threshold)  # bad arguments fail before any I/O
-            if filter is not None:
-                compile_filter(filter)
-            as_query(embedding, self._index.dimension, self.metric)
             yield from self._sync_steps()
             with self._lock:
-                return self._index.search(embedding, top_k=top_k, threshold=threshold, filter=filter)
-
-    search, asearch = twins(_search)
+                return self._index.query(query)
 
     def _get(self, ids: Iterable[str]) -> Steps[list[VectorDocument]]:
         """Documents by id, in the order asked."""

@@ -13,18 +13,11 @@ from pydantic import ValidationError
 from memwoven._steps import Call, Steps, twins
 from memwoven.backends.file import FileVectorMemory
 from memwoven.backends.memory import InMemoryVectorMemory
-from memwoven.contracts import (
-    DocumentsIn,
-    Filter,
-    VectorMemory,
-    check_id,
-    check_ids,
-)
+from memwoven.contracts import DocumentsIn, VectorMemory, check_id, check_ids
 from memwoven.encryption._keys import IdHasher, KeyLike, Keyring, Wrapper, b64, keyring, unb64
 from memwoven.errors import CorruptMemoryError
-from memwoven.filters import compile_filter
 from memwoven.models import ScoredDocument, VectorDocument
-from memwoven.vector_index import VectorIndex, as_query, check_search_args
+from memwoven.vector_index import SearchQuery, VectorIndex, VectorMemoryBase
 
 __all__ = ["EncryptedVectorMemory"]
 
@@ -47,7 +40,7 @@ def _collection_name(inner: VectorMemory) -> str | None:
     return None
 
 
-class EncryptedVectorMemory(Wrapper[VectorMemory], VectorMemory):
+class EncryptedVectorMemory(Wrapper[VectorMemory], VectorMemoryBase):
     """A `VectorMemory` that keeps the content and metadata of `inner`'s documents encrypted (see the module docs).
 
     Embeddings stay in the clear by default, so that the backend can rank; with `encrypt_embeddings=True` the
@@ -162,22 +155,17 @@ class EncryptedVectorMemory(Wrapper[VectorMemory], VectorMemory):
 
     store, astore = twins(_store)
 
-    def _search(
-        self,
-        embedding: Sequence[float],
-        *,
-        top_k: int = 4,
-        threshold: float | None = None,
-        filter: Filter | None = None,
-    ) -> Steps[list[ScoredDocument]]:
+    def _query_dimension(self) -> int | None:
+        return self.inner.dimension
+
+    def _search_query(self, search: SearchQuery) -> Steps[list[ScoredDocument]]:
         """Exact top-k search; a metadata `filter` is applied after decryption (see the module docs)."""
-        check_search_args(top_k, threshold)
-        predicate = compile_filter(filter) if filter is not None else None
-        query = as_query(embedding, self.inner.dimension, self.metric).tolist()
+        top_k, threshold, predicate = search.top_k, search.threshold, search.predicate
+        query = search.vector.tolist()
         if self.encrypt_embeddings:
             index = VectorIndex(self.inner.dimension, self.metric)
             index.upsert(index.prepare((yield from self._all_steps())))
-            return index.search(query, top_k=top_k, threshold=threshold, filter=filter)
+            return index.query(search)
         if predicate is None and not self._hash:  # the backend's ranking and tie-break are final
             hits = yield Call(self.inner, "search", (query,), {"top_k": top_k, "threshold": threshold})
             return [ScoredDocument(document=self._open(hit.document), score=hit.score) for hit in hits]
@@ -196,8 +184,6 @@ class EncryptedVectorMemory(Wrapper[VectorMemory], VectorMemory):
             if len(hits) < page or (len(matches) >= top_k and matches[top_k - 1][0] > hits[-1].score):
                 return [ScoredDocument(document=doc, score=score) for score, doc in matches[:top_k]]
             page *= 4
-
-    search, asearch = twins(_search)
 
     def _get(self, ids: Iterable[str]) -> Steps[list[VectorDocument]]:
         """Documents by id, decrypted, in the order asked."""

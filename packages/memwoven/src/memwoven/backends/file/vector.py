@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import os
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import IO, Any
@@ -23,16 +23,7 @@ from memwoven.backends.file._fs import (
     stat_key,
     write_lock,
 )
-from memwoven.contracts import (
-    CollectionInfo,
-    DocumentsIn,
-    Filter,
-    Metric,
-    VectorMemory,
-    check_id,
-    check_ids,
-    is_collection_name,
-)
+from memwoven.contracts import CollectionInfo, DocumentsIn, Metric, check_id, check_ids, is_collection_name
 from memwoven.errors import (
     CorruptMemoryError,
     InvalidInputError,
@@ -44,7 +35,9 @@ from memwoven.models import (
 )
 from memwoven.vector_index import (
     DocumentBatch,
+    SearchQuery,
     VectorIndex,
+    VectorMemoryBase,
     as_matrix,
     check_dimension,
     check_metric,
@@ -145,7 +138,7 @@ def _build_index(header: dict[str, Any], embeddings: Any, documents: Any) -> Vec
     return index
 
 
-class FileVectorMemory(VectorMemory):
+class FileVectorMemory(VectorMemoryBase):
     """One vector collection in one crash-safe `.npz` file, searched in memory with an exact `VectorIndex`.
 
     Every operation first checks the file's stat and reloads it if another object or process changed it. The
@@ -198,18 +191,11 @@ class FileVectorMemory(VectorMemory):
             if batch.ids:
                 self._rewrite(lambda index: index.upsert(batch))
 
-    def search(
-        self,
-        embedding: Sequence[float],
-        *,
-        top_k: int = 4,
-        threshold: float | None = None,
-        filter: Filter | None = None,
-    ) -> list[ScoredDocument]:
+    def _scan(self, query: SearchQuery) -> list[ScoredDocument]:
         """Exact top-k search over the current contents of the file."""
         with self._guard:
             self._refresh()
-            return self._index.search(embedding, top_k=top_k, threshold=threshold, filter=filter)
+            return self._index.query(query)
 
     def get(self, ids: Iterable[str]) -> list[VectorDocument]:
         """Documents by id, in the order asked."""

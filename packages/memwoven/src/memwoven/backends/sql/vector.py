@@ -24,20 +24,14 @@ from memwoven._steps import Steps, twins
 from memwoven.backends.sql._base import SQLBackend
 from memwoven.backends.sql._engine import Database, Work
 from memwoven.backends.sql._schema import Tables, check_identifier, insert_ignoring, key_of, upsert
-from memwoven.contracts import (
-    CollectionInfo,
-    DocumentsIn,
-    Filter,
-    Metric,
-    VectorMemory,
-    check_collection,
-    check_ids,
-)
+from memwoven.contracts import CollectionInfo, DocumentsIn, Metric, check_collection, check_ids
 from memwoven.errors import CorruptMemoryError, DimensionMismatchError, InvalidInputError
 from memwoven.models import FrozenDict, ScoredDocument, VectorDocument, freeze_json
 from memwoven.vector_index import (
     DocumentBatch,
+    SearchQuery,
     VectorIndex,
+    VectorMemoryBase,
     check_dimension,
     check_metric,
     check_stored_dimension,
@@ -67,7 +61,7 @@ def _dump_metadata(metadata: FrozenDict) -> str:
     return json.dumps(metadata, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-class SQLVectorMemory(SQLBackend, VectorMemory):
+class SQLVectorMemory(SQLBackend, VectorMemoryBase):
     """One named collection of documents in an SQL database, with exact top-k search.
 
     `url_or_engine`, `table_prefix`, `schema` and the pool options are as for `SQLChatMemory`. The dimension
@@ -169,22 +163,9 @@ class SQLVectorMemory(SQLBackend, VectorMemory):
 
     store, astore = twins(_store)
 
-    def _search(
-        self,
-        embedding: Sequence[float],
-        *,
-        top_k: int = 4,
-        threshold: float | None = None,
-        filter: Filter | None = None,
-    ) -> Steps[list[ScoredDocument]]:
+    def _search_query(self, query: SearchQuery) -> Steps[list[ScoredDocument]]:
         """Exact top-k search over the collection as stored."""
-        return (
-            yield from self._read_steps(
-                lambda index: index.search(embedding, top_k=top_k, threshold=threshold, filter=filter)
-            )
-        )
-
-    search, asearch = twins(_search)
+        return (yield from self._read_steps(lambda index: index.query(query)))
 
     def _get(self, ids: Iterable[str]) -> Steps[list[VectorDocument]]:
         """The documents with these ids, in the order asked."""
