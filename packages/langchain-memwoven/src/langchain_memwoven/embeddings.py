@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
 from memwoven import InvalidInputError
 from memwoven._steps import Call, Runner, Steps, twins
-from memwoven.embed import EmbedFn
-from memwoven.errors import EmbeddingError
+from memwoven.embed import EmbedFn, ExternalEmbedFn
 
 __all__ = ["EmbedFnEmbeddings", "embed_fn_from_embeddings"]
 
@@ -42,79 +38,24 @@ class EmbedFnEmbeddings(Embeddings, Runner):
     embed_query, aembed_query = twins(_embed_query)
 
 
-def _texts(texts: Sequence[str]) -> list[str]:
-    if isinstance(texts, str):
-        raise InvalidInputError("embed_many takes a list of texts, got a single string")
-    batch = list(texts)
-    for position, text in enumerate(batch):
-        if not isinstance(text, str):
-            raise InvalidInputError(f"text {position} is a {type(text).__name__}, not a str")
-    return batch
-
-
-class _EmbeddingsEmbedFn(EmbedFn, Runner):
+class _EmbeddingsEmbedFn(ExternalEmbedFn):
     """An `EmbedFn` over LangChain `Embeddings`; every result is checked (invariant E3)."""
 
     def __init__(self, embeddings: Embeddings, dimension: int | None, model_id: str | None) -> None:
-        self.embeddings = embeddings
-        self._dimension = dimension
         name = getattr(embeddings, "model", None) or getattr(embeddings, "model_name", None)
-        self._model_id = model_id or f"langchain:{type(embeddings).__qualname__}" + (f":{name}" if name else "")
+        super().__init__(
+            dimension=dimension,
+            model_id=model_id or f"langchain:{type(embeddings).__qualname__}" + (f":{name}" if name else ""),
+        )
+        self.embeddings = embeddings
 
     def __repr__(self) -> str:
         return f"embed_fn_from_embeddings({self.embeddings!r})"
 
-    @property
-    def dimension(self) -> int:
-        """The vector length (found by embedding a probe text if it was not given)."""
-        if self._dimension is None:
-            self._dimension = len(self.embed("dimension probe"))
-        return self._dimension
-
-    @property
-    def model_id(self) -> str:
-        """The identity given, or the embeddings class (and its `model` attribute, if any)."""
-        return self._model_id
-
-    def _embed_many(self, texts: Sequence[str]) -> Steps[list[list[float]]]:
-        """Embed texts with one `embed_documents` call (`aembed_documents` from async code)."""
-        batch = _texts(texts)
-        if not batch:
-            return []
-        with self._failures():
-            raw = yield Call(self.embeddings, "embed_documents", (batch,))
-        return self._checked(raw, len(batch))
-
-    embed_many, aembed_many = twins(_embed_many)
-
-    @contextmanager
-    def _failures(self) -> Iterator[None]:
-        """Turn an exception of the embeddings into an `EmbeddingError` (E3)."""
-        try:
-            yield
-        except EmbeddingError:
-            raise
-        except Exception as error:
-            raise EmbeddingError(f"{self._model_id} failed: {error}") from error
-
-    def _checked(self, raw: Any, count: int) -> list[list[float]]:
-        """Validate what the embeddings returned: `count` finite, non-empty vectors of one dimension."""
-        try:
-            vectors = [[float(x) for x in vector] for vector in raw]
-        except (TypeError, ValueError) as error:
-            raise EmbeddingError(
-                f"{self._model_id} returned something that is not a list of vectors ({error})"
-            ) from None
-        if len(vectors) != count:
-            raise EmbeddingError(f"{self._model_id} returned {len(vectors)} vectors for {count} texts")
-        for vector in vectors:
-            if not vector or not all(map(math.isfinite, vector)):
-                raise EmbeddingError(f"{self._model_id} returned an empty vector or one with NaN or infinity")
-            if self._dimension is None:
-                self._dimension = len(vector)
-            if len(vector) != self._dimension:
-                raise EmbeddingError(f"{self._model_id} returned dimension {len(vector)}, expected {self._dimension}")
-        return vectors
+    def _embed_texts(self, texts: list[str]) -> Steps[Any]:
+        """One `embed_documents` call (`aembed_documents` from async code)."""
+        raw = yield Call(self.embeddings, "embed_documents", (texts,))
+        return raw
 
 
 def embed_fn_from_embeddings(

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from memwoven._steps import Call, Runner, Steps, twins
+from memwoven._steps import Call, Runner, Steps, async_twin, twins
 from memwoven.errors import EmbeddingError, InvalidInputError
 
-__all__ = ["CachedEmbedFn", "EmbedFn", "HashingEmbedFn", "embed_fn_from_callable"]
+__all__ = ["CachedEmbedFn", "EmbedFn", "ExternalEmbedFn", "HashingEmbedFn", "embed_fn_from_callable"]
 
 
 def _check_texts(texts: Sequence[str]) -> list[str]:
@@ -162,21 +162,19 @@ class HashingEmbedFn(EmbedFn):
         return vector
 
 
-class _CallableEmbedFn(EmbedFn):
-    def __init__(
-        self,
-        fn: Callable[[str], Sequence[float]],
-        dimension: int | None,
-        model_id: str | None,
-        batch_fn: Callable[[list[str]], Sequence[Sequence[float]]] | None,
-    ) -> None:
-        self._fn = fn
-        self._batch_fn = batch_fn
-        self._dimension = dimension
-        self._model_id = model_id or f"callable:{getattr(fn, '__qualname__', type(fn).__name__)}"
+class ExternalEmbedFn(EmbedFn):
+    """The base of an `EmbedFn` over some other embedder (a model SDK, a framework's embeddings, a function).
 
-    def __repr__(self) -> str:
-        return f"embed_fn_from_callable({self._fn!r}, dimension={self._dimension})"
+    A subclass passes the `model_id` (and the `dimension`, if known: otherwise it is found once, by embedding a
+    probe text) and writes `_embed_texts`, the steps that ask the embedder for a batch. Everything else is done
+    here: the texts are checked, an empty batch never reaches the embedder, an exception of the embedder becomes
+    an `EmbeddingError` naming the model, and every result is checked (E3: one finite, non-empty vector per text,
+    all of the one dimension).
+    """
+
+    def __init__(self, *, dimension: int | None, model_id: str) -> None:
+        self._dimension = dimension
+        self._model_id = model_id
 
     @property
     def dimension(self) -> int:
@@ -187,14 +185,26 @@ class _CallableEmbedFn(EmbedFn):
 
     @property
     def model_id(self) -> str:
-        """The identity given, or the callable's qualified name."""
+        """The identity given, or the one made from the embedder (its class or name, and its model)."""
         return self._model_id
 
-    def embed_many(self, texts: Sequence[str]) -> list[list[float]]:
-        """Embed through the batch callable if given, else one call per text."""
+    @abstractmethod
+    def _embed_texts(self, texts: list[str]) -> Steps[Any]:
+        """The steps that get the embedder's vectors for `texts` (a non-empty list of str), unchecked.
+
+        Yield a `Call` of the embedder's batch method: ``raw = yield Call(self.client, "embed", (texts,))`` calls
+        ``client.embed`` from `embed_many` and awaits ``client.aembed`` from `aembed_many`. An embedder with no
+        async method is called through a sync method of the subclass and its `memwoven._steps.async_twin`, which
+        runs it in a worker thread.
+        """
+
+    def _embed_many(self, texts: Sequence[str]) -> Steps[list[list[float]]]:
+        """Embed texts in one batch of the embedder; every vector is checked (E3)."""
         batch = _check_texts(texts)
+        if not batch:
+            return []
         try:
-            raw = self._batch_fn(batch) if self._batch_fn is not None else [self._fn(text) for text in batch]
+            raw = yield from self._embed_texts(batch)
         except EmbeddingError:
             raise
         except Exception as error:
@@ -204,6 +214,36 @@ class _CallableEmbedFn(EmbedFn):
             self._dimension = len(vectors[0])
             _check_vectors(vectors, len(batch), self._dimension, self._model_id)
         return vectors
+
+    embed_many, aembed_many = twins(_embed_many)
+
+
+class _CallableEmbedFn(ExternalEmbedFn):
+    def __init__(
+        self,
+        fn: Callable[[str], Sequence[float]],
+        dimension: int | None,
+        model_id: str | None,
+        batch_fn: Callable[[list[str]], Sequence[Sequence[float]]] | None,
+    ) -> None:
+        super().__init__(
+            dimension=dimension, model_id=model_id or f"callable:{getattr(fn, '__qualname__', type(fn).__name__)}"
+        )
+        self._fn = fn
+        self._batch_fn = batch_fn
+
+    def __repr__(self) -> str:
+        return f"embed_fn_from_callable({self._fn!r}, dimension={self._dimension})"
+
+    def _embed_texts(self, texts: list[str]) -> Steps[Any]:
+        """Through the batch callable if given, else one call per text (from async code: in a worker thread)."""
+        raw = yield Call(self, "_call_fn", (texts,))
+        return raw
+
+    def _call_fn(self, texts: list[str]) -> Sequence[Sequence[float]]:
+        return self._batch_fn(texts) if self._batch_fn is not None else [self._fn(text) for text in texts]
+
+    _acall_fn = async_twin(_call_fn)
 
 
 def embed_fn_from_callable(
