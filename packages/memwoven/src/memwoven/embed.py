@@ -169,7 +169,8 @@ class ExternalEmbedFn(EmbedFn):
     probe text) and writes `_embed_texts`, the steps that ask the embedder for a batch. Everything else is done
     here: the texts are checked, an empty batch never reaches the embedder, an exception of the embedder becomes
     an `EmbeddingError` naming the model, and every result is checked (E3: one finite, non-empty vector per text,
-    all of the one dimension).
+    all of the one dimension). `embed_fn_from_callable` and the framework adapters are built on it;
+    for an embedder that is a plain sync function, `embed_fn_from_callable` is all you need.
     """
 
     def __init__(self, *, dimension: int | None, model_id: str) -> None:
