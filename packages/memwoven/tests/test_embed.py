@@ -3,11 +3,13 @@ from __future__ import annotations
 import asyncio
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from memwoven import InMemoryVectorMemory, VectorDocument
-from memwoven.embed import CachedEmbedFn, EmbedFn, HashingEmbedFn, embed_fn_from_callable
+from memwoven._steps import Call, Steps
+from memwoven.embed import CachedEmbedFn, EmbedFn, ExternalEmbedFn, HashingEmbedFn, embed_fn_from_callable
 from memwoven.errors import EmbeddingError, InvalidInputError
 from memwoven.testing import EmbedFnContract
 
@@ -29,6 +31,52 @@ class TestCallableEmbedFn(EmbedFnContract):
     def embed_fn(self) -> EmbedFn:
         inner = HashingEmbedFn(dimension=16)
         return embed_fn_from_callable(inner.embed, model_id="wrapped-hashing")
+
+
+class _Client:
+    """A model SDK's client with a sync and a native async batch method; records which one ran."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[str]]] = []
+        self.inner = HashingEmbedFn(dimension=24)
+
+    def embed(self, texts: list[str]) -> list[list[float]]:
+        self.calls.append(("embed", texts))
+        return self.inner.embed_many(texts)
+
+    async def aembed(self, texts: list[str]) -> list[list[float]]:
+        self.calls.append(("aembed", texts))
+        return self.inner.embed_many(texts)
+
+
+class _OverClient(ExternalEmbedFn):
+    def __init__(self, client: _Client) -> None:
+        super().__init__(dimension=None, model_id="client-24")
+        self.client = client
+
+    def _embed_texts(self, texts: list[str]) -> Steps[Any]:
+        raw = yield Call(self.client, "embed", (texts,))
+        return raw
+
+
+class TestExternalEmbedFn(EmbedFnContract):
+    @pytest.fixture
+    def embed_fn(self) -> EmbedFn:
+        return _OverClient(_Client())
+
+
+def test_an_external_embed_fn_uses_the_embedder_s_own_async_method_and_skips_empty_batches() -> None:
+    client = _Client()
+    embed_fn = _OverClient(client)
+    assert embed_fn.embed_many([]) == []
+    assert asyncio.run(embed_fn.aembed_many([])) == []
+    assert client.calls == []
+    assert embed_fn.dimension == 24  # probed once
+    assert asyncio.run(embed_fn.aembed_many(["a", "b"])) == embed_fn.embed_many(["a", "b"])
+    assert client.calls == [("embed", ["dimension probe"]), ("aembed", ["a", "b"]), ("embed", ["a", "b"])]
+    client.inner = HashingEmbedFn(dimension=8)
+    with pytest.raises(EmbeddingError, match="client-24 returned a vector of dimension 8, expected 24"):
+        embed_fn.embed("x")
 
 
 def test_hashing_vectors_are_unit_length_and_stable_across_instances() -> None:
