@@ -1,10 +1,10 @@
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import numpy as np
 import pytest
+from clock_support import Clock
 
 from memwoven import InMemoryChatMemory, InMemoryVectorMemory, Message, VectorDocument
 from memwoven.contracts import ChatMemory, Metric, VectorMemory
@@ -95,9 +95,11 @@ def test_appends_grow_one_buffer_without_touching_earlier_snapshots_or_other_ses
     assert memory.load("never") == []
 
 
-def test_an_append_after_expiry_starts_a_new_history() -> None:
-    memory = InMemoryChatMemory(ttl=0.05)
+def test_an_append_after_expiry_starts_a_new_history(clock: Clock) -> None:
+    memory = InMemoryChatMemory(ttl=60)
     memory.append("s", [Message(role="user", content="old")])
-    time.sleep(0.1)
+    clock.advance(59.9)
+    assert [m.content for m in memory.load("s")] == ["old"]
+    clock.advance(0.1)
     memory.append("s", [Message(role="user", content="new")])
     assert [m.content for m in memory.load("s")] == ["new"]

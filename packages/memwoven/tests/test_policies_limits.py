@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from clock_support import Clock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from policy_backends import (
@@ -46,7 +47,9 @@ def test_plan_keeps_the_head_and_whole_units() -> None:
     history = [SYSTEM, *conversation(4, tools_every=2)]  # turns 0 and 2 call tools (5 messages), 1 and 3 do not
     assert plan_trim(history, 100) is None
     kept, removed = plan_trim(history, 6) or ([], [])
-    assert kept[0] is SYSTEM and len(kept) <= 6 and [*kept[:1], *removed, *kept[1:]] == history
+    assert kept[0] is SYSTEM
+    assert len(kept) <= 6
+    assert [*kept[:1], *removed, *kept[1:]] == history
     assert kept[1].role != "tool"
     assert_no_orphans(kept)
 
@@ -54,13 +57,15 @@ def test_plan_keeps_the_head_and_whole_units() -> None:
 def test_an_oversized_newest_unit_is_kept_whole() -> None:
     history = conversation(2, tools_every=1)  # ends with user, call, result, result, answer
     kept, removed = plan_trim(history[:-1], 2) or ([], [])
-    assert [m.role for m in kept] == ["assistant", "tool", "tool"] and len(removed) == 6
+    assert [m.role for m in kept] == ["assistant", "tool", "tool"]
+    assert len(removed) == 6
 
 
 def test_the_summary_of_a_summarizing_memory_is_part_of_the_head() -> None:
     summary = Message(role="system", content="s", metadata={SUMMARY_KEY: {}})
     kept, _ = plan_trim([SYSTEM, summary, *conversation(5, tools_every=0)], 4) or ([], [])
-    assert kept[:2] == [SYSTEM, summary] and [m.text for m in kept[2:]] == ["question 4", "answer 4"]
+    assert kept[:2] == [SYSTEM, summary]
+    assert [m.text for m in kept[2:]] == ["question 4", "answer 4"]
 
 
 @settings(max_examples=300, deadline=None)
@@ -74,11 +79,13 @@ def test_property_trimming_loses_nothing_and_orphans_nothing(history: list[Messa
         return
     kept, removed = planned
     assert [*kept[:head], *removed, *kept[head:]] == history  # removed = a contiguous run after the head
-    assert removed and len(kept) < len(history)
+    assert removed
+    assert len(kept) < len(history)
     assert_no_orphans(kept)
     if len(kept) > max_messages:  # only the head and the newest unit, kept whole
         tail = kept[head:]
-        assert tail[0].role != "tool" and all(m.role == "tool" for m in tail[1:]), tail
+        assert tail[0].role != "tool", tail
+        assert all(m.role == "tool" for m in tail[1:]), tail
 
 
 def test_trimming_memory_archives_on_every_backend(chat_memory: ChatMemory) -> None:
@@ -91,7 +98,8 @@ def test_trimming_memory_archives_on_every_backend(chat_memory: ChatMemory) -> N
         sent += messages
         assert len(memory.load("s")) <= 5 or memory.load("s")[1].role == "assistant"
     stored = memory.load("s")
-    assert stored[0] == SYSTEM and [SYSTEM, *memory.archived("s"), *stored[1:]] == sent
+    assert stored[0] == SYSTEM
+    assert [SYSTEM, *memory.archived("s"), *stored[1:]] == sent
     assert_no_orphans(stored)
 
 
@@ -99,14 +107,16 @@ def test_trimming_memory_can_delete_instead(chat_memory: ChatMemory) -> None:
     memory = TrimmingChatMemory(chat_memory, max_messages=3, archive=False)
     memory.save("s", [turn(i) for i in range(10)])
     assert [m.text for m in memory.load("s")] == ["w-7", "w-8", "w-9"]
-    assert memory.archived("s") == [] and chat_memory.sessions() == ["s"]
+    assert memory.archived("s") == []
+    assert chat_memory.sessions() == ["s"]
 
 
 def test_trim_once_sync_and_async() -> None:
     memory = InMemoryChatMemory()
     memory.save("s", [turn(i) for i in range(10)])
     assert trim(memory, "s", 20) is None
-    assert trim(memory, "s", 6) is not None and len(memory.load("s")) == 6
+    assert trim(memory, "s", 6) is not None
+    assert len(memory.load("s")) == 6
     assert asyncio.run(atrim(memory, "s", 2)) is not None
     assert [m.text for m in memory.load("s")] == ["w-8", "w-9"]
     assert [m.text for m in memory.load("s:archive")] == [f"w-{i}" for i in range(8)]
@@ -121,7 +131,8 @@ def test_policies_compose() -> None:
     )
     for number in range(10):
         memory.append("s", conversation(1, tools_every=0, start=number))
-    assert len(memory.load("s")) <= 8 and memory.load("s")[0].metadata[SUMMARY_KEY]["layers"] >= 2
+    assert len(memory.load("s")) <= 8
+    assert memory.load("s")[0].metadata[SUMMARY_KEY]["layers"] >= 2
 
 
 class TestTrimmingChatMemoryContract(ChatMemoryContract):
@@ -130,11 +141,13 @@ class TestTrimmingChatMemoryContract(ChatMemoryContract):
         return TrimmingChatMemory(FileChatMemory(tmp_path / "chat"), max_messages=100_000)
 
     def reopen(self, memory: ChatMemory) -> ChatMemory:
-        assert isinstance(memory, TrimmingChatMemory) and isinstance(memory.inner, FileChatMemory)
+        assert isinstance(memory, TrimmingChatMemory)
+        assert isinstance(memory.inner, FileChatMemory)
         return TrimmingChatMemory(FileChatMemory(memory.inner.directory), max_messages=100_000)
 
     def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
-        assert isinstance(memory, TrimmingChatMemory) and isinstance(memory.inner, FileChatMemory)
+        assert isinstance(memory, TrimmingChatMemory)
+        assert isinstance(memory.inner, FileChatMemory)
         path = memory.inner.path_of(session_id)
         path.write_bytes(path.read_bytes()[:-7])
 
@@ -147,21 +160,25 @@ def _with_ttl(kind: str, tmp_path: Path, ttl: float) -> ChatMemory:
 
 
 @pytest.mark.parametrize("kind", ALL)
-def test_a_sliding_ttl_on_every_backend(kind: str, tmp_path: Path) -> None:
+def test_a_sliding_ttl_on_every_backend(kind: str, tmp_path: Path, clock: Clock) -> None:
     """Every backend: writes reset the clock, idle sessions read as absent; Redis expires them natively."""
+    # Files age by their modification time and Redis keys by the server's clock: those two really wait.
+    let_pass = time.sleep if kind in ("file", "redis") else clock.advance
     memory = _with_ttl(kind, tmp_path, 0.8)
     try:
         wrapped = TrimmingChatMemory(memory, max_messages=3)  # through a policy, and its archive expires too
         wrapped.save("idle", [turn(i) for i in range(4)])
         memory.save("busy", [turn(0)])
         for i in range(1, 4):  # every write resets the busy session's clock
-            time.sleep(0.3)
+            let_pass(0.3)
             memory.append("busy", [turn(i)])
-        assert memory.load("idle") == [] and memory.load_versioned("idle").version == 0
+        assert memory.load("idle") == []
+        assert memory.load_versioned("idle").version == 0
         assert memory.load(archive_id("idle")) == []
         assert memory.sessions() == ["busy"]
         expected = 0 if kind == "redis" else 2  # Redis deleted them itself
-        assert cleanup_expired(memory) == expected and cleanup_expired(memory) == 0
+        assert cleanup_expired(memory) == expected
+        assert cleanup_expired(memory) == 0
         assert memory.save("idle", [turn(9)], expected_version=0) > 0  # an expired session starts afresh
         assert [m.text for m in memory.load("busy")] == ["w-0", "w-1", "w-2", "w-3"]
         assert asyncio.run(acleanup_expired(memory)) == 0
@@ -175,7 +192,8 @@ def test_an_expired_file_session_appends_afresh(tmp_path: Path) -> None:
     path = memory.path_of("s")
     stale = time.time() - 120
     os.utime(path, (stale, stale))  # written two minutes ago, as another process would have left it
-    assert memory.load("s") == [] and FileChatMemory(tmp_path / "chat").load("s") == [turn(0)]
+    assert memory.load("s") == []
+    assert FileChatMemory(tmp_path / "chat").load("s") == [turn(0)]
     memory.append("s", [turn(1)])
     assert memory.load("s") == [turn(1)]
 
@@ -186,13 +204,15 @@ def test_ttl_must_be_positive(kind: str, tmp_path: Path) -> None:
         _with_ttl(kind, tmp_path, 0)
 
 
-def test_cleanup_expired_through_policies_and_without_ttl(tmp_path: Path) -> None:
-    inner = InMemoryChatMemory(ttl=0.05)
+def test_cleanup_expired_through_policies_and_without_ttl(tmp_path: Path, clock: Clock) -> None:
+    inner = InMemoryChatMemory(ttl=60)
     wrapped = TrimmingChatMemory(SummarizingChatMemory(inner, summarizer=str, trigger=50), max_messages=40)
     wrapped.save("s", [turn(0)])
-    time.sleep(0.1)
-    assert wrapped.cleanup_expired() == 1 and inner.sessions() == []
+    clock.advance(60)
+    assert wrapped.cleanup_expired() == 1
+    assert inner.sessions() == []
     assert asyncio.run(wrapped.acleanup_expired()) == 0
     plain = open_backend("file", tmp_path)
-    assert cleanup_expired(plain) == 0 and asyncio.run(acleanup_expired(plain)) == 0
+    assert cleanup_expired(plain) == 0
+    assert asyncio.run(acleanup_expired(plain)) == 0
     assert cleanup_expired(object()) == 0  # type: ignore[arg-type]  # no TTL support at all

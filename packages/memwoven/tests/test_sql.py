@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from clock_support import Clock
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from memwoven import (
@@ -192,13 +193,16 @@ def test_urls_get_both_drivers_and_never_show_the_password(tmp_path: Path) -> No
     assert memory.engine.url.drivername == "postgresql+psycopg"
     assert memory.async_engine is not None
     assert memory.async_engine.url.drivername == "postgresql+psycopg_async"
-    assert "s3cret" not in repr(memory) and "***" in repr(memory)
+    assert "s3cret" not in repr(memory)
+    assert "***" in repr(memory)
     assert SQLChatMemory("postgres://me@db.invalid/app").engine.url.drivername == "postgresql+psycopg"
     assert SQLChatMemory("mysql://me@db.invalid/app").engine.url.drivername == "mysql+pymysql"
     maria = SQLVectorMemory("mariadb://me@db.invalid/app")
-    assert maria.async_engine is not None and maria.async_engine.url.drivername == "mariadb+aiomysql"
+    assert maria.async_engine is not None
+    assert maria.async_engine.url.drivername == "mariadb+aiomysql"
     lite = SQLChatMemory(f"sqlite:///{tmp_path}/x.db")
-    assert lite.async_engine is not None and lite.async_engine.url.drivername == "sqlite+aiosqlite"
+    assert lite.async_engine is not None
+    assert lite.async_engine.url.drivername == "sqlite+aiosqlite"
 
 
 @pytest.mark.parametrize(
@@ -223,7 +227,8 @@ def test_an_unreachable_server_raises_backend_unavailable_without_the_password()
     memory = SQLChatMemory(f"postgresql://me:s3cret@127.0.0.1:{port}/db", pool_timeout=2)
     with pytest.raises(BackendUnavailableError) as raised:
         memory.load("s")
-    assert "s3cret" not in str(raised.value) and f"127.0.0.1:{port}" in str(raised.value)
+    assert "s3cret" not in str(raised.value)
+    assert f"127.0.0.1:{port}" in str(raised.value)
     with pytest.raises(BackendUnavailableError):
         asyncio.run(memory.aload("s"))
     memory.close()
@@ -303,7 +308,8 @@ def test_given_engines_are_used_and_left_open(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/x.db"
     engine = sa.create_engine(url)
     memory = SQLChatMemory(engine)
-    assert memory.engine is engine and memory.async_engine is None
+    assert memory.engine is engine
+    assert memory.async_engine is None
     memory.save("s", [turn(1)])
     assert asyncio.run(memory.aload("s")) == [turn(1)]  # async falls back to a thread
     memory.close()
@@ -425,21 +431,21 @@ def test_append_inserts_only_the_new_rows(place: Place) -> None:
     memory.save("s", [turn(i) for i in range(100)])
     statements = _Statements(memory)
     memory.append("s", [turn(100), turn(101), turn(102)])
-    assert statements.rows("INSERT INTO") == 3 and statements.count("INSERT INTO") == 1
+    assert statements.rows("INSERT INTO") == 3
+    assert statements.count("INSERT INTO") == 1
     assert statements.count("DELETE FROM") == 0
     assert memory.load("s") == [turn(i) for i in range(103)]
 
 
-def test_a_sliding_ttl_expires_idle_sessions_and_cleanup_deletes_them(place: Place) -> None:
-    import time
-
-    memory = place.chat(ttl=1.0)
+def test_a_sliding_ttl_expires_idle_sessions_and_cleanup_deletes_them(place: Place, clock: Clock) -> None:
+    memory = place.chat(ttl=60)
     memory.save("idle", [turn(0)])
     memory.save("busy", [turn(0)])
     for i in range(1, 4):  # every write resets the busy session's clock
-        time.sleep(0.4)
+        clock.advance(24)
         memory.append("busy", [turn(i)])
-    assert memory.load("idle") == [] and memory.load_versioned("idle").version == 0
+    assert memory.load("idle") == []
+    assert memory.load_versioned("idle").version == 0
     assert memory.sessions() == ["busy"]
     assert memory.cleanup_expired() == 1
     assert memory.cleanup_expired() == 0
@@ -644,7 +650,8 @@ def test_appends_and_saves_with_ids_cost_what_changed(place: Place) -> None:
     statements.clear()
     memory.save("s", [*history, *more])
     inserts = [s for s in statements if s.startswith(f"INSERT INTO {place.prefix}messages")]
-    assert len(inserts) == 1 and not [s for s in statements if s.startswith("DELETE")]
+    assert len(inserts) == 1
+    assert not [s for s in statements if s.startswith("DELETE")]
     assert not [s for s in statements if ".body" in s and s.startswith("SELECT")]  # no stored message read
     statements.clear()
     assert memory.append("s", [history[5], *_with_ids([turn(202)], prefix="x")]) > version
@@ -662,18 +669,22 @@ def _doc(doc_id: str, vector: list[float], **metadata: Any) -> dict[str, Any]:
 def test_vector_changes_reach_other_objects_incrementally(place: Place) -> None:
     a, b = place.vector(collection="docs"), place.vector(collection="docs")
     a.store([_doc("x", [1.0, 0.0]), _doc("y", [0.0, 1.0])])
-    assert b.count() == 2 and b.dimension == 2
+    assert b.count() == 2
+    assert b.dimension == 2
     statements: list[str] = []
     sa.event.listen(b.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
     a.store([_doc("x", [0.5, 0.5], v=2)])
     assert [d.metadata for d in b.get(["x"])] == [{"v": 2}]
     fetched = [s for s in statements if "embedding" in s]
-    assert len(fetched) == 1 and "version >" in fetched[0]  # only rows newer than what b has seen
+    assert len(fetched) == 1
+    assert "version >" in fetched[0]
     a.delete(["y"])
-    assert b.count() == 1 and b.get(["y"]) == []
+    assert b.count() == 1
+    assert b.get(["y"]) == []
     assert [h.document.id for h in b.search([0.0, 1.0])] == ["x"]
     a.clear()
-    assert b.count() == 0 and b.search([1.0, 0.0]) == []
+    assert b.count() == 0
+    assert b.search([1.0, 0.0]) == []
     b.store([_doc("z", [1.0, 1.0])])
     assert [d.id for d in a.get(["x", "y", "z"])] == ["z"]
     statements.clear()
@@ -719,7 +730,8 @@ def test_another_dimension_fails_at_open_with_one_read_of_the_collection_row(pla
             place.vector(collection="one", dimension=4)
     finally:
         sa.event.remove(sa.engine.Engine, "before_cursor_execute", record)
-    assert statements and not [s for s in statements if "embedding" in s or "INSERT" in s]  # no document read
+    assert statements
+    assert not [s for s in statements if "embedding" in s or "INSERT" in s]
     with pytest.raises(DimensionMismatchError):
         open_vector_memory(place.url, collection="one", dimension=4, table_prefix=place.prefix)
     with pytest.raises(InvalidInputError, match="metric"):
@@ -945,7 +957,8 @@ def test_async_calls_beyond_the_pool_wait_their_turn(place: Place) -> None:
     connection is closed on return), and none is left out."""
     chat = place.chat(pool_size=5, pool_timeout=2)
     vectors = place.vector(pool_size=5, pool_timeout=2, dimension=2)
-    assert chat.async_engine is not None and vectors.async_engine is not None
+    assert chat.async_engine is not None
+    assert vectors.async_engine is not None
     peaks = [_Peak(chat.async_engine.sync_engine), _Peak(vectors.async_engine.sync_engine)]
 
     async def at_once() -> list[Any]:
@@ -1052,7 +1065,8 @@ def test_has_tables_looks_without_creating_anything(place: Place, tmp_path: Path
         with chat.engine.connect() as connection:
             assert not sa.inspect(connection).has_table(f"{place.prefix}meta")
     chat.save("s", [turn(1)])
-    assert chat.has_tables() and place.chat().has_tables()
+    assert chat.has_tables()
+    assert place.chat().has_tables()
     assert not place.vector().has_tables()  # the vector tables are not the chat tables
     place.vector(dimension=2).count()
     assert place.vector().has_tables()

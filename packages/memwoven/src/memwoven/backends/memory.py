@@ -8,9 +8,9 @@ backend's (the contract's default twins).
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterable
 
+from memwoven import _clock
 from memwoven._steps import async_twin
 from memwoven.contracts import ChatMemory, DocumentsIn, History, MessagesIn, Metric, check_id, next_version
 from memwoven.errors import ConcurrentModificationError, InvalidInputError
@@ -43,7 +43,7 @@ class InMemoryChatMemory(ChatMemory):
         self.ttl = ttl
         self._lock = threading.Lock()
         self._sessions: dict[str, _Entry] = {}
-        self._deadlines: dict[str, float] = {}  # with a ttl: session id -> time.monotonic() it expires at
+        self._deadlines: dict[str, float] = {}  # with a ttl: session id -> _clock.monotonic() it expires at
 
     def __repr__(self) -> str:
         return "InMemoryChatMemory()" if self.ttl is None else f"InMemoryChatMemory(ttl={self.ttl})"
@@ -97,7 +97,7 @@ class InMemoryChatMemory(ChatMemory):
     def cleanup_expired(self) -> int:
         """Free the sessions whose TTL ran out (they already read as absent); return how many."""
         with self._lock:
-            now = time.monotonic()
+            now = _clock.monotonic()
             expired = [session_id for session_id, deadline in self._deadlines.items() if deadline <= now]
             for session_id in expired:
                 del self._sessions[session_id], self._deadlines[session_id]
@@ -105,14 +105,14 @@ class InMemoryChatMemory(ChatMemory):
 
     def _live(self, session_id: str) -> _Entry:
         """The session's (buffer, count, version, ids), or an empty session if it expired."""
-        if self.ttl is not None and self._deadlines.get(session_id, float("inf")) <= time.monotonic():
+        if self.ttl is not None and self._deadlines.get(session_id, float("inf")) <= _clock.monotonic():
             return _EMPTY
         return self._sessions.get(session_id, _EMPTY)
 
     def _store(self, session_id: str, buffer: list[Message], count: int, version: int, ids: set[str]) -> int:
         self._sessions[session_id] = (buffer, count, version, ids)
         if self.ttl is not None:
-            self._deadlines[session_id] = time.monotonic() + self.ttl
+            self._deadlines[session_id] = _clock.monotonic() + self.ttl
         return version
 
     def _current_version(self, session_id: str, expected_version: int | None) -> int:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
@@ -38,6 +37,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import await_only
 
+from memwoven import _clock
 from memwoven._steps import Steps, twins
 from memwoven.backends.sql._base import SQLBackend
 from memwoven.backends.sql._engine import Work
@@ -616,7 +616,7 @@ async def _awaited(result: Awaitable[Any]) -> Any:
 
 
 def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return _clock.wall_ms()
 
 
 def _expired(expires_at_ms: int | None) -> bool:
