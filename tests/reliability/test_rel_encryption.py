@@ -129,5 +129,6 @@ def test_a_token_copied_to_another_collection_does_not_decrypt_there(store: Stor
         if hashed:  # listing decrypts every document
             with pytest.raises(CorruptMemoryError, match=named):
                 other.ids()
-        assert notes.get(["secret"])[0].content == "locker 4711" and other.get(["own"])[0].content == "mine"
+        assert notes.get(["secret"])[0].content == "locker 4711"
+        assert other.get(["own"])[0].content == "mine"
         asyncio.run(read_async())

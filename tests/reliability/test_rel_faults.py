@@ -139,7 +139,9 @@ def test_a_paused_redis_times_out_instead_of_hanging() -> None:
             os.kill(server.process.pid, signal.SIGCONT)
         chat.append("s", [_message(2)])
         texts = [m.text for m in chat.load("s")]
-        assert texts[0] == "m0" and texts[-1] == "m2" and len(texts) in (2, 3)  # m1 timed out: it may have landed
+        assert texts[0] == "m0"
+        assert texts[-1] == "m2"
+        assert len(texts) in (2, 3)
         assert vectors.get(["d0"]) == [_document(0)]
         chat.close()
         vectors.close()

@@ -200,7 +200,8 @@ def test_documents(vector_store: Store, collection: VectorMemory, case: Case) ->
     second = _reopened(vector_store, collection)
     for reader in [collection] + ([second] if second is not None else []):
         [got] = reader.get([expected.id])
-        assert got.id == expected.id and got.content == expected.content
+        assert got.id == expected.id
+        assert got.content == expected.content
         assert json.dumps(got.metadata, sort_keys=True) == json.dumps(expected.metadata, sort_keys=True)
         want = np.asarray(expected.embedding, dtype=np.float32)
         if vector_store.kind == "qdrant":  # Qdrant keeps unit vectors and the norm: float32 precision of the norm
@@ -247,7 +248,7 @@ def test_filters(filtered: VectorMemory, case: Case) -> None:
 @pytest.mark.parametrize("case", _cases("url"))
 def test_urls(case: Case, opener: str) -> None:
     url = case.value()
-    with pytest.raises(MemwovenError) as raised:
+    with pytest.raises(MemwovenError) as raised:  # noqa: PT012 - opening or the first use may refuse the URL
         memory: Any = open_chat_memory(url) if opener == "chat" else open_vector_memory(url, dimension=DIMENSION)
         try:
             memory.load("s") if opener == "chat" else memory.count()

@@ -106,10 +106,12 @@ def _tables(engine: sa.Engine, root: str, schema: str | None = None) -> set[str]
 def _check_chat_apart(a: ChatMemory, b: ChatMemory, reopen_a: Callable[[], ChatMemory]) -> None:
     """`a` and `b` (empty) never see, list or delete each other's sessions, even of the same id."""
     a.save("s", said("a"))
-    assert b.load("s") == [] and b.sessions() == []
+    assert b.load("s") == []
+    assert b.sessions() == []
     b.clear("s")
     b.save("s", said("b"))
-    assert a.load("s") == said("a") and a.sessions() == ["s"]
+    assert a.load("s") == said("a")
+    assert a.sessions() == ["s"]
     with reopen_a() as fresh:
         assert fresh.load("s") == said("a")
     assert b.load("s") == said("b")
@@ -146,7 +148,8 @@ def test_table_prefixes_never_share_tables(kind: str, tmp_path: Path) -> None:
         try:
             _check_chat_apart(a, b, lambda: SQLChatMemory(url, table_prefix=root + pair[0]))
             vectors[0].store([{"id": "d", "content": "a", "embedding": EMBEDDING}])
-            assert vectors[1].count() == 0 and vectors[1].get(["d"]) == []
+            assert vectors[1].count() == 0
+            assert vectors[1].get(["d"]) == []
             vectors[1].delete(["d"])
             vectors[1].clear()
             assert [d.content for d in vectors[0].get(["d"])] == ["a"]
@@ -255,7 +258,8 @@ def test_redis_prefixes_never_share_keys() -> None:
         try:
             _check_chat_apart(a, b, lambda: chat(pair[0]))
             stores[0].store([{"id": "d", "content": "a", "embedding": EMBEDDING}])
-            assert stores[1].count() == 0 and stores[1].get(["d"]) == []
+            assert stores[1].count() == 0
+            assert stores[1].get(["d"]) == []
             assert [c.name for c in redis_collections(url, prefix=root + pair[1])] == []
             stores[1].delete(["d"])
             stores[1].clear()
@@ -285,7 +289,8 @@ def test_redis_prefixes_never_share_keys() -> None:
         with chat(":vec") as chat_memory, vectors("", tag) as vector_memory:
             chat_memory.save("s", said("a"))
             vector_memory.store([{"id": "d", "content": "v", "embedding": EMBEDDING}])
-            assert chat_memory.load("s") == said("a") and chat_memory.sessions() == ["s"]
+            assert chat_memory.load("s") == said("a")
+            assert chat_memory.sessions() == ["s"]
             assert vector_memory.count() == 1
             assert [c.name for c in redis_collections(url, prefix=root)] == [tag]
             assert [c.name for c in redis_collections(url, prefix=root + ":vec")] == []
@@ -341,12 +346,15 @@ def test_collections_never_share_documents(kind: str, tmp_path: Path) -> None:
             a, b = stores
             try:
                 a.store([{"id": "d", "content": "a", "embedding": EMBEDDING}])
-                assert b.count() == 0 and b.get(["d"]) == [] and b.search(EMBEDDING) == []
+                assert b.count() == 0
+                assert b.get(["d"]) == []
+                assert b.search(EMBEDDING) == []
                 b.delete(["d"])
                 b.clear()
                 b.store([{"id": "d", "content": "b", "embedding": EMBEDDING}])
                 with collection(pair[0]) as fresh:
-                    assert [d.content for d in fresh.get(["d"])] == ["a"] and fresh.count() == 1
+                    assert [d.content for d in fresh.get(["d"])] == ["a"]
+                    assert fresh.count() == 1
                 assert [d.content for d in b.get(["d"])] == ["b"]
                 a.clear()
                 assert b.count() == 1
@@ -425,11 +433,15 @@ def test_llama_index_key_prefixes_are_boundaries(isolated: ChatMemory) -> None:
             a, b = stores
             key_a, key_b = _colliding_keys(*pair, key)
             b.set_messages(key_b, [ChatMessage(role="user", content="b")])
-            assert a.get_messages(key_a) == [] and a.get_keys() == []
-            assert a.delete_messages(key_a) is None and a.delete_last_message(key_a) is None
+            assert a.get_messages(key_a) == []
+            assert a.get_keys() == []
+            assert a.delete_messages(key_a) is None
+            assert a.delete_last_message(key_a) is None
             a.add_message(key_a, ChatMessage(role="user", content="a"))
-            assert _texts(b.get_messages(key_b)) == ["b"] and b.get_keys() == [key_b]
-            assert _texts(a.get_messages(key_a)) == ["a"] and a.get_keys() == [key_a]
+            assert _texts(b.get_messages(key_b)) == ["b"]
+            assert b.get_keys() == [key_b]
+            assert _texts(a.get_messages(key_a)) == ["a"]
+            assert a.get_keys() == [key_a]
             assert len(memory.sessions()) == 2
             assert _texts(b.delete_messages(key_b)) == ["b"]
             assert _texts(a.get_messages(key_a)) == ["a"]
@@ -460,7 +472,8 @@ def test_working_and_user_memory_namespaces_are_boundaries(isolated: ChatMemory)
             if None in working or None in users:
                 return
             working[0].set("k", "a")
-            assert working[1].get("k") is None and working[1].keys() == []
+            assert working[1].get("k") is None
+            assert working[1].keys() == []
             working[1].clear()
             assert working[0].get("k") == "a"
             working[0].clear()  # the same session as users[0]: same namespace and id
@@ -515,13 +528,16 @@ def test_langgraph_namespaces_and_prefixes_are_boundaries(isolated: ChatMemory) 
         try:
             a.put(mine, "k", {"text": "green tea"})
             assert b.get(theirs, "k") is None
-            assert b.search(theirs) == [] and b.search(theirs, query="green tea") == []
+            assert b.search(theirs) == []
+            assert b.search(theirs, query="green tea") == []
             assert b.list_namespaces(prefix=theirs) == []
             if prefix_pair[0] != prefix_pair[1]:
-                assert b.search(()) == [] and b.list_namespaces() == []
+                assert b.search(()) == []
+                assert b.list_namespaces() == []
             b.delete(theirs, "k")
             assert [item.value for item in a.search(mine, query="green tea")] == [{"text": "green tea"}]
-            assert a.get(mine, "k") is not None and a.list_namespaces() == [mine]
+            assert a.get(mine, "k") is not None
+            assert a.list_namespaces() == [mine]
         finally:
             _emptied(memory)
             shared_vectors.clear()
@@ -542,7 +558,8 @@ def test_hashed_session_ids_never_meet(isolated: ChatMemory) -> None:
             encrypted.save(pair[0], said("a"))
             assert encrypted.load(pair[1]) == []
             encrypted.clear(pair[1])
-            assert encrypted.load(pair[0]) == said("a") and encrypted.sessions() == [pair[0]]
+            assert encrypted.load(pair[0]) == said("a")
+            assert encrypted.sessions() == [pair[0]]
         finally:
             _emptied(isolated)
 

@@ -78,7 +78,8 @@ class ChatMachine(RuleBasedStateMachine):
 
     def _written(self, session: str, history: list[Message], version: int) -> None:
         if history:
-            assert version > 0 and version not in self.versions.setdefault(session, set()), "a version was reused"
+            assert version > 0, "a stored history has a version"
+            assert version not in self.versions.setdefault(session, set()), "a version was reused"
             assert version > max(self.versions[session], default=0), "versions must only grow"
             self.versions[session].add(version)
             self.model[session] = history

@@ -153,7 +153,8 @@ def check_langchain() -> None:
     graph_store = MemwovenStore.from_url("memory://")
     graph_store.put(("users", "u1"), "m1", {"text": "likes tea"})
     item = graph_store.get(("users", "u1"), "m1")
-    assert item is not None and item.value == {"text": "likes tea"}
+    assert item is not None
+    assert item.value == {"text": "likes tea"}
 
 
 def check_llama_index() -> None:

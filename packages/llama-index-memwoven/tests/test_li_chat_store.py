@@ -60,7 +60,8 @@ def test_set_get_and_add(store: Any) -> None:
     store.set_messages("k", said("x"))
     assert texts(store.get_messages("k")) == ["x"]
     store.set_messages("k", [])
-    assert store.get_messages("k") == [] and store.get_keys() == []
+    assert store.get_messages("k") == []
+    assert store.get_keys() == []
 
 
 def test_delete_message_by_position_keeps_the_order(store: Any) -> None:
@@ -97,10 +98,14 @@ def test_a_key_prefix_is_a_namespace_no_other_prefix_reaches(chat_memory: ChatMe
         MemwovenChatStore(chat_memory, key_prefix="tenant1")  # it would start the keys of "tenant10"
     outer, inner = MemwovenChatStore(chat_memory, key_prefix="a:"), MemwovenChatStore(chat_memory, key_prefix="a:b:")
     inner.set_messages("k", said("theirs"))
-    assert outer.get_keys() == [] and outer.get_messages("b:k") == [] and outer.delete_messages("b:k") is None
+    assert outer.get_keys() == []
+    assert outer.get_messages("b:k") == []
+    assert outer.delete_messages("b:k") is None
     outer.set_messages("b:k", said("mine"))
     assert chat_memory.sessions() == ["a:b%3Ak", "a:b:k"]
-    assert texts(inner.get_messages("k")) == ["theirs"] and outer.get_keys() == ["b:k"] and inner.get_keys() == ["k"]
+    assert texts(inner.get_messages("k")) == ["theirs"]
+    assert outer.get_keys() == ["b:k"]
+    assert inner.get_keys() == ["k"]
 
 
 def test_a_second_store_over_the_same_storage_sees_the_writes(chat_memory: ChatMemory, reopen_chat: ChatMemory) -> None:
@@ -163,6 +168,7 @@ def test_from_url(tmp_path: Path) -> None:
     store.add_message("k", ChatMessage(role="user", content="hello"))
     store.close()
     again = MemwovenChatStore.from_url(url, key_prefix="app:")
-    assert texts(again.get_messages("k")) == ["hello"] and again.memory.sessions() == ["app:k"]
+    assert texts(again.get_messages("k")) == ["hello"]
+    assert again.memory.sessions() == ["app:k"]
     asyncio.run(again.aclose())
     assert MemwovenChatStore.from_url("memory://").get_keys() == []

@@ -121,14 +121,16 @@ def test_other_roles_map_to_the_nearest_core_role_and_come_back(role: str, core_
 
 def test_standard_fields_are_filled_for_other_frameworks(tmp_path: Path) -> None:
     system, _, user, assistant, tool, function, *_ = [to_core(m) for m in rich_conversation(tmp_path)]
-    assert system.content == "You are careful." and system.role == "system"
+    assert system.content == "You are careful."
+    assert system.role == "system"
     assert isinstance(user.content, list)
     text, url_image, inline_image, guessed, by_path, audio, video, document, cache, citable = user.content
     assert text == TextPart(text="What is in these? \u00e9\u65e5\U0001f600")
     assert url_image == ImagePart(url="https://example.com/cat.png", mime_type="image/png", detail="high")
     assert inline_image == ImagePart(data="iVBORw0KGgoAAAANSUhEUg==", mime_type="image/png")
     assert guessed == inline_image
-    assert isinstance(by_path, OpaquePart) and by_path.kind == "image"  # a local path is no portable image
+    assert isinstance(by_path, OpaquePart)
+    assert by_path.kind == "image"
     assert [p.kind for p in (audio, video, document, cache, citable) if isinstance(p, OpaquePart)] == [
         "audio",
         "video",
@@ -275,8 +277,10 @@ def test_editing_a_langchain_session_keeps_the_untouched_messages_exactly(
     stored = memory.load("s")
     original = langchain_session()
     assert stored[:3] == original[1:4]
-    assert stored[3].text == "It is a sleepy cat." and "langchain" not in stored[3].extras
-    assert stored[4].text == "Thanks!" and stored[4].extras == {}  # plain text: the standard fields say it all
+    assert stored[3].text == "It is a sleepy cat."
+    assert "langchain" not in stored[3].extras
+    assert stored[4].text == "Thanks!"
+    assert stored[4].extras == {}
     store.delete_message("s", 0)
     assert memory.load("s")[:2] == original[2:4]
 
@@ -287,7 +291,9 @@ def test_unchanged_duplicates_are_each_kept_once() -> None:
     assert to_core_many(to_chat_many(twice[::-1]), twice) == twice  # same content: first match first
     added = to_core_many(to_chat_many(twice) * 2, twice)[2:]  # new messages: each with an id of its own
     assert [m.model_copy(update={"id": None}) for m in added] == [Message(role="user", content="hi")] * 2
-    assert added[0].id and added[1].id and added[0].id != added[1].id
+    assert added[0].id
+    assert added[1].id
+    assert added[0].id != added[1].id
 
 
 def test_an_image_whose_file_is_gone_is_left_out_rather_than_failing_the_read(tmp_path: Path) -> None:
@@ -302,7 +308,8 @@ def test_an_image_whose_file_is_gone_is_left_out_rather_than_failing_the_read(tm
 def test_a_plain_text_message_is_stored_without_extras_and_reads_back_exactly(role: str) -> None:
     message = ChatMessage(role=role, content="Hello, \u00e9\u65e5 world")
     core = to_core(message)
-    assert core.extras == {} and core.text == "Hello, \u00e9\u65e5 world"
+    assert core.extras == {}
+    assert core.text == "Hello, \u00e9\u65e5 world"
     assert to_chat(core).model_dump(mode="json") == message.model_dump(mode="json")
 
 
@@ -346,15 +353,18 @@ def test_reading_a_message_again_gives_an_equal_value_that_shares_nothing_with_e
     first.additional_kwargs["new"] = 1
     first_text(first).text = "changed"
     tool_call = first.blocks[1]
-    assert isinstance(tool_call, ToolCallBlock) and isinstance(tool_call.tool_kwargs, dict)
+    assert isinstance(tool_call, ToolCallBlock)
+    assert isinstance(tool_call.tool_kwargs, dict)
     tool_call.tool_kwargs["deep"]["list"][1]["x"] = 3
     tool_call.tool_kwargs["other"] = True
     first.blocks.append(TextBlock(text="appended"))
     for _ in range(2):
         again = to_chat(stored)
         assert again.model_dump(mode="json") == expected
-        assert again is not first and again.blocks[0] is not first.blocks[0]
-        assert type(again) is ChatMessage and [type(block) for block in again.blocks] == [TextBlock, ToolCallBlock]
+        assert again is not first
+        assert again.blocks[0] is not first.blocks[0]
+        assert type(again) is ChatMessage
+        assert [type(block) for block in again.blocks] == [TextBlock, ToolCallBlock]
         first_text(again).text = "changed again"
         again.model_fields_set.add("role")
 

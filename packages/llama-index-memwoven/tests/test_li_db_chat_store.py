@@ -39,7 +39,8 @@ def test_the_async_db_chat_store_api(chat_memory: ChatMemory) -> None:
         assert texts(await store.get_messages("k", status=ARCHIVED)) == ["a", "b", "old-1", "old-2"]
         assert texts(await store.delete_oldest_messages("k", 1)) == ["c"]
         deleted = await store.delete_message("k", 0)
-        assert deleted is not None and deleted.content == "a"
+        assert deleted is not None
+        assert deleted.content == "a"
         assert await store.delete_message("k", 99) is None
         await store.delete_messages("k", status=ARCHIVED)
         assert texts(await store.get_messages("k", status=None)) == ["d"]
@@ -87,7 +88,8 @@ def test_memory_flushes_by_archiving_and_loses_nothing(chat_memory: ChatMemory, 
     store = MemwovenDBChatStore(reopen_chat)
     archived = asyncio.run(store.get_messages("agent-1", status=ARCHIVED))
     active = asyncio.run(store.get_messages("agent-1"))
-    assert archived and active  # the flush happened
+    assert archived
+    assert active
     assert texts(archived + active) == texts(conversation)  # archived, not lost, order kept
     assert texts(memory.get_all()) == texts(conversation)
     assert texts(memory.get()) == texts(active)
@@ -104,4 +106,5 @@ def test_memory_set_and_reset(chat_memory: ChatMemory) -> None:
     memory.set(said("x"))
     assert texts(memory.get_all()) == ["x"]
     memory.reset()
-    assert memory.get_all() == [] and chat_memory.sessions() == []
+    assert memory.get_all() == []
+    assert chat_memory.sessions() == []

@@ -40,7 +40,8 @@ def test_texts_are_embedded_a_batch_at_a_time() -> None:
 def test_queries_and_texts_get_the_function_s_vectors() -> None:
     embed_fn = HashingEmbedFn(32)
     model = EmbedFnEmbedding(embed_fn)
-    assert model.model_name == embed_fn.model_id and model.embed_fn is embed_fn
+    assert model.model_name == embed_fn.model_id
+    assert model.embed_fn is embed_fn
     assert model.get_query_embedding("cats") == model.get_text_embedding("cats") == embed_fn.embed("cats")
     assert asyncio.run(model.aget_query_embedding("cats")) == embed_fn.embed("cats")
     assert asyncio.run(model.aget_text_embedding("cats")) == embed_fn.embed("cats")

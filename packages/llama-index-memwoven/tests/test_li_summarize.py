@@ -50,8 +50,10 @@ def test_the_llm_gets_instructions_and_a_transcript() -> None:
     call = Message(role="assistant", tool_calls=[ToolCall(id="1", name="search", arguments={"q": "owls"})])
     assert summarizer_from_llm(llm)([Message(role="user", content="Owls?"), call]) == "A short summary."
     system, user = llm.seen[0]
-    assert system.role == MessageRole.SYSTEM and system.content == SUMMARY_PROMPT
-    assert user.role == MessageRole.USER and user.content == 'user: Owls?\n\nassistant called search({"q":"owls"})'
+    assert system.role == MessageRole.SYSTEM
+    assert system.content == SUMMARY_PROMPT
+    assert user.role == MessageRole.USER
+    assert user.content == 'user: Owls?\n\nassistant called search({"q":"owls"})'
 
 
 def test_compacting_a_chat_store_on_every_backend(chat_memory: ChatMemory) -> None:
@@ -64,8 +66,10 @@ def test_compacting_a_chat_store_on_every_backend(chat_memory: ChatMemory) -> No
         store.add_message("chat", ChatMessage(role=MessageRole.USER, content=f"question {turn}"))
         store.add_message("chat", ChatMessage(role=MessageRole.ASSISTANT, content=f"answer {turn}"))
     messages = store.get_messages("chat")
-    assert [m.content for m in messages][:1] == ["Be kind."] and len(messages) <= 6
-    assert messages[1].role == MessageRole.SYSTEM and messages[1].content.endswith("A short summary.")
+    assert [m.content for m in messages][:1] == ["Be kind."]
+    assert len(messages) <= 6
+    assert messages[1].role == MessageRole.SYSTEM
+    assert messages[1].content.endswith("A short summary.")
     assert len(memory.archived("chat")) + len(messages) - 2 == 10
 
 
@@ -78,7 +82,8 @@ def test_async_path_with_the_mock_llm() -> None:
         return await memory.aload("s")
 
     stored = asyncio.run(scenario())
-    assert is_summary(stored[0]) and "user: user 0" in stored[0].text  # the mock echoes its prompt
+    assert is_summary(stored[0])
+    assert "user: user 0" in stored[0].text
     assert [m.text for m in stored[1:]] == ["assistant 2"]
 
 

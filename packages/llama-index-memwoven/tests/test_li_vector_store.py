@@ -125,8 +125,12 @@ def reference_index() -> VectorStoreIndex:
 def test_build_and_retrieve(store: MemwovenVectorStore, index: VectorStoreIndex, embed_model: BaseEmbedding) -> None:
     assert store.client.count() == 5
     hits = index.as_retriever(similarity_top_k=2).retrieve("cats on the sofa")
-    assert hits[0].node.node_id == "p1" and hits[0].node.get_content() == "cats purr on the sofa"
-    assert len(hits) == 2 and hits[0].score is not None and hits[1].score is not None and hits[0].score > hits[1].score
+    assert hits[0].node.node_id == "p1"
+    assert hits[0].node.get_content() == "cats purr on the sofa"
+    assert len(hits) == 2
+    assert hits[0].score is not None
+    assert hits[1].score is not None
+    assert hits[0].score > hits[1].score
     reloaded = VectorStoreIndex.from_vector_store(store, embed_model=embed_model)
     assert [h.node.node_id for h in reloaded.as_retriever(similarity_top_k=1).retrieve("stock markets")] == ["n1"]
 
@@ -181,7 +185,8 @@ def test_mmr_trades_similarity_for_diversity(
         query_embedding=embedding, similarity_top_k=2, mode=VectorStoreQueryMode.MMR, mmr_threshold=0.2
     )
     diverse = store.query(query)
-    assert diverse.ids is not None and len(diverse.ids) == 2
+    assert diverse.ids is not None
+    assert len(diverse.ids) == 2
     assert diverse.ids[0] in {"p1", "twin0", "twin1", "twin2"}
     assert diverse.ids[1] not in {"p1", "twin0", "twin1", "twin2"}  # the second pick is no duplicate
     assert all(isinstance(score, float) for score in diverse.similarities or [])
@@ -229,7 +234,9 @@ def test_async_twins(store: MemwovenVectorStore, embed_model: BaseEmbedding) -> 
             filters=all_of(f("kind", "==", "note")),
         )
         result = await store.aquery(query)
-        assert result.ids is not None and result.ids[0] == "n1" and set(result.ids) == {"n1", "n2"}
+        assert result.ids is not None
+        assert result.ids[0] == "n1"
+        assert set(result.ids) == {"n1", "n2"}
         assert [n.node_id for n in await store.aget_nodes(["p2"])] == ["p2"]
         assert {n.node_id for n in await store.aget_nodes(filters=all_of(f("year", ">", 2022)))} == {"n1", "n2"}
         await store.adelete("doc-1")
@@ -258,7 +265,8 @@ def test_as_the_store_of_the_agent_memorys_vector_block(store: MemwovenVectorSto
         memory.put(ChatMessage(role="user" if i % 2 == 0 else "assistant", content=f"{fact} (message {i})"))
     assert store.client.count() > 0  # flushed messages went to the vector block
     recalled = memory.get(input="what is my cat called?")
-    assert "Tom" in (recalled[0].content or "") and recalled[0].role == "system"
+    assert "Tom" in (recalled[0].content or "")
+    assert recalled[0].role == "system"
 
 
 def test_from_url(tmp_path: Path, embed_model: BaseEmbedding) -> None:
@@ -267,7 +275,8 @@ def test_from_url(tmp_path: Path, embed_model: BaseEmbedding) -> None:
     build(store, embed_model)
     store.close()
     again = MemwovenVectorStore.from_url(url, collection="notes")
-    assert again.client.count() == 5 and again.client.dimension == 128
+    assert again.client.count() == 5
+    assert again.client.dimension == 128
     other = MemwovenVectorStore.from_url(url, collection="other")
     assert other.client.count() == 0
     asyncio.run(again.aclose())

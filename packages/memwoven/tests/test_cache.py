@@ -24,12 +24,14 @@ KEY = generate_key()
 
 def test_the_least_recently_used_goes_first() -> None:
     cache: LRUCache[str, int] = LRUCache(2)
-    assert cache.get("a") is None and len(cache) == 0
+    assert cache.get("a") is None
+    assert len(cache) == 0
     cache.put("a", 1)
     cache.put("b", 2)
     assert cache.get("a") == 1  # a read makes "a" the most recently used ...
     cache.put("c", 3)  # ... so "b" goes
-    assert (cache.get("a"), cache.get("b"), cache.get("c")) == (1, None, 3) and len(cache) == 2
+    assert (cache.get("a"), cache.get("b"), cache.get("c")) == (1, None, 3)
+    assert len(cache) == 2
     cache.put("a", 10)  # a write replaces, and makes "a" the most recently used
     cache.put("d", 4)
     assert (cache.get("a"), cache.get("c"), cache.get("d")) == (10, None, 4)
@@ -49,13 +51,15 @@ def test_drop_and_clear_forget() -> None:
     cache.drop(99)  # not remembered: nothing happens
     assert [cache.get(key) for key in range(3)] == ["0", None, "2"]
     cache.clear()
-    assert len(cache) == 0 and cache.get(0) is None
+    assert len(cache) == 0
+    assert cache.get(0) is None
 
 
 def test_size_zero_keeps_nothing() -> None:
     cache: LRUCache[str, int] = LRUCache(0)
     cache.put("a", 1)
-    assert cache.get("a") is None and len(cache) == 0
+    assert cache.get("a") is None
+    assert len(cache) == 0
 
 
 @pytest.mark.parametrize("size", [-1, True, 1.5, "3", None])
@@ -101,10 +105,12 @@ def test_a_snapshot_of_an_absent_session_is_forgotten() -> None:
     cache.put("s", Snapshot(3, [turn(0)]))
     assert cache.get("s") == Snapshot(3, [turn(0)])
     cache.put("s", Snapshot(0, []))  # version 0: the session is gone
-    assert cache.get("s") is None and len(cache) == 0
+    assert cache.get("s") is None
+    assert len(cache) == 0
     for name in "abc":
         cache.put(name, Snapshot(1, []))
-    assert cache.get("a") is None and len(cache) == 2
+    assert cache.get("a") is None
+    assert len(cache) == 2
 
 
 def test_the_encrypted_cache_forgets_an_emptied_session() -> None:
@@ -112,7 +118,8 @@ def test_the_encrypted_cache_forgets_an_emptied_session() -> None:
     chat.save("s", [turn(0)])
     assert len(chat._cache) == 1
     chat.save("s", [])  # an empty session takes no room in the cache
-    assert len(chat._cache) == 0 and chat.load("s") == []
+    assert len(chat._cache) == 0
+    assert chat.load("s") == []
 
 
 @pytest.mark.parametrize("cache_size", [-5, 0, 1])
@@ -120,7 +127,8 @@ def test_a_file_memory_takes_any_int_cache_size(tmp_path: Path, cache_size: int)
     chat = FileChatMemory(tmp_path, cache_size=cache_size)  # a negative size is 0, as it always was
     chat.save("a", [turn(0)])
     chat.save("b", [turn(1)])
-    assert chat.load("a") == [turn(0)] and chat.load("b") == [turn(1)]
+    assert chat.load("a") == [turn(0)]
+    assert chat.load("b") == [turn(1)]
     assert len(chat._cache) == max(0, cache_size)
 
 

@@ -69,7 +69,8 @@ def test_reading_commands(store: str, tmp_path: Path) -> None:
     assert listed.returncode == 0, listed.stderr
     rows = {row["id"]: row for row in listed.json()}
     assert sorted(rows) == ["notes:é", "trip/1"]
-    assert rows["trip/1"]["messages"] == 5 and rows["notes:é"]["messages"] == 1
+    assert rows["trip/1"]["messages"] == 5
+    assert rows["notes:é"]["messages"] == 1
     assert rows["trip/1"]["size"] == sum(len(m.model_dump_json().encode()) for m in CONVERSATION)
     assert rows["trip/1"]["last_activity"].startswith("20")
 
@@ -81,14 +82,18 @@ def test_reading_commands(store: str, tmp_path: Path) -> None:
         "notes": (3, EMBED.dimension, "cosine"),
     }
     hits = found.json()
-    assert hits[0]["id"] == "tea" and len(hits) == 2
-    assert hits[0]["content"] == NOTES["tea"] and hits[0]["metadata"] == {"topic": "tea"}
+    assert hits[0]["id"] == "tea"
+    assert len(hits) == 2
+    assert hits[0]["content"] == NOTES["tea"]
+    assert hits[0]["metadata"] == {"topic": "tea"}
     assert [hit["id"] for hit in search_dot.json()] == ["cat"]
     assert with_embed_fn.returncode == 0, with_embed_fn.stderr  # the configured EmbedFn, not HashingEmbedFn
-    assert "Miso" in with_embed_fn.stdout and "tea" not in with_embed_fn.stdout.split("1 hit")[0]
+    assert "Miso" in with_embed_fn.stdout
+    assert "tea" not in with_embed_fn.stdout.split("1 hit")[0]
 
     assert missing.failed_with("no session 'no such session'")
-    assert unknown.failed_with("no vector collection 'nope'") and "dots, notes" in unknown.stderr
+    assert unknown.failed_with("no vector collection 'nope'")
+    assert "dots, notes" in unknown.stderr
 
 
 def test_sessions_delete(store: str) -> None:
@@ -106,7 +111,8 @@ def test_export_then_import_is_lossless(store: str, kind: str, tmp_path: Path) -
     assert [line["type"] for line in lines] == ["header", "session", "session", "collection"] + ["document"] * 2 + [
         "collection"
     ] + ["document"] * 3 + ["end"]
-    assert lines[0]["format"] == "memwoven-export" and lines[0]["version"] == 1
+    assert lines[0]["format"] == "memwoven-export"
+    assert lines[0]["version"] == 1
     assert lines[-1] == {"type": "end", "sessions": 2, "messages": 6, "collections": 2, "documents": 5}
     assert "exported 2 sessions (6 messages) and 2 collections (5 documents)" in exported.stderr
     with place(kind, tmp_path, "copy") as copy:
@@ -114,7 +120,8 @@ def test_export_then_import_is_lossless(store: str, kind: str, tmp_path: Path) -
         assert imported.returncode == 0, imported.stderr
         assert contents(copy) == contents(store)
         again = memwoven("import", copy, stdin=exported.stdout.encode())  # idempotent
-        assert again.returncode == 0 and contents(copy) == contents(store)
+        assert again.returncode == 0
+        assert contents(copy) == contents(store)
 
 
 def test_export_selected_sessions_and_collections_to_a_file(store: str, tmp_path: Path) -> None:
@@ -123,7 +130,8 @@ def test_export_selected_sessions_and_collections_to_a_file(store: str, tmp_path
         ("export", store, "--session", "trip/1", "--collection", "dots", "-o", str(out)),
         ("export", store, "--session", "nope", "-o", str(tmp_path / "never.jsonl")),
     )
-    assert only.returncode == 0 and only.stdout == "", only.stderr
+    assert only.returncode == 0, only.stderr
+    assert only.stdout == "", only.stderr
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["type"], r.get("id") or r.get("name")) for r in records[1:-1]] == [
         ("session", "trip/1"),
@@ -132,7 +140,8 @@ def test_export_selected_sessions_and_collections_to_a_file(store: str, tmp_path
         ("document", "y"),
     ]
     assert unknown.failed_with("no session 'nope'")
-    assert not (tmp_path / "never.jsonl").exists() and not (tmp_path / "never.jsonl.partial").exists()
+    assert not (tmp_path / "never.jsonl").exists()
+    assert not (tmp_path / "never.jsonl.partial").exists()
 
 
 def test_tables_for_people(tmp_path: Path) -> None:
@@ -144,11 +153,16 @@ def test_tables_for_people(tmp_path: Path) -> None:
             ("vectors", "stats", url),
             ("vectors", "search", url, "a cat called Miso", "-c", "notes", "--top-k", "1"),
         )
-    assert "trip/1" in listed.stdout and "notes:é" in listed.stdout and "2 sessions, 6 messages" in listed.stdout
+    assert "trip/1" in listed.stdout
+    assert "notes:é" in listed.stdout
+    assert "2 sessions, 6 messages" in listed.stdout
     for expected in ["system", "[image: image/png", "-> locate(", "[c1]", "<- result of c1", "tool (locate)"]:
         assert expected in shown.stdout, expected
-    assert "notes" in stats.stdout and "cosine" in stats.stdout and "2 collections" in stats.stdout
-    assert "Miso" in found.stdout and "1 hit in 'notes'" in found.stdout
+    assert "notes" in stats.stdout
+    assert "cosine" in stats.stdout
+    assert "2 collections" in stats.stdout
+    assert "Miso" in found.stdout
+    assert "1 hit in 'notes'" in found.stdout
 
 
 def test_failures_are_one_line_with_exit_code_1(tmp_path: Path) -> None:
@@ -173,8 +187,11 @@ def test_failures_are_one_line_with_exit_code_1(tmp_path: Path) -> None:
     scheme, missing, unreachable, unreachable_target, embed_fn, qdrant_chat, qdrant_target, deleted = results
     assert scheme.failed_with("unsupported scheme")
     assert missing.failed_with("no SQLite database")
-    assert unreachable.failed_with("unavailable") and "s3cr" not in unreachable.stderr and "***" in unreachable.stderr
-    assert unreachable_target.failed_with("unavailable") and "hunter" not in unreachable_target.stderr
+    assert unreachable.failed_with("unavailable")
+    assert "s3cr" not in unreachable.stderr
+    assert "***" in unreachable.stderr
+    assert unreachable_target.failed_with("unavailable")
+    assert "hunter" not in unreachable_target.stderr
     assert embed_fn.failed_with("no_such_module")
     assert qdrant_chat.failed_with("vectors only")
     assert qdrant_target.failed_with("vectors only")
@@ -219,21 +236,31 @@ def test_failures_on_postgresql(tmp_path: Path) -> None:
         assert contents(url)[0].keys() == {"trip/1", "notes:é"}  # nothing was deleted or imported
     # reading an empty store (say, a mistyped ?table_prefix=) finds nothing and creates no table
     nothing, unknown, exported, no_stats, no_migration = reads
-    assert nothing.returncode == 0 and nothing.json() == []
+    assert nothing.returncode == 0
+    assert nothing.json() == []
     assert unknown.failed_with("no session 'x'")
-    assert exported.returncode == 0 and '"sessions":0' in exported.stdout.splitlines()[-1]
-    assert no_stats.returncode == 0 and no_stats.json() == []
-    assert no_migration.returncode == 0 and "0 sessions" in no_migration.stdout
+    assert exported.returncode == 0
+    assert '"sessions":0' in exported.stdout.splitlines()[-1]
+    assert no_stats.returncode == 0
+    assert no_stats.json() == []
+    assert no_migration.returncode == 0
+    assert "0 sessions" in no_migration.stdout
     listed, migrated, collection, deleted, ambiguous, dimension, same, dry = results
     for result in (listed, migrated):
-        assert result.failed_with("memwoven_no_such_db") and "unavailable" in result.stderr, result.stderr
-        assert "pa55" not in result.stderr and "w0rd" not in result.stderr and "***" in result.stderr
+        assert result.failed_with("memwoven_no_such_db"), result.stderr
+        assert "unavailable" in result.stderr, result.stderr
+        assert "pa55" not in result.stderr
+        assert "w0rd" not in result.stderr
+        assert "***" in result.stderr
     assert collection.failed_with("no vector collection 'nope'")
     assert deleted.failed_with("no session 'nope'")
-    assert ambiguous.returncode == 2 and "several collections (dots, notes)" in ambiguous.stderr
+    assert ambiguous.returncode == 2
+    assert "several collections (dots, notes)" in ambiguous.stderr
     assert dimension.failed_with("dimension")
     assert same.failed_with("the same store")
-    assert dry.returncode == 0 and "2 sessions" in dry.stdout and "3 documents (cosine, dimension 64)" in dry.stdout
+    assert dry.returncode == 0
+    assert "2 sessions" in dry.stdout
+    assert "3 documents (cosine, dimension 64)" in dry.stdout
     assert not (tmp_path / "never.db").exists()  # a dry run does not touch the target
     assert junk.failed_with("line 2: a record is a JSON object")
 
@@ -251,7 +278,8 @@ def test_bad_usage_exits_with_2(tmp_path: Path) -> None:
         assert result.returncode == 2, (result.args, result.stderr)
         assert "Traceback" not in result.stderr
     top = memwoven()
-    assert top.returncode in (0, 2) and "sessions" in top.stdout + top.stderr
+    assert top.returncode in (0, 2)
+    assert "sessions" in top.stdout + top.stderr
 
 
 def _script() -> list[tuple[str, str, list[ToolCall], str | None]]:
@@ -274,7 +302,8 @@ def test_demo(kind: str, tmp_path: Path) -> None:
             assert result.returncode == 0, result.stderr
             sessions, collections = contents(url)
             assert [_essentials(m) for m in sessions[SESSION]] == _script()  # what LangChain wrote
-            assert list(sessions) == [SESSION] and len(collections["notes"]) == 5
+            assert list(sessions) == [SESSION]
+            assert len(collections["notes"]) == 5
     out = result.stdout
     for expected in [
         "LangChain writes",
@@ -287,7 +316,8 @@ def test_demo(kind: str, tmp_path: Path) -> None:
         "5 documents",
     ]:
         assert expected in out, expected
-    assert "not installed" not in out and "pip install" not in out
+    assert "not installed" not in out
+    assert "pip install" not in out
 
 
 def test_demo_without_the_adapters(tmp_path: Path) -> None:
@@ -298,11 +328,15 @@ def test_demo_without_the_adapters(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=300, env=ENV)
     out = done.stdout.decode()
     assert done.returncode == 0, done.stderr.decode()
-    assert "The core API writes" in out and "The core API reads" in out and "LangChain writes" not in out
-    assert "LangChain adapter not installed" in out and "LlamaIndex adapter not installed" in out
+    assert "The core API writes" in out
+    assert "The core API reads" in out
+    assert "LangChain writes" not in out
+    assert "LangChain adapter not installed" in out
+    assert "LlamaIndex adapter not installed" in out
     assert "pip install ./packages/langchain-memwoven ./packages/llama-index-memwoven" in out  # works today
     assert "pip install langchain-memwoven llama-index-memwoven  # once they are published" in out
-    assert "Alice is vegetarian and allergic to peanuts." in out and "-> forecast(" in out
+    assert "Alice is vegetarian and allergic to peanuts." in out
+    assert "-> forecast(" in out
     sessions, collections = contents(url)
     assert sessions == {SESSION: [core_message(role, body) for turn in TURNS for role, body in turn]}
     assert len(collections["notes"]) == 5
@@ -313,11 +347,13 @@ def test_the_closing_hint_runs_in_the_shell_that_started_nox(tmp_path: Path) -> 
     under_nox = {"NOX_CURRENT_SESSION": "demo"}
     temporary = memwoven("demo", cwd=tmp_path, env=under_nox)
     kept = memwoven("demo", "--url", f"sqlite:///{tmp_path}/demo.db", cwd=tmp_path, env=under_nox)
-    assert temporary.returncode == 0 and kept.returncode == 0, temporary.stderr + kept.stderr
+    assert temporary.returncode == 0, temporary.stderr
+    assert kept.returncode == 0, kept.stderr
     again, show = temporary.stdout.splitlines()[-2:]
     assert again == "  nox -s demo -- --url sqlite:///demo.db"
     inspect = shlex.split(kept.stdout.rsplit("Inspect it: ", 1)[1])
-    assert shlex.split(show)[:3] == inspect[:3] and Path(inspect[0]).is_absolute()
+    assert shlex.split(show)[:3] == inspect[:3]
+    assert Path(inspect[0]).is_absolute()
     shell = ENV | {"PATH": os.defpath}  # the shell outside nox: no virtual environment on the PATH
     shown = subprocess.run(inspect, capture_output=True, timeout=300, env=shell, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr.decode()
@@ -375,8 +411,10 @@ def test_import_names_a_line_only_for_what_that_line_holds(tmp_path: Path) -> No
         ("import", "postgresql://me@127.0.0.1:1/db", "--input", str(tmp_path / "export.jsonl")),
         ("import", "sqlite://x.db", "--input", str(tmp_path / "export.jsonl")),
     )
-    assert unreachable.failed_with("unavailable") and "line" not in unreachable.stderr
-    assert two_slashes.failed_with("host 'x.db' with no file path") and "sqlite:///x.db" in two_slashes.stderr
+    assert unreachable.failed_with("unavailable")
+    assert "line" not in unreachable.stderr
+    assert two_slashes.failed_with("host 'x.db' with no file path")
+    assert "sqlite:///x.db" in two_slashes.stderr
     assert "line" not in two_slashes.stderr
 
     # Documents are stored in batches: a document the store refuses is named by the lines of its batch.
@@ -399,7 +437,7 @@ def test_an_error_raised_while_ctrl_c_unwinds_is_the_interrupt() -> None:
     from memwoven import BackendUnavailableError
     from memwoven.cli._app import _resumable
 
-    with pytest.raises(typer.Exit) as exited, _resumable("migrate"):
+    with pytest.raises(typer.Exit) as exited, _resumable("migrate"):  # noqa: PT012 - the unwinding is the test
         try:
             raise KeyboardInterrupt
         except KeyboardInterrupt:

@@ -101,12 +101,15 @@ def test_round_trip_sqlite_postgresql_redis_sqlite(tmp_path: Path) -> None:
     ):
         seed_big(origin, sessions=100, documents=10_000)
         expected = snapshot(origin)
-        assert len(expected[0]) == 100 and sorted(len(c) for c in expected[1].values()) == [3, 10_000]
+        assert len(expected[0]) == 100
+        assert sorted(len(c) for c in expected[1].values()) == [3, 10_000]
 
         dry = memwoven("migrate", origin, postgresql, "--dry-run")
         assert dry.returncode == 0, dry.stderr
-        assert "100 sessions" in dry.stdout and "10000 documents (cosine, dimension 16)" in dry.stdout
-        assert "3 documents (dot, dimension 3)" in dry.stdout and "nothing was written" in dry.stdout
+        assert "100 sessions" in dry.stdout
+        assert "10000 documents (cosine, dimension 16)" in dry.stdout
+        assert "3 documents (dot, dimension 3)" in dry.stdout
+        assert "nothing was written" in dry.stdout
         assert vector_collections(postgresql) == []
 
         hops = [(origin, postgresql), (postgresql, redis), (redis, back)]
@@ -114,10 +117,12 @@ def test_round_trip_sqlite_postgresql_redis_sqlite(tmp_path: Path) -> None:
             # the first hop as on a terminal, to see the progress bars (on stderr)
             result = memwoven("migrate", source, target, env={"FORCE_COLOR": "1"} if number == 0 else None)
             assert result.returncode == 0, result.stderr
-            assert "100 sessions" in result.stdout and "10003 documents" in result.stdout
+            assert "100 sessions" in result.stdout
+            assert "10003 documents" in result.stdout
             assert written(result.stdout) == (100, 10_003)
             if number == 0:
-                assert "100/100" in result.stderr and "10000/10000" in result.stderr, result.stderr[-500:]
+                assert "100/100" in result.stderr, result.stderr[-500:]
+                assert "10000/10000" in result.stderr, result.stderr[-500:]
             else:
                 assert result.stderr == ""  # not a terminal: no progress bars
             assert snapshot(target) == expected, f"hop {number + 1}: {source} -> {target}"

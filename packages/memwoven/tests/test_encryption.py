@@ -87,7 +87,8 @@ class TestEncryptedSQLiteChat(ChatMemoryContract):
         return _chat(SQLChatMemory(f"sqlite:///{tmp_path}/chat.db"), "hashed-ids")
 
     def reopen(self, memory: ChatMemory) -> ChatMemory:
-        assert isinstance(memory, EncryptedChatMemory) and isinstance(memory.inner, SQLChatMemory)
+        assert isinstance(memory, EncryptedChatMemory)
+        assert isinstance(memory.inner, SQLChatMemory)
         return EncryptedChatMemory(
             SQLChatMemory(memory.inner.engine.url), key=KEY, id_key=ID_KEY if memory.hashed_ids else None
         )
@@ -107,7 +108,8 @@ class TestEncryptedPostgresChat(ChatMemoryContract):
         inner.close()
 
     def reopen(self, memory: ChatMemory) -> ChatMemory:
-        assert isinstance(memory, EncryptedChatMemory) and isinstance(memory.inner, SQLChatMemory)
+        assert isinstance(memory, EncryptedChatMemory)
+        assert isinstance(memory.inner, SQLChatMemory)
         inner = SQLChatMemory(memory.inner.engine.url, table_prefix=memory.inner.table_prefix)
         return EncryptedChatMemory(inner, key=KEY, id_key=ID_KEY)
 
@@ -144,7 +146,8 @@ class TestEncryptedSQLiteVector(VectorMemoryContract):
         )
 
     def reopen(self, memory: VectorMemory) -> VectorMemory:
-        assert isinstance(memory, EncryptedVectorMemory) and isinstance(memory.inner, SQLVectorMemory)
+        assert isinstance(memory, EncryptedVectorMemory)
+        assert isinstance(memory.inner, SQLVectorMemory)
         inner = SQLVectorMemory(memory.inner.engine.url, collection=memory.inner.collection, metric=memory.metric)
         return EncryptedVectorMemory(
             inner, key=KEY, id_key=ID_KEY if memory.hashed_ids else None, encrypt_embeddings=memory.encrypt_embeddings
@@ -179,7 +182,8 @@ class TestEncryptedPostgresVector(VectorMemoryContract):
         )
 
     def reopen(self, memory: VectorMemory) -> VectorMemory:
-        assert isinstance(memory, EncryptedVectorMemory) and isinstance(memory.inner, SQLVectorMemory)
+        assert isinstance(memory, EncryptedVectorMemory)
+        assert isinstance(memory.inner, SQLVectorMemory)
         inner = SQLVectorMemory(
             memory.inner.engine.url,
             table_prefix=memory.inner.table_prefix,
@@ -234,7 +238,8 @@ def test_sqlite_at_rest_holds_no_plaintext_and_no_ids(tmp_path: Path) -> None:
     chat.close()
     vectors.close()
     raw = _all_bytes(tmp_path / "db")  # the database, its WAL and shared memory
-    assert b"zebra" not in raw and SECRET.encode() not in raw
+    assert b"zebra" not in raw
+    assert SECRET.encode() not in raw
     with sqlite3.connect(tmp_path / "db" / "store.db") as connection:  # and row by row, decoded
         rows = [
             row
@@ -255,7 +260,8 @@ def test_files_at_rest_hold_no_plaintext_and_no_ids(tmp_path: Path) -> None:
     assert chat.sessions() == [f"session-{SECRET}"]
     assert vectors.ids() == sorted(d.id for d in _secret_documents())
     raw = _all_bytes(tmp_path)
-    assert raw and b"zebra" not in raw
+    assert raw
+    assert b"zebra" not in raw
     for embedding in ([1.0, 1.0, 0.5], [1.0, 2.0, 0.5]):  # encrypted embeddings: the store keeps a stand-in
         assert vectors.inner.search(embedding, top_k=3)[0].document.embedding == [1.0, 0.0, 0.0]
     assert vectors.search([1.0, 2.0, 0.5], top_k=1)[0].document.id == f"doc-2-{SECRET}"
@@ -270,7 +276,8 @@ def test_the_wrapped_message_keeps_only_its_role_and_id_in_the_clear() -> None:
     for message, original in zip(stored, sample_conversation()):
         clear = {"role", "metadata"} | ({"id"} if original.id is not None else set())
         assert message.model_dump(exclude_defaults=True).keys() == clear
-        assert list(message.metadata) == [MARKER] and message.metadata[MARKER].startswith("mwe2:")
+        assert list(message.metadata) == [MARKER]
+        assert message.metadata[MARKER].startswith("mwe2:")
     assert len({m.metadata[MARKER] for m in stored}) == len(stored)  # equal messages, different ciphertexts
 
 
@@ -284,7 +291,8 @@ def test_an_unchanged_prefix_keeps_its_ciphertext() -> None:
     assert after[:5] == before
     fresh = EncryptedChatMemory(chat.inner, key=KEY)  # another object has no cache: new ciphertext, same text
     fresh.save("s", [turn(i) for i in range(7)])
-    assert fresh.inner.load("s")[0] != before[0] and chat.load("s") == [turn(i) for i in range(7)]
+    assert fresh.inner.load("s")[0] != before[0]
+    assert chat.load("s") == [turn(i) for i in range(7)]
 
 
 def test_the_keys_never_show() -> None:
@@ -292,8 +300,11 @@ def test_the_keys_never_show() -> None:
     chat = EncryptedChatMemory(InMemoryChatMemory(), key=key, id_key=ID_KEY)
     vectors = EncryptedVectorMemory(InMemoryVectorMemory(), key=[KEY, key])
     for text in (repr(chat), repr(vectors), repr(chat.keyring), str(chat.keyring.key_ids)):
-        assert key not in text and ID_KEY not in text and KEY not in text
-    assert len(vectors.keyring.key_ids) == 2 and vectors.keyring.current == chat.keyring.current
+        assert key not in text
+        assert ID_KEY not in text
+        assert KEY not in text
+    assert len(vectors.keyring.key_ids) == 2
+    assert vectors.keyring.current == chat.keyring.current
 
 
 @pytest.mark.parametrize(
@@ -335,7 +346,8 @@ def test_rotation_reads_with_old_keys_writes_with_the_new_and_reencrypts(tmp_pat
     version = rotated.reencrypt("s")
     assert version == rotated.load_versioned("s").version
     assert only_new.load("s") == [turn(0), turn(1), turn(2)]
-    assert asyncio.run(rotated.areencrypt("t")) > 0 and only_new.load("t") == [turn(9)]
+    assert asyncio.run(rotated.areencrypt("t")) > 0
+    assert only_new.load("t") == [turn(9)]
     assert rotated.reencrypt("never-saved") == 0
 
 
@@ -431,7 +443,8 @@ def test_tokens_are_bound_to_the_collection_name(tmp_path: Path) -> None:
     file_notes = EncryptedVectorMemory(FileVectorMemory(tmp_path / "notes.npz"), key=KEY)
     sql_notes = EncryptedVectorMemory(SQLVectorMemory(url, collection="notes"), key=KEY)
     sql_other = EncryptedVectorMemory(SQLVectorMemory(url, collection="other"), key=KEY)
-    assert file_notes.collection == sql_notes.collection == "notes" and sql_other.collection == "other"
+    assert file_notes.collection == sql_notes.collection == "notes"
+    assert sql_other.collection == "other"
     file_notes.store([VectorDocument(id="d", content="secret", embedding=[1.0, 0.0])])
     raw = file_notes.inner.get(["d"])
     sql_notes.inner.store(raw)  # copied under its own collection name, as `memwoven migrate` does: still readable
@@ -444,7 +457,8 @@ def test_tokens_are_bound_to_the_collection_name(tmp_path: Path) -> None:
     unnamed.inner.store(raw)  # the file's token, bound to "notes"
     with pytest.raises(CorruptMemoryError, match="document 'd'"):
         unnamed.get(["d"])
-    assert unnamed.collection is None and "collection=None" in repr(unnamed)
+    assert unnamed.collection is None
+    assert "collection=None" in repr(unnamed)
     for bad in ("", "a\x00b"):
         with pytest.raises(InvalidInputError, match="collection name"):
             EncryptedVectorMemory(InMemoryVectorMemory(dimension=2), key=KEY, collection=bad)
@@ -458,14 +472,17 @@ def test_hashed_ids_hide_the_ids_and_still_list_them(tmp_path: Path) -> None:
     for name in ("alice/work", "bob", "caf\u00e9"):
         chat.save(name, [turn(1, name)])
     stored = chat.inner.sessions()
-    assert len(stored) == 3 and not {"alice/work", "bob", "caf\u00e9"} & set(stored)
+    assert len(stored) == 3
+    assert not {"alice/work", "bob", "caf\u00e9"} & set(stored)
     assert all(len(s) == 64 for s in stored)
-    assert b"alice" not in _untokened_bytes(tmp_path) and b"bob" not in _untokened_bytes(tmp_path)
+    assert b"alice" not in _untokened_bytes(tmp_path)
+    assert b"bob" not in _untokened_bytes(tmp_path)
     chat.inner.save("plain-session-of-someone-else", [turn(0)])  # not a hashed id: not ours, not listed
     assert chat.sessions() == ["alice/work", "bob", "caf\u00e9"]
     assert asyncio.run(chat.asessions()) == ["alice/work", "bob", "caf\u00e9"]
     other = EncryptedChatMemory(chat.inner, key=KEY, id_key=generate_key())  # another id key finds nothing
-    assert other.load("bob") == [] and other.sessions() == []
+    assert other.load("bob") == []
+    assert other.sessions() == []
     unlisted = other.unlisted_sessions()
     assert sorted(unlisted) == sorted(stored)
     assert all("holds another session's id" in why for why in unlisted.values())
@@ -504,7 +521,8 @@ def test_corruption_under_a_hashed_id_names_the_session(tmp_path: Path) -> None:
         reader.load("victim")
     with pytest.raises(CorruptMemoryError, match="session 'victim'"):
         reader._update_locked("victim", lambda messages: [*messages, turn(1)])
-    assert reader.sessions() == [] and list(reader.unlisted_sessions()) == [reader.stored_id("victim")]
+    assert reader.sessions() == []
+    assert list(reader.unlisted_sessions()) == [reader.stored_id("victim")]
 
 
 # Updates under the inner memory's write lock -----------------------------------------------------------------
@@ -523,7 +541,8 @@ def test_update_falls_back_to_the_inner_write_lock(
     inner = _locked_inner(backend, tmp_path)
     chat = EncryptedChatMemory(inner, key=KEY, id_key=ID_KEY)
     rival = EncryptedChatMemory(_locked_inner(backend, tmp_path), key=KEY, id_key=ID_KEY)
-    assert chat._has_update_lock() and not EncryptedChatMemory(InMemoryChatMemory(), key=KEY)._has_update_lock()
+    assert chat._has_update_lock()
+    assert not EncryptedChatMemory(InMemoryChatMemory(), key=KEY)._has_update_lock()
     locked: list[str] = []
     hook = "_aupdate_locked" if asynchronous else "_update_locked"
     original = getattr(inner, hook)

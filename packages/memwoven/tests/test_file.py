@@ -144,7 +144,8 @@ EXTRA_HOSTILE_IDS = (
 
 
 def test_hostile_ids_stay_inside_the_directory_and_never_collide(tmp_path: Path) -> None:
-    assert NFC != NFD and unicodedata.normalize("NFC", NFD) == NFC
+    assert NFC != NFD
+    assert unicodedata.normalize("NFC", NFD) == NFC
     ids = sorted(set(HOSTILE_IDS) | set(EXTRA_HOSTILE_IDS))
     store = tmp_path / "root" / "store"
     memory = FileChatMemory(store)
@@ -268,7 +269,8 @@ def test_a_stale_temp_file_is_ignored_then_overwritten(tmp_path: Path) -> None:
     path = memory.path_of("s")
     temp = path.with_name(path.name + ".tmp")
     temp.write_bytes(b"left by a crashed writer")
-    assert memory.sessions() == [] and memory.load("s") == []
+    assert memory.sessions() == []
+    assert memory.load("s") == []
     memory.save("s", [turn(1)])
     assert not temp.exists()
     assert FileChatMemory(tmp_path).load("s") == [turn(1)]
@@ -369,7 +371,8 @@ def test_async_twins_do_their_file_io_off_the_event_loop(tmp_path: Path, monkeyp
         return await memory.aload("s")
 
     assert asyncio.run(main()) == [turn(1), turn(2)]
-    assert threads and threading.get_ident() not in threads
+    assert threads
+    assert threading.get_ident() not in threads
 
 
 # Chat and vectors: processes -------------------------------------------------------------------------------------
@@ -420,7 +423,8 @@ def test_a_writer_killed_at_random_moments_leaves_a_complete_state(tmp_path: Pat
         chat.save("s", messages, expected_version=version)  # the store stays writable (the lock was released)
         vectors = FileVectorMemory(vector_path, dimension=4)
         documents = vectors.get([f"d{i}" for i in range(6)])
-        assert len(documents) == 6 and len({d.content for d in documents}) == 1
+        assert len(documents) == 6
+        assert len({d.content for d in documents}) == 1
         tag = documents[0].content
         assert [list(d.embedding) for d in documents] == [pytest.approx(list(d.embedding)) for d in _generation(tag)]
         vectors.store(_generation(tag))
@@ -576,14 +580,15 @@ def test_a_failed_write_leaves_file_and_object_consistent(vector_path: Path, mon
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(np, "savez", disk_full)
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="No space left"):
         memory.store([VectorDocument(id="new", embedding=_axis(0))])
-    with pytest.raises(OSError):
+    with pytest.raises(OSError, match="No space left"):
         memory.delete(["d0"])
     monkeypatch.undo()
     assert vector_path.read_bytes() == before
     assert not vector_path.with_name(vector_path.name + ".tmp").exists()
-    assert memory.count() == 6 and memory.get(["new"]) == []
+    assert memory.count() == 6
+    assert memory.get(["new"]) == []
     memory.store([VectorDocument(id="new", embedding=_axis(0))])
     assert FileVectorMemory(vector_path).count() == 7
 
@@ -599,6 +604,7 @@ def test_a_deleted_file_reads_as_empty_and_is_recreated(vector_path: Path) -> No
     memory = FileVectorMemory(vector_path, dimension=4)
     memory.store(_generation("A"))
     vector_path.unlink()
-    assert memory.count() == 0 and memory.dimension == 4
+    assert memory.count() == 0
+    assert memory.dimension == 4
     memory.store(_generation("B"))
     assert FileVectorMemory(vector_path).count() == 6

@@ -67,7 +67,8 @@ def test_postgres_collections_and_url_options() -> None:
         assert vector_collections(url) == EXPECTED
         assert vector_collections(postgres_url(), table_prefix=prefix) == EXPECTED
         with open_chat_memory(url) as chat:
-            assert isinstance(chat, SQLChatMemory) and chat.table_prefix == prefix
+            assert isinstance(chat, SQLChatMemory)
+            assert chat.table_prefix == prefix
     finally:
         with SQLChatMemory(postgres_url(), table_prefix=prefix) as chat:
             chat.drop_tables()

@@ -46,13 +46,15 @@ def test_messages_are_deeply_immutable() -> None:
     with pytest.raises(TypeError):
         message.tool_calls[0].arguments["x"] = 1
     changed = message.model_copy(update={"content": "new"})
-    assert changed.content == "new" and message.content == ""
+    assert changed.content == "new"
+    assert message.content == ""
 
 
 def test_frozen_containers_equal_plain_ones_and_survive_copies() -> None:
     message = Message(role="user", metadata={"a": [1, {"b": None}]})
     assert message.metadata == {"a": [1, {"b": None}]}
-    assert isinstance(message.metadata, FrozenDict) and isinstance(message.metadata["a"], FrozenList)
+    assert isinstance(message.metadata, FrozenDict)
+    assert isinstance(message.metadata["a"], FrozenList)
     assert copy.deepcopy(message) == message
     assert pickle.loads(pickle.dumps(message)) == message
 
@@ -104,7 +106,8 @@ def test_opaque_parts_and_datetimes_keep_their_values() -> None:
     moment = datetime(2026, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
     message = Message(role="user", created_at=moment, content=[OpaquePart(kind="thinking", data={"text": "hmm"})])
     again = Message.model_validate_json(message.model_dump_json())
-    assert again.created_at == moment and again.content == message.content
+    assert again.created_at == moment
+    assert again.content == message.content
 
 
 def test_message_equality_is_exact_json_equality() -> None:
@@ -114,7 +117,8 @@ def test_message_equality_is_exact_json_equality() -> None:
     assert with_value(1) == with_value(1)
     assert with_value(1) is not with_value(1)
     # equal in Python, stored differently: not equal
-    assert with_value(1) != with_value(1.0) and with_value(1) != with_value(True)
+    assert with_value(1) != with_value(1.0)
+    assert with_value(1) != with_value(True)
     assert with_value(1.0) != with_value(True)
     assert Message(role="user", metadata={"a": 1, "b": 2}) != Message(role="user", metadata={"b": 2, "a": 1})
     instant = datetime(2026, 1, 1, 12, tzinfo=timezone.utc)

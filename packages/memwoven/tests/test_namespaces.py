@@ -16,7 +16,8 @@ namespaces = st.one_of(st.just(""), text.map(lambda s: s + ":"))
 @given(namespace=namespaces, key=text)
 def test_a_key_is_found_back_from_its_session(namespace: str, key: str) -> None:
     session_id = namespaced_id(namespace, key)
-    assert session_id.startswith(namespace) and key_in_namespace(namespace, session_id) == key
+    assert session_id.startswith(namespace)
+    assert key_in_namespace(namespace, session_id) == key
 
 
 @given(first=namespaces.filter(bool), second=namespaces.filter(bool), key=text)
@@ -30,11 +31,13 @@ def test_keys_are_listed_sorted_and_only_for_their_namespace() -> None:
     assert keys_in_namespace("a:", sessions) == [":", "x"]
     assert keys_in_namespace("a:b:", sessions) == ["y"]
     assert keys_in_namespace("", ["b", "a"]) == ["a", "b"]  # no namespace: every session is a key
-    assert namespaced_id("t:", "50%:x") == "t:50%25%3Ax" and namespaced_id("", "a:b") == "a:b"
+    assert namespaced_id("t:", "50%:x") == "t:50%25%3Ax"
+    assert namespaced_id("", "a:b") == "a:b"
 
 
 @pytest.mark.parametrize("namespace", ["tenant1", "a:b", "a\uff1a", "\x00:", 1, None])
 def test_a_namespace_is_empty_or_ends_with_a_colon(namespace: object) -> None:
     with pytest.raises(InvalidInputError):
         check_namespace(namespace)
-    assert check_namespace("") == "" and check_namespace("a:b:") == "a:b:"
+    assert check_namespace("") == ""
+    assert check_namespace("a:b:") == "a:b:"

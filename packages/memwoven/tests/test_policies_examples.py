@@ -21,7 +21,8 @@ def _load(name: str, needs: str) -> ModuleType:
     if not path.exists():  # an installed package without the repository around it
         pytest.skip(f"{path} is not here")
     spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -31,12 +32,15 @@ def _check(result: dict[str, Any], questions: list[str], written: int) -> None:
     stored: list[Message] = result["stored"]
     archived: list[Message] = result["archived"]
     summaries = [m for m in stored if is_summary(m)]
-    assert len(summaries) == 1 and len(stored) <= 10 and summaries[0].metadata["memwoven_summary"]["layers"] >= 2
+    assert len(summaries) == 1
+    assert len(stored) <= 10
+    assert summaries[0].metadata["memwoven_summary"]["layers"] >= 2
     assert len(stored) - 1 + len(archived) == written  # every message stored or archived, once
     history = [m for message in stored for m in (archived if is_summary(message) else [message])]
     assert [m.text for m in history if m.role == "user"] == questions
     summarized = [q for q in questions if q in summaries[0].text]  # the summary lists what it replaced
-    assert summarized and all(q in [m.text for m in archived] for q in summarized)
+    assert summarized
+    assert all(q in [m.text for m in archived] for q in summarized)
 
 
 def test_langchain_example(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -28,7 +28,8 @@ def test_conversation_working_memory_and_prompt(chat_memory: ChatMemory) -> None
     assert manager.user is not None
     manager.user.add("Afraid of flying")
     prompt = manager.prompt()
-    assert prompt[0].role == "system" and prompt[0].metadata == {"memwoven_context": True}
+    assert prompt[0].role == "system"
+    assert prompt[0].metadata == {"memwoven_context": True}
     assert prompt[0].text == ("Working memory:\n- goal: plan a trip\n\nKnown facts about the user:\n- Afraid of flying")
     assert prompt[1:] == manager.window().messages
     assert len(manager.history()) == 7  # the context message is built, not stored
@@ -42,7 +43,8 @@ def test_fork_shares_the_conversation_and_not_the_working_memory(chat_memory: Ch
     child.working.set("owner", "researcher")
     assert [m.text for m in manager.history()] == ["from the child"]
     assert (manager.working.get("owner"), child.working.get("owner")) == ("root", "researcher")
-    assert child.user is manager.user and child.scope_id == "researcher"
+    assert child.user is manager.user
+    assert child.scope_id == "researcher"
     with pytest.raises(InvalidInputError):
         manager.fork(manager.scope_id)
 
@@ -54,13 +56,16 @@ def test_steps_have_their_own_conversation_and_share_working_memory(chat_memory:
     assert (first.session_id, manager.step_id(2)) == ("chat:step-1", "chat:step-2")
     first.add([Message(role="user", content="step one")])
     second.add([Message(role="user", content="step two")])
-    assert first.working.get("plan") == ["search", "book"] and manager.history() == []
-    assert manager.steps() == [1, 2] and first.steps() == []
+    assert first.working.get("plan") == ["search", "book"]
+    assert manager.history() == []
+    assert manager.steps() == [1, 2]
+    assert first.steps() == []
     assert step_id("x", 0) == "x:step-0"
     with pytest.raises(InvalidInputError):
         step_id("x", -1)
     manager.clear()
-    assert manager.working.to_dict() == {} and manager.steps() == [1, 2]
+    assert manager.working.to_dict() == {}
+    assert manager.steps() == [1, 2]
 
 
 def test_async_twins_over_a_summarizing_memory(chat_memory: ChatMemory) -> None:
@@ -71,16 +76,19 @@ def test_async_twins_over_a_summarizing_memory(chat_memory: ChatMemory) -> None:
         for number in range(4):
             await manager.aadd(conversation(1, tools_every=0, start=number))
         history = await manager.ahistory()
-        assert history[0].text.endswith("the gist") and len(history) <= 6
+        assert history[0].text.endswith("the gist")
+        assert len(history) <= 6
         await manager.working.aset("k", "v")
         assert manager.user is not None
         await manager.user.aadd("Likes owls")
         prompt = await manager.aprompt()
-        assert prompt[0].text.startswith("Working memory:") and prompt[1:] == (await manager.awindow()).messages
+        assert prompt[0].text.startswith("Working memory:")
+        assert prompt[1:] == (await manager.awindow()).messages
         await manager.step(3).aadd([Message(role="user", content="s")])
         assert await manager.asteps() == [3]
         await manager.aclear()
-        assert await manager.ahistory() == [] and await manager.working.ato_dict() == {}
+        assert await manager.ahistory() == []
+        assert await manager.working.ato_dict() == {}
 
     asyncio.run(scenario())
 
@@ -90,7 +98,8 @@ def test_windows_keep_what_the_summarizing_memory_pins(chat_memory: ChatMemory) 
         chat_memory, summarizer=lambda ms: "the gist", trigger=8, keep_first=1, keep_recent=2
     )
     manager = MemoryManager(memory, "chat", max_messages=3)
-    assert manager.keep_first == 1 and MemoryManager(chat_memory, "x").keep_first == 0
+    assert manager.keep_first == 1
+    assert MemoryManager(chat_memory, "x").keep_first == 0
     manager.add([Message(role="user", content="I am Ada")])
     for number in range(6):
         manager.add(conversation(1, tools_every=0, start=number))

@@ -59,7 +59,8 @@ def test_200_turns_with_tool_calls(chat_memory: ChatMemory) -> None:
                 sent += step
                 assert len(memory.load("s")) <= trigger
     history = memory.load("s")
-    assert history[:2] == pinned and is_summary(history[2])
+    assert history[:2] == pinned
+    assert is_summary(history[2])
     assert_no_orphans(history)
     archived = memory.archived("s")
     recent = history[3:]
@@ -67,7 +68,8 @@ def test_200_turns_with_tool_calls(chat_memory: ChatMemory) -> None:
     assert history[2].metadata[SUMMARY_KEY]["summarized"] == len(archived)
     assert len(recorder.inputs) == history[2].metadata[SUMMARY_KEY]["layers"] > 10
     for earlier, later in zip(recorder.inputs, recorder.inputs[1:]):
-        assert is_summary(later[0]) and not is_summary(earlier[-1])  # layered: the old summary is the next input
+        assert is_summary(later[0])
+        assert not is_summary(earlier[-1])
 
     # A failing summarizer: the error propagates and the stored history is left as it was.
     failing = SummarizingChatMemory(chat_memory, summarizer=_fail, trigger=trigger, keep_first=2, keep_recent=12)
@@ -80,7 +82,8 @@ def test_200_turns_with_tool_calls(chat_memory: ChatMemory) -> None:
     assert failing.archived("s") == archived_before
     with pytest.raises(SummarizationError, match="the model is down"):
         failing.compact("s")
-    assert memory.compact("s") and len(memory.load("s")) <= trigger  # a working summarizer catches up
+    assert memory.compact("s")
+    assert len(memory.load("s")) <= trigger
     assert [*pinned, *memory.archived("s"), *memory.load("s")[3:]] == [*sent, *extra]
 
 
@@ -100,7 +103,8 @@ def test_async_compaction_with_an_async_summarizer(chat_memory: ChatMemory) -> N
             sent += messages
             assert len(await memory.aload("a")) <= 20
         stored, archived = await memory.aload("a"), await memory.aarchived("a")
-        assert [*stored[:1], *archived, *stored[2:]] == sent and is_summary(stored[1])
+        assert [*stored[:1], *archived, *stored[2:]] == sent
+        assert is_summary(stored[1])
         return stored
 
     stored = asyncio.run(scenario())
@@ -154,7 +158,8 @@ def test_a_tool_call_waiting_for_its_results_is_not_summarized() -> None:
         memory.append("s", [Message(role="tool", tool_call_id=call.id, content=f"result {call.id}")])
         assert_no_orphans(memory.load("s"))
     stored = memory.load("s")
-    assert recorder.inputs and [m.role for m in stored[1:]] == ["assistant", "tool", "tool"]
+    assert recorder.inputs
+    assert [m.role for m in stored[1:]] == ["assistant", "tool", "tool"]
     memory.append("s", [Message(role="assistant", content="done")])  # the unit is complete: it may go now
     assert [m.role for m in memory.load("s")] == ["system"]
     assert [m.role for m in memory.archived("s")][-4:] == ["assistant", "tool", "tool", "assistant"]
@@ -171,7 +176,9 @@ def _simple(**options: Any) -> tuple[SummarizingChatMemory, InMemoryChatMemory, 
 def test_nothing_happens_under_the_trigger() -> None:
     memory, _, recorder = _simple(trigger=10, keep_recent=4)
     memory.save("s", conversation(3, tools_every=0))
-    assert len(memory.load("s")) == 6 and not recorder.inputs and memory.archived("s") == []
+    assert len(memory.load("s")) == 6
+    assert not recorder.inputs
+    assert memory.archived("s") == []
     assert not memory.compact("s")
 
 
@@ -179,8 +186,10 @@ def test_the_summary_message_is_a_marked_system_message() -> None:
     memory, _, _ = _simple(trigger=6, keep_recent=2, summary_prefix="Earlier: ")
     memory.save("s", conversation(4, tools_every=0))
     summary = memory.load("s")[0]
-    assert summary.role == "system" and summary.text == "Earlier: 6 messages, the last: answer 2"
-    assert summary.metadata[SUMMARY_KEY] == {"summarized": 6, "layers": 1} and summary.created_at is not None
+    assert summary.role == "system"
+    assert summary.text == "Earlier: 6 messages, the last: answer 2"
+    assert summary.metadata[SUMMARY_KEY] == {"summarized": 6, "layers": 1}
+    assert summary.created_at is not None
 
 
 def test_tool_calls_stay_with_their_results() -> None:
@@ -200,7 +209,8 @@ def test_a_token_trigger() -> None:
     memory, _, recorder = _simple(trigger=Trigger(tokens=120), keep_recent=2)
     for turn in range(12):
         memory.append("s", conversation(1, tools_every=0, start=turn))
-    assert recorder.inputs and memory.counter.total(memory.load("s")) <= 120
+    assert recorder.inputs
+    assert memory.counter.total(memory.load("s")) <= 120
 
 
 def test_forced_compaction_and_nothing_to_summarize() -> None:
@@ -216,7 +226,8 @@ def test_an_empty_summary_is_an_error_and_changes_nothing() -> None:
     memory = SummarizingChatMemory(inner, summarizer=lambda messages: "  ", trigger=4, keep_recent=1)
     with pytest.raises(SummarizationError):
         memory.save("s", conversation(3, tools_every=0))
-    assert len(inner.load("s")) == 6 and inner.sessions() == ["s"]
+    assert len(inner.load("s")) == 6
+    assert inner.sessions() == ["s"]
 
 
 def test_options_are_validated() -> None:
@@ -291,7 +302,8 @@ def test_a_writer_during_summarization_is_kept_and_nothing_is_archived_twice() -
     memory.save("s", history)
     stored = memory.load("s")
     assert calls == 1  # the summary was reused: the middle had not changed
-    assert stored[-1].text == "meanwhile" and is_summary(stored[0])
+    assert stored[-1].text == "meanwhile"
+    assert is_summary(stored[0])
     assert [*memory.archived("s"), *stored[1:]] == [*history, Message(role="user", content="meanwhile")]
 
 
@@ -313,14 +325,16 @@ def test_a_save_conflict_replans_without_archiving_twice() -> None:
     history = conversation(4, tools_every=0)
     memory.save("s", history)
     stored = memory.load("s")
-    assert inner.raced and stored[-1].text == "raced"
+    assert inner.raced
+    assert stored[-1].text == "raced"
     assert [*memory.archived("s"), *stored[1:]] == [*history, Message(role="user", content="raced")]
 
 
 def test_archive_false_keeps_no_archive() -> None:
     memory, inner, _ = _simple(trigger=4, keep_recent=1, archive=False)
     memory.save("s", conversation(3, tools_every=0))
-    assert inner.sessions() == ["s"] and memory.archived("s") == []
+    assert inner.sessions() == ["s"]
+    assert memory.archived("s") == []
 
 
 def test_transcript_rendering() -> None:
@@ -339,11 +353,13 @@ class TestSummarizingChatMemoryContract(ChatMemoryContract):
         return SummarizingChatMemory(FileChatMemory(tmp_path / "chat"), summarizer=Recorder(), trigger=100_000)
 
     def reopen(self, memory: ChatMemory) -> ChatMemory:
-        assert isinstance(memory, SummarizingChatMemory) and isinstance(memory.inner, FileChatMemory)
+        assert isinstance(memory, SummarizingChatMemory)
+        assert isinstance(memory.inner, FileChatMemory)
         return SummarizingChatMemory(FileChatMemory(memory.inner.directory), summarizer=Recorder(), trigger=100_000)
 
     def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
-        assert isinstance(memory, SummarizingChatMemory) and isinstance(memory.inner, FileChatMemory)
+        assert isinstance(memory, SummarizingChatMemory)
+        assert isinstance(memory.inner, FileChatMemory)
         path = memory.inner.path_of(session_id)
         path.write_bytes(path.read_bytes()[:-7])
 
@@ -364,12 +380,14 @@ def test_a_failing_summarizer_says_the_triggering_write_was_stored(write: str) -
     with pytest.raises(SummarizationError) as raised:
         getattr(memory, write)("s", history)
     cause = raised.value.__cause__
-    assert raised.value.stored is True and isinstance(cause, SummarizationError)
+    assert raised.value.stored is True
+    assert isinstance(cause, SummarizationError)
     assert isinstance(cause.__cause__, _Broken)
     assert inner.load("s") == history  # stored once, nothing summarized: a caller that retries would duplicate
     with pytest.raises(SummarizationError) as raised:
         memory.compact("s")
-    assert raised.value.stored is False and isinstance(raised.value.__cause__, _Broken)
+    assert raised.value.stored is False
+    assert isinstance(raised.value.__cause__, _Broken)
 
 
 def test_a_failing_summarizer_async() -> None:

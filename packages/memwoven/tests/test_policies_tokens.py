@@ -52,9 +52,12 @@ def offline_tiktoken(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_estimator_is_offline_and_close_to_bpe_counts() -> None:
     estimator = EstimatingTokenizer()
-    assert estimator.count("") == 0 and estimator("hello world") == 2
-    assert estimator.count("日本語") == 3 and estimator.count("12345678") == 3
-    assert estimator.count("camelCaseWords") == 3 and estimator.count("!!!") == 2
+    assert estimator.count("") == 0
+    assert estimator("hello world") == 2
+    assert estimator.count("日本語") == 3
+    assert estimator.count("12345678") == 3
+    assert estimator.count("camelCaseWords") == 3
+    assert estimator.count("!!!") == 2
     assert estimator.count("word " * 100) == 100
     with pytest.raises(InvalidInputError):
         EstimatingTokenizer(0)
@@ -125,10 +128,12 @@ def test_counts_are_cached_per_message_and_released_with_it() -> None:
     seen: list[str] = []
     counter = MessageTokenCounter(lambda text: seen.append(text) or 1)
     message = Message(role="user", content="once")
-    assert counter.count(message) == counter.count(message) == 4 and seen == ["once"]
+    assert counter.count(message) == counter.count(message) == 4
+    assert seen == ["once"]
     twin = Message(role="user", content="once")  # equal but another object: counted on its own
     counter.count(twin)
-    assert len(seen) == 2 and len(counter._cache) == 2
+    assert len(seen) == 2
+    assert len(counter._cache) == 2
     del message, twin
     gc.collect()
     assert len(counter._cache) == 0  # the cache never keeps a message alive

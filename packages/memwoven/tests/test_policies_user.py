@@ -29,7 +29,9 @@ def test_facts_dedupe_cap_and_delete(chat_memory: ChatMemory) -> None:
     assert user.add("Works as a nurse")  # past the cap: the oldest fact goes to the archive
     assert user.facts() == ["Lives in Lyon", "Has a cat named Miso", "Works as a nurse"]
     assert user.archived() == ["Prefers tea over coffee"]
-    assert user.has("HAS A CAT NAMED MISO") and user.delete("has a cat named miso") and not user.delete("nope")
+    assert user.has("HAS A CAT NAMED MISO")
+    assert user.delete("has a cat named miso")
+    assert not user.delete("nope")
     assert user.to_context_string() == "Known facts about the user:\n- Lives in Lyon\n- Works as a nurse"
     assert user.to_context_string(max_facts=1, title="About Alice:") == "About Alice:\n- Works as a nurse"
     other = reopen(chat_memory)
@@ -38,7 +40,9 @@ def test_facts_dedupe_cap_and_delete(chat_memory: ChatMemory) -> None:
         other.close()
     assert UserMemory(chat_memory, "bob").facts() == []  # users do not see each other
     user.clear()
-    assert user.facts() == [] and user.to_context_string() == "" and user.archived() == ["Prefers tea over coffee"]
+    assert user.facts() == []
+    assert user.to_context_string() == ""
+    assert user.archived() == ["Prefers tea over coffee"]
 
 
 def test_learning_with_an_extractor_sync_and_async() -> None:
@@ -50,7 +54,8 @@ def test_learning_with_an_extractor_sync_and_async() -> None:
 
     chat = [Message(role="user", content="I like jazz"), Message(role="assistant", content="Noted.")]
     user = UserMemory(InMemoryChatMemory(), "u", extractor=extract)
-    assert user.learn(chat) == ["Like jazz"] and user.learn(chat) == []
+    assert user.learn(chat) == ["Like jazz"]
+    assert user.learn(chat) == []
     assert asyncio.run(user.alearn([Message(role="user", content="I run marathons")])) == ["Run marathons"]
     async_user = UserMemory(InMemoryChatMemory(), "u", extractor=aextract)
     assert async_user.learn(chat) == ["Like jazz"]  # an async extractor from sync code
@@ -61,11 +66,13 @@ def test_learning_with_an_extractor_sync_and_async() -> None:
 def test_async_twins(chat_memory: ChatMemory) -> None:
     async def scenario() -> None:
         user = UserMemory(chat_memory, "carol", max_facts=2, archive=False)
-        assert await user.aadd("Speaks French") and not await user.aadd("speaks french")
+        assert await user.aadd("Speaks French")
+        assert not await user.aadd("speaks french")
         assert await user.aadd_many(["Born in 1990", "Vegetarian"]) == ["Born in 1990", "Vegetarian"]
         assert await user.afacts() == ["Born in 1990", "Vegetarian"]
         assert await user.aarchived() == []  # archive=False: the dropped fact is gone
-        assert await user.ahas("vegetarian") and await user.adelete("Vegetarian")
+        assert await user.ahas("vegetarian")
+        assert await user.adelete("Vegetarian")
         assert await user.ato_context_string() == "Known facts about the user:\n- Born in 1990"
         await user.aclear()
         assert await user.afacts() == []
@@ -88,4 +95,5 @@ def test_conversation_policies_never_rewrite_the_facts(chat_memory: ChatMemory) 
     user = UserMemory(TrimmingChatMemory(summarizing, max_messages=2), "dave", max_facts=6)
     assert user.store is chat_memory
     assert user.add_many([f"fact {i}" for i in range(8)]) == [f"fact {i}" for i in range(8)]
-    assert user.facts() == [f"fact {i}" for i in range(2, 8)] and user.archived() == ["fact 0", "fact 1"]
+    assert user.facts() == [f"fact {i}" for i in range(2, 8)]
+    assert user.archived() == ["fact 0", "fact 1"]

@@ -38,14 +38,17 @@ def _one_token_each() -> MessageTokenCounter:
 def test_no_budget_returns_everything() -> None:
     history = sample_conversation()
     selected = window(history)
-    assert selected.messages == history and not selected.over_budget and selected.omitted == 0
+    assert selected.messages == history
+    assert not selected.over_budget
+    assert selected.omitted == 0
 
 
 def test_newest_units_first_and_the_instructions_are_kept() -> None:
     history = [Message(role="system", content="sys"), *conversation(6, tools_every=0)]
     selected = window(history, max_messages=5)
     assert _texts(selected.messages) == ["sys", "question 4", "answer 4", "question 5", "answer 5"]
-    assert selected.omitted == len(history) - 5 and len(selected) == 5
+    assert selected.omitted == len(history) - 5
+    assert len(selected) == 5
 
 
 def test_a_tool_call_is_never_split_from_its_results() -> None:
@@ -65,7 +68,8 @@ def test_orphaned_tool_results_are_left_out() -> None:
         Message(role="assistant", content="hello"),
     ]
     selected = window(history)
-    assert _texts(selected.messages) == ["hi", "hello"] and selected.omitted == 2
+    assert _texts(selected.messages) == ["hi", "hello"]
+    assert selected.omitted == 2
 
 
 def test_an_oversized_newest_turn_is_returned_alone_and_flagged() -> None:
@@ -73,7 +77,9 @@ def test_an_oversized_newest_turn_is_returned_alone_and_flagged() -> None:
     history.append(Message(role="assistant", content="word " * 500))
     with pytest.warns(OversizedTurnWarning):
         selected = window(history, max_tokens=50)
-    assert _texts(selected.messages)[0] == "sys" and len(selected) == 2 and selected.over_budget
+    assert _texts(selected.messages)[0] == "sys"
+    assert len(selected) == 2
+    assert selected.over_budget
     assert selected.tokens > 50
 
 
@@ -81,7 +87,8 @@ def test_a_head_over_budget_still_comes_with_the_newest_turn() -> None:
     history = [Message(role="system", content="rules " * 300), *conversation(2, tools_every=0)]
     with pytest.warns(OversizedTurnWarning):
         selected = window(history, max_tokens=20)
-    assert _texts(selected.messages)[1:] == ["answer 1"] and selected.over_budget
+    assert _texts(selected.messages)[1:] == ["answer 1"]
+    assert selected.over_budget
 
 
 def test_keep_first_pins_more_and_a_following_summary_stays() -> None:
@@ -190,7 +197,8 @@ def test_context_window_over_a_session(chat_memory: ChatMemory) -> None:
     chat_memory.save("s", [Message(role="system", content="sys"), *conversation(20)])
     view = ContextWindow(chat_memory, "s", max_messages=6)
     selected = view.load()
-    assert selected.messages[0].text == "sys" and len(selected) <= 6
+    assert selected.messages[0].text == "sys"
+    assert len(selected) <= 6
     assert selected.messages[-1].text == "answer 19"
     assert_no_orphans(selected.messages)
     assert asyncio.run(view.aload()) == selected
@@ -206,5 +214,6 @@ def test_context_window_of_a_summarizing_memory_keeps_pins_and_summary(chat_memo
         memory.append("s", conversation(1, tools_every=0, start=turn))
     selected = memory.context_window("s", max_messages=3).load()
     assert selected.messages[0].text == "my name is Ada"
-    assert selected.messages[1].role == "system" and SUMMARY_KEY in selected.messages[1].metadata
+    assert selected.messages[1].role == "system"
+    assert SUMMARY_KEY in selected.messages[1].metadata
     assert selected.messages[2].text == "answer 7"

@@ -21,7 +21,9 @@ def chat_memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Chat
 
 def test_the_scratchpad(chat_memory: ChatMemory) -> None:
     working = WorkingMemory(chat_memory, "agent-1")
-    assert working.keys() == [] and working.get("missing", "default") == "default" and not working.has("x")
+    assert working.keys() == []
+    assert working.get("missing", "default") == "default"
+    assert not working.has("x")
     working.set("task", "book a table", importance=0.9)
     working.set("guests", 2)
     working.set("prefs", {"cuisine": ["thai", "sushi"], "budget": None})
@@ -35,14 +37,18 @@ def test_the_scratchpad(chat_memory: ChatMemory) -> None:
     prefs = working.get("prefs")
     prefs["cuisine"].append("mutable copy")  # values come back as plain, mutable copies
     assert working.get("prefs")["cuisine"] == ["thai", "sushi"]
-    assert working.items()[1] == ("guests", 2) and working.importance("guests") == 0.5
-    assert working.delete("guests") and not working.delete("guests") and working.importance("guests") is None
+    assert working.items()[1] == ("guests", 2)
+    assert working.importance("guests") == 0.5
+    assert working.delete("guests")
+    assert not working.delete("guests")
+    assert working.importance("guests") is None
     assert working.to_context_string() == (
         'Working memory:\n- task: book a table for two\n- prefs: {"cuisine": ["thai", "sushi"], "budget": null}'
     )
     assert working.to_context_string(min_importance=0.95) == "Working memory:\n- task: book a table for two"
     working.clear()
-    assert working.to_dict() == {} and working.to_context_string() == ""
+    assert working.to_dict() == {}
+    assert working.to_context_string() == ""
 
 
 def test_scopes_share_a_backend_without_seeing_each_other(chat_memory: ChatMemory) -> None:
@@ -64,12 +70,15 @@ def test_async_twins(chat_memory: ChatMemory) -> None:
         working = WorkingMemory(chat_memory, "async")
         await working.aset("step", 1, importance=0.2)
         await working.aset("plan", ["a", "b"])
-        assert await working.aget("step") == 1 and await working.ahas("plan")
-        assert await working.akeys() == ["step", "plan"] and await working.aimportance("step") == 0.2
+        assert await working.aget("step") == 1
+        assert await working.ahas("plan")
+        assert await working.akeys() == ["step", "plan"]
+        assert await working.aimportance("step") == 0.2
         assert await working.aitems() == [("step", 1), ("plan", ["a", "b"])]
         assert await working.ato_dict() == {"step": 1, "plan": ["a", "b"]}
         assert (await working.ato_context_string()).startswith("Working memory:\n- plan:")
-        assert await working.adelete("step") and not await working.adelete("step")
+        assert await working.adelete("step")
+        assert not await working.adelete("step")
         await working.aclear()
         assert await working.ato_dict() == {}
 

@@ -153,7 +153,8 @@ def test_string_ids_map_to_stable_uuid_points(memory: QdrantVectorMemory) -> Non
     assert point_id("doc-1") == point_id("doc-1") != point_id("doc-2")
     memory.store([doc("doc-1", 1.0, 0.0), doc("\U0001f600 x", 0.0, 1.0)])
     [record] = memory.client.retrieve(memory.collection, ids=[point_id("doc-1")], with_payload=True)
-    assert record.payload is not None and record.payload["id"] == "doc-1"
+    assert record.payload is not None
+    assert record.payload["id"] == "doc-1"
     assert [d.id for d in memory.get(["\U0001f600 x", "doc-1", "doc-1"])] == ["\U0001f600 x", "doc-1", "doc-1"]
 
 

@@ -107,7 +107,8 @@ def test_collections_spread_over_the_cluster_and_keep_their_keys_in_one_slot(clu
 def test_two_objects_see_each_others_store_delete_and_clear(open_memory: Callable[..., RedisVectorMemory]) -> None:
     first, second = open_memory(), open_memory()
     first.store([doc("a", 1.0, 0.0, v=1), doc("b", 0.0, 1.0)])
-    assert second.count() == 2 and second.dimension == 2
+    assert second.count() == 2
+    assert second.dimension == 2
     second.store([doc("a", 1.0, 1.0, v=2), doc("c", 1.0, 0.5)])
     second.delete(["b"])
     assert [d.metadata for d in first.get(["a", "b", "c"])] == [{"v": 2}, {}]
@@ -144,7 +145,8 @@ def test_a_trimmed_stream_triggers_a_full_reload(open_memory: Callable[..., Redi
     first._client.xtrim(first._keys[3], maxlen=2, approximate=False)  # as MAXLEN ~ does to a lagging client
     assert sorted(d.id for d in second.get(["a", "n0", "n1", "n2", "n3", "n4"])) == ["n0", "n1", "n2", "n3", "n4"]
     assert second._index is not behind  # the gap in sequence numbers made it reload
-    assert second._position is not None and second._position.seq == 7
+    assert second._position is not None
+    assert second._position.seq == 7
 
 
 def test_random_operations_through_three_clients_match_one_in_memory_model(
@@ -206,7 +208,8 @@ def test_deleting_the_keys_behind_a_client_is_noticed(open_memory: Callable[...,
 def test_the_dimension_and_metric_are_persisted(open_memory: Callable[..., RedisVectorMemory]) -> None:
     open_memory(metric="dot").store([doc("a", 1.0, 2.0, 3.0)])
     reopened = open_memory(metric="dot")
-    assert reopened.count() == 1 and reopened.dimension == 3
+    assert reopened.count() == 1
+    assert reopened.dimension == 3
     with pytest.raises(DimensionMismatchError):
         open_memory(dimension=4, metric="dot")
     with pytest.raises(DimensionMismatchError):

@@ -182,7 +182,8 @@ def test_the_cli_never_shows_the_password(args: tuple[str, ...], capsys: pytest.
     shown = capsys.readouterr()
     assert exited.value.code == 1
     _assert_hidden(shown.out + shown.err)
-    assert shown.err.startswith("memwoven: error: ") and "***" in shown.err
+    assert shown.err.startswith("memwoven: error: ")
+    assert "***" in shown.err
 
 
 def test_the_cli_entry_point_never_shows_the_password_even_when_debugging() -> None:
@@ -196,4 +197,5 @@ def test_the_cli_entry_point_never_shows_the_password_even_when_debugging() -> N
         assert result.returncode == 1, result
         _assert_hidden(result.stdout + result.stderr)
         assert "***" in result.stderr, result
-    assert "Traceback" in results[1].stderr and "BackendUnavailableError" in results[1].stderr
+    assert "Traceback" in results[1].stderr
+    assert "BackendUnavailableError" in results[1].stderr

@@ -26,7 +26,9 @@ from memwoven.urls import (
 def test_memory_urls() -> None:
     assert isinstance(open_chat_memory("memory://"), InMemoryChatMemory)
     vectors = open_vector_memory("memory://", dimension=3, metric="dot")
-    assert isinstance(vectors, InMemoryVectorMemory) and vectors.dimension == 3 and vectors.metric == "dot"
+    assert isinstance(vectors, InMemoryVectorMemory)
+    assert vectors.dimension == 3
+    assert vectors.metric == "dot"
 
 
 def test_file_urls(tmp_path: Path) -> None:
@@ -88,7 +90,8 @@ def test_a_sqlite_url_with_two_slashes_says_what_was_parsed(
     for opener in (open_chat_memory, open_vector_memory, SQLChatMemory):
         with pytest.raises(InvalidInputError) as raised:
             opener(url)
-        assert parsed in str(raised.value) and fix in str(raised.value)
+        assert parsed in str(raised.value)
+        assert fix in str(raised.value)
         assert "in-memory" not in str(raised.value)
     assert list(tmp_path.iterdir()) == []
 

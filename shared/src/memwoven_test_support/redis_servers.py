@@ -81,8 +81,6 @@ class RedisServer:
             self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
                 _wait_for_ping(self.port, self.process)
-                self.restartable = True
-                return
             except RuntimeError:
                 self.stop(kill=True)
                 if attempt == 4 or self.restartable:
@@ -90,6 +88,9 @@ class RedisServer:
                     tail = log.read_text()[-2000:] if log.exists() else ""
                     raise RuntimeError(f"redis-server did not start: {tail}") from None
                 self.port = free_port()
+            else:
+                self.restartable = True
+                return
 
     def stop(self, kill: bool = False) -> None:
         """Stop the server (SIGKILL with `kill`, like a crash)."""

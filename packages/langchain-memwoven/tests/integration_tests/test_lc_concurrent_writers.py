@@ -71,7 +71,8 @@ def test_concurrent_processes_lose_nothing(persistent_backend) -> None:  # type:
         mine = [m.id for m in messages if m.id and m.id.split("-")[1] == str(writer)]
         assert mine == [f"{kind}-{writer}-{turn}" for turn in range(TURNS) for kind in ("h", "a")]
     for human, reply in zip(messages[::2], messages[1::2]):  # each add_messages is one atomic append
-        assert isinstance(human, HumanMessage) and isinstance(reply, AIMessage)
+        assert isinstance(human, HumanMessage)
+        assert isinstance(reply, AIMessage)
         assert reply.id == "a" + (human.id or "")[1:]
         assert reply.tool_calls[0]["args"] == {
             "writer": int(human.id.split("-")[1]),

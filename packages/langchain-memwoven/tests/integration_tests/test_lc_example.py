@@ -14,11 +14,13 @@ def test_history_and_retriever_example(tmp_path: Path, capsys: pytest.CaptureFix
     if not EXAMPLE.exists():  # an installed package without the repository around it
         pytest.skip(f"{EXAMPLE} is not here")
     spec = importlib.util.spec_from_file_location("langchain_history_and_retriever", EXAMPLE)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     first = example.main(tmp_path / "example.db")
-    assert first[0].startswith("The office coffee machine") and first[1].startswith("Expense reports")
+    assert first[0].startswith("The office coffee machine")
+    assert first[1].startswith("Expense reports")
     assert "(you asked 1 question(s)" in first[1]
     second = example.main(tmp_path / "example.db")
     assert "(you asked 2 question(s)" in second[0]

@@ -89,12 +89,14 @@ class Conversation:
         return next_input(turn, self.outputs[-1] if self.outputs else None)
 
     def record(self, ours: Any, theirs: Any) -> None:
-        assert isinstance(ours, AIMessage) and isinstance(theirs, AIMessage)
+        assert isinstance(ours, AIMessage)
+        assert isinstance(theirs, AIMessage)
         assert ours.model_copy(update={"id": None}) == theirs.model_copy(update={"id": None})
         self.outputs.append(ours)
 
     def check(self, reloaded: list[BaseMessage]) -> None:
-        assert len(self.outputs) == TURNS and sum(1 for m in self.outputs if m.tool_calls) == 7
+        assert len(self.outputs) == TURNS
+        assert sum(1 for m in self.outputs if m.tool_calls) == 7
         assert [m for m in reloaded if isinstance(m, AIMessage)] == self.outputs  # exactly what the model produced
         assert len(reloaded) == len(self.reference.messages)
         for mine, reference in zip(reloaded, self.reference.messages):

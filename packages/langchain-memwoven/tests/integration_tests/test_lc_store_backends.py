@@ -30,7 +30,8 @@ def test_items_search_and_namespaces(backend) -> None:  # type: ignore[no-untype
     assert store.search(("users",), query="coffee", limit=1)[0].value["text"] == "now prefers coffee"
     store.delete(NOTES, "n1")
     assert [h.key for h in store.search(("users",), query="coffee")] == ["n2"]
-    assert store.vectors is not None and store.vectors.count() == 1
+    assert store.vectors is not None
+    assert store.vectors.count() == 1
     assert store.sweep_ttl() == 0
 
 

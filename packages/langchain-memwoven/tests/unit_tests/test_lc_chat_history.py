@@ -57,7 +57,8 @@ def test_add_messages_is_one_append_and_reads_back_exactly() -> None:
     assert all(message.id for message in stored)
     assert memory.calls == ["append", "load", "append", "append", "load"]
     history.clear()
-    assert history.messages == [] and memory.sessions() == []
+    assert history.messages == []
+    assert memory.sessions() == []
 
 
 async def test_async_methods_use_the_async_twins() -> None:
@@ -128,7 +129,8 @@ def test_every_message_gets_an_id_so_a_retried_add_is_stored_once() -> None:
     history = MemwovenChatMessageHistory(memory, "s")
     turn = [HumanMessage("hello"), AIMessage("hi", id="given")]
     history.add_messages(turn)
-    assert turn[0].id and turn[1].id == "given"  # set on the caller's message, as LangGraph's add_messages does
+    assert turn[0].id
+    assert turn[1].id == "given"
     history.add_messages(turn)  # e.g. retried after a timeout whose outcome was unknown
     assert history.messages == turn
     assert [m.id for m in memory.load("s")] == [turn[0].id, "given"]

@@ -95,7 +95,9 @@ def test_round_trip_is_exact(message: BaseMessage) -> None:
 
 def test_standard_fields_are_mapped() -> None:
     human, _, ai, _, tool, _, system, developer, critic, chat_ai, function, chunk, *_ = to_core_many(MESSAGES)
-    assert human.role == "user" and human.id == "h1" and human.name == "alice"
+    assert human.role == "user"
+    assert human.id == "h1"
+    assert human.name == "alice"
     assert human.content == [
         TextPart(text="What is in these pictures?"),
         TextPart(text="a bare string block"),
@@ -155,7 +157,8 @@ def test_messages_written_by_other_frameworks_are_read_from_the_standard_fields(
         },
         {"id": "call_2", "name": "lookup", "args": {}, "type": "tool_call"},
     ]
-    assert isinstance(tool, ToolMessage) and (tool.tool_call_id, tool.name) == ("call_1", "describe_image")
+    assert isinstance(tool, ToolMessage)
+    assert (tool.tool_call_id, tool.name) == ("call_1", "describe_image")
     # the sample's assistant message carries a partial `extras["langchain"]` that is not a serialization
     assert isinstance(from_core(Message(role="tool", name="fn", content="x")), FunctionMessage)
 

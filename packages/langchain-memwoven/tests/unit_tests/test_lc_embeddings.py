@@ -68,7 +68,8 @@ def test_embed_fn_from_embeddings_batches_and_knows_its_dimension() -> None:
     embed_fn = embed_fn_from_embeddings(Counting(size=5), model_id="fake-5")
     assert embed_fn.embed_many(["x", "y"]) == DeterministicFakeEmbedding(size=5).embed_documents(["x", "y"])
     assert calls == [["x", "y"]]
-    assert embed_fn.dimension == 5 and embed_fn.model_id == "fake-5"
+    assert embed_fn.dimension == 5
+    assert embed_fn.model_id == "fake-5"
     assert embed_fn_from_embeddings(DeterministicFakeEmbedding(size=3)).dimension == 3  # probed
 
 

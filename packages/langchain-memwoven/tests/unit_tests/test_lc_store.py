@@ -52,12 +52,16 @@ def test_put_get_update_delete(store: MemwovenStore, clock: Clock) -> None:
     assert store.get(NOTES, "n1") is None
     store.put(NOTES, "n1", {"text": "first"})
     first = store.get(NOTES, "n1")
-    assert first is not None and first.value == {"text": "first"} and first.namespace == NOTES and first.key == "n1"
+    assert first is not None
+    assert first.value == {"text": "first"}
+    assert first.namespace == NOTES
+    assert first.key == "n1"
     assert first.created_at == first.updated_at == clock.now
     clock.advance(5)
     store.put(NOTES, "n1", {"text": "second", "nested": {"list": [1, None, 2.5]}})
     second = store.get(NOTES, "n1")
-    assert second is not None and second.value == {"text": "second", "nested": {"list": [1, None, 2.5]}}
+    assert second is not None
+    assert second.value == {"text": "second", "nested": {"list": [1, None, 2.5]}}
     assert (second.created_at, second.updated_at) == (first.created_at, clock.now)
     second.value["text"] = "mutated"  # a plain copy
     assert store.get(NOTES, "n1").value["text"] == "second"  # type: ignore[union-attr]
@@ -77,7 +81,8 @@ def test_a_batch_reads_the_state_before_it_and_the_last_put_wins(store: Memwoven
             PutOp(NOTES, "new", {"v": 3}),
         ]
     )
-    assert results[0] is None and results[1].value == {"v": 0}  # type: ignore[union-attr]
+    assert results[0] is None
+    assert results[1].value == {"v": 0}
     assert [item.value for item in results[3]] == [{"v": 0}]  # type: ignore[union-attr]
     assert store.get(NOTES, "k").value == {"v": 2}  # type: ignore[union-attr]
     assert store.get(NOTES, "new").value == {"v": 3}  # type: ignore[union-attr]
@@ -116,19 +121,23 @@ def test_index_false_and_per_put_fields(store: MemwovenStore) -> None:
     store.put(NOTES, "by_title", {"text": "unrelated words", "title": "green tea"}, index=["title"])
     store.put(NOTES, "tags", {"tags": ["bicycle", "green tea"]}, index=["tags[*]"])
     keys = [h.key for h in store.search(NOTES, query="green tea")]
-    assert "hidden" not in keys and keys[:2] in (["by_title", "tags"], ["tags", "by_title"])
+    assert "hidden" not in keys
+    assert keys[:2] in (["by_title", "tags"], ["tags", "by_title"])
     assert store.get(NOTES, "hidden") is not None
-    assert store.vectors is not None and store.vectors.count() == 3  # title, tags[*].0, tags[*].1
+    assert store.vectors is not None
+    assert store.vectors.count() == 3
 
 
 def test_updates_and_deletes_replace_the_vectors(store: MemwovenStore) -> None:
     store.put(NOTES, "n", {"text": "green tea"})
     store.put(NOTES, "n", {"text": "red bicycle"})
-    assert store.vectors is not None and store.vectors.count() == 1
+    assert store.vectors is not None
+    assert store.vectors.count() == 1
     hit = store.search(NOTES, query="green tea")[0]
     assert hit.value == {"text": "red bicycle"}
     store.delete(NOTES, "n")
-    assert store.vectors.count() == 0 and store.search(NOTES, query="bicycle") == []
+    assert store.vectors.count() == 0
+    assert store.search(NOTES, query="bicycle") == []
 
 
 def test_vectors_of_an_unfinished_write_are_ignored(store: MemwovenStore) -> None:
@@ -185,9 +194,11 @@ def test_ttl_expiry_refresh_and_sweep(store: MemwovenStore, clock: Clock) -> Non
     assert [h.key for h in store.search(NOTES, query="green tea")] == ["short", "forever"]  # refreshes again
     clock.advance(11)
     assert [h.key for h in store.search(NOTES)] == ["forever"]
-    assert store.vectors is not None and store.vectors.count() == 2
+    assert store.vectors is not None
+    assert store.vectors.count() == 2
     assert store.sweep_ttl() == 1
-    assert store.vectors.count() == 1 and store.items.sessions() == ['store:["users","u1","notes","forever"]']
+    assert store.vectors.count() == 1
+    assert store.items.sessions() == ['store:["users","u1","notes","forever"]']
 
 
 def test_default_ttl_and_refresh_on_read_come_from_the_config(clock: Clock) -> None:
@@ -212,7 +223,9 @@ async def test_the_async_api_uses_the_same_operations(store: MemwovenStore, cloc
     clock.advance(2)
     assert await store.asweep_ttl() == 1
     await store.adelete(NOTES, "n1")
-    assert await store.asearch(("users",)) == [] and store.vectors is not None and await store.vectors.acount() == 0
+    assert await store.asearch(("users",)) == []
+    assert store.vectors is not None
+    assert await store.vectors.acount() == 0
 
 
 def test_stores_share_a_chat_memory_without_seeing_each_other() -> None:
@@ -221,8 +234,10 @@ def test_stores_share_a_chat_memory_without_seeing_each_other() -> None:
     first, second = MemwovenStore(memory), MemwovenStore(memory, prefix="other:")
     first.put(NOTES, "k", {"v": 1})
     second.put(NOTES, "k", {"v": 2})
-    assert first.get(NOTES, "k").value == {"v": 1} and second.get(NOTES, "k").value == {"v": 2}  # type: ignore[union-attr]
-    assert first.list_namespaces() == [NOTES] and len(first.search(())) == 1
+    assert first.get(NOTES, "k").value == {"v": 1}
+    assert second.get(NOTES, "k").value == {"v": 2}
+    assert first.list_namespaces() == [NOTES]
+    assert len(first.search(())) == 1
     assert memory.load("a chat session") == [Message(role="user", content="hi")]
 
 
@@ -241,7 +256,9 @@ def test_bad_values_write_nothing(store: MemwovenStore) -> None:
         store.put(NOTES, "k", {"text": "ok", "when": datetime.now()})
     with pytest.raises(InvalidInputError):
         store.batch([PutOp(NOTES, "k", ["not", "a", "dict"])])  # type: ignore[arg-type]
-    assert store.search(()) == [] and store.vectors is not None and store.vectors.count() == 0
+    assert store.search(()) == []
+    assert store.vectors is not None
+    assert store.vectors.count() == 0
     with pytest.raises(InvalidInputError):
         MemwovenStore(InMemoryChatMemory(), vectors=InMemoryVectorMemory())
 
@@ -267,5 +284,7 @@ def test_concurrent_puts_lose_nothing_and_keep_vectors_consistent(store: Memwove
     shared = store.get(NOTES, "shared")
     assert shared is not None
     hits = [h for h in store.search(NOTES, query=shared.value["text"], limit=10) if h.key == "shared"]
-    assert len(hits) == 1 and hits[0].value == shared.value
-    assert store.vectors is not None and store.vectors.count() == 5
+    assert len(hits) == 1
+    assert hits[0].value == shared.value
+    assert store.vectors is not None
+    assert store.vectors.count() == 5

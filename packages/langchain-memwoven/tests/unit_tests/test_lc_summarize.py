@@ -41,7 +41,8 @@ def test_the_model_gets_instructions_and_a_transcript_under_the_summarizer_sessi
     text = summarizer([Message(role="user", content="Weather?"), call], session_id="s:summarizer")
     assert text == "the gist"
     (messages, config) = seen[0]
-    assert isinstance(messages[0], SystemMessage) and messages[0].content == SUMMARY_PROMPT
+    assert isinstance(messages[0], SystemMessage)
+    assert messages[0].content == SUMMARY_PROMPT
     assert isinstance(messages[1], HumanMessage)
     assert messages[1].content == 'user: Weather?\n\nassistant called weather({"city":"Oslo"})'
     assert config["configurable"]["session_id"] == "s:summarizer"
@@ -56,8 +57,10 @@ def test_summarizing_through_the_langchain_history() -> None:
     for turn in range(5):
         history.add_messages([HumanMessage(content=f"question {turn}"), AIMessage(content=f"answer {turn}")])
     messages = history.messages
-    assert isinstance(messages[0], SystemMessage) and str(messages[0].content).endswith("A summary.")
-    assert len(messages) <= 8 and len(memory.archived("chat")) + len(messages) - 1 == 10
+    assert isinstance(messages[0], SystemMessage)
+    assert str(messages[0].content).endswith("A summary.")
+    assert len(messages) <= 8
+    assert len(memory.archived("chat")) + len(messages) - 1 == 10
 
 
 def test_async_path_uses_ainvoke() -> None:
@@ -69,7 +72,8 @@ def test_async_path_uses_ainvoke() -> None:
         return await memory.aload("s")
 
     stored = asyncio.run(scenario())
-    assert is_summary(stored[0]) and stored[0].text.endswith("async gist")
+    assert is_summary(stored[0])
+    assert stored[0].text.endswith("async gist")
 
 
 def test_a_model_with_message_history_files_its_calls_under_the_summarizer_session() -> None:
@@ -92,7 +96,9 @@ def test_failures_propagate_and_bad_models_are_refused() -> None:
     with pytest.raises(SummarizationError, match="model timed out") as raised:
         memory.save("s", _history(3))
     cause = raised.value.__cause__
-    assert raised.value.stored and cause is not None and isinstance(cause.__cause__, TimeoutError)
+    assert raised.value.stored
+    assert cause is not None
+    assert isinstance(cause.__cause__, TimeoutError)
     assert memory.load("s") == _history(3)
     with pytest.raises(TypeError):
         summarizer_from_chat_model("gpt-4o")  # type: ignore[arg-type]

@@ -38,9 +38,11 @@ def test_scores_are_similarities_and_relevance_is_in_0_1(store: MemwovenVectorSt
 def test_threshold_retriever(store: MemwovenVectorStore) -> None:
     retriever = store.as_retriever(search_type="similarity_score_threshold", search_kwargs={"score_threshold": 0.7})
     docs = retriever.invoke("oolong tea tasting")
-    assert docs and docs[0].id == "t2"
+    assert docs
+    assert docs[0].id == "t2"
     relevant = [d for d, rel in store.similarity_search_with_relevance_scores("oolong tea tasting", k=4) if rel >= 0.7]
-    assert docs == relevant and len(docs) < 4
+    assert docs == relevant
+    assert len(docs) < 4
 
 
 def test_filter_is_the_core_filter_language(store: MemwovenVectorStore) -> None:
@@ -101,7 +103,8 @@ def test_add_texts_checks_lengths_and_json() -> None:
         store.add_texts(["a"], [{"when": object()}])
     assert store.memory.count() == 0
     generated = store.add_texts(["a", "b"], ids=["given", None])  # type: ignore[list-item]
-    assert generated[0] == "given" and len(generated[1]) == 36
+    assert generated[0] == "given"
+    assert len(generated[1]) == 36
 
 
 def test_dimension_mismatch_is_reported() -> None:

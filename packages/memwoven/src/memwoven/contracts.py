@@ -238,10 +238,11 @@ class ChatMemory(_Closable, ABC):
             new = yield Invoke(change, (messages,))
             try:
                 saved: int = yield Call(self, "save", (session_id, new), {"expected_version": version})
-                return saved
             except ConcurrentModificationError:
                 logger.debug("session %r changed during update (attempt %d); retrying", session_id, attempt + 1)
                 yield Sleep(pause(attempt))
+            else:
+                return saved
         return None
 
     def _try_update(

@@ -29,13 +29,13 @@ from pydantic_core import PydanticSerializationError
 from memwoven.errors import InvalidInputError
 
 __all__ = [
+    "MAX_INT_DIGITS",
+    "MAX_JSON_DEPTH",
     "ContentPart",
     "FrozenDict",
     "FrozenList",
     "ImagePart",
     "JsonObject",
-    "MAX_INT_DIGITS",
-    "MAX_JSON_DEPTH",
     "Message",
     "OpaquePart",
     "Role",

@@ -24,7 +24,7 @@ from memwoven.urls import (
     vector_collections,
 )
 
-__all__ = ["Failure", "Store", "SessionSummary", "last_activity", "session_size", "summarize"]
+__all__ = ["Failure", "SessionSummary", "Store", "last_activity", "session_size", "summarize"]
 
 
 class Failure(MemwovenError):

@@ -24,10 +24,10 @@ except ImportError as error:  # pragma: no cover - depends on the installation
 
 __all__ = [
     "HASHED_ID",
+    "MARKER",
     "IdHasher",
     "KeyLike",
     "Keyring",
-    "MARKER",
     "Wrapper",
     "b64",
     "generate_key",

@@ -302,11 +302,14 @@ class ChatMemoryContract(StorageHooks[ChatMemory]):
                 pytest.skip(f"{type(memory.target).__name__} has no prefix or namespace option")
             memory.save("s", [turn(0)])
             memory.save("x", [turn(1)])
-            assert neighbour.sessions() == [] and neighbour.load("s") == []
+            assert neighbour.sessions() == []
+            assert neighbour.load("s") == []
             neighbour.clear("s")
             neighbour.save("x", [turn(9)])  # the same session id, under the other prefix
-            assert memory.load("s") == [turn(0)] and memory.load("x") == [turn(1)]
-            assert memory.sessions() == ["s", "x"] and neighbour.sessions() == ["x"]
+            assert memory.load("s") == [turn(0)]
+            assert memory.load("x") == [turn(1)]
+            assert memory.sessions() == ["s", "x"]
+            assert neighbour.sessions() == ["x"]
 
     # CM9 -----------------------------------------------------------------------------------------------------
 
@@ -393,11 +396,15 @@ class ChatMemoryContract(StorageHooks[ChatMemory]):
     def test_cm10_two_messages_with_one_id_are_refused(self, memory: Driver, write: str) -> None:
         memory.save("s", [_with_id(turn(0), "m0")])
         twins = [_with_id(turn(1), "x"), _with_id(turn(2), "x")]
-        with pytest.raises(InvalidInputError, match="'x'"):
+
+        def write_twins() -> None:
             if write == "update":
                 memory.update("s", lambda messages: [*messages, *twins])
             else:
                 getattr(memory, write)("s", twins)
+
+        with pytest.raises(InvalidInputError, match="'x'"):
+            write_twins()
         assert memory.load("s") == [_with_id(turn(0), "m0")]
         with pytest.raises(InvalidInputError, match="'m0'"):
             memory.save("s", [_with_id(turn(0), "m0"), turn(1), _with_id(turn(2), "m0")])

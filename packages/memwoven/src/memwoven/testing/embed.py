@@ -53,7 +53,8 @@ class EmbedFnContract:
 
     def test_e1_vectors_have_the_declared_dimension_and_are_finite(self, embedder: Driver) -> None:
         dimension = embedder.target.dimension
-        assert isinstance(dimension, int) and dimension > 0
+        assert isinstance(dimension, int)
+        assert dimension > 0
         for vector in embedder.embed_many(TEXTS):
             assert len(vector) == dimension
             assert all(isinstance(x, float) and math.isfinite(x) for x in vector)
@@ -79,5 +80,6 @@ class EmbedFnContract:
             embedder.embed_many(["ok", 42])
 
     def test_model_id_is_stable(self, embed_fn: EmbedFn) -> None:
-        assert isinstance(embed_fn.model_id, str) and embed_fn.model_id
+        assert isinstance(embed_fn.model_id, str)
+        assert embed_fn.model_id
         assert embed_fn.model_id == embed_fn.model_id

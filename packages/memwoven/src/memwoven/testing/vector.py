@@ -250,7 +250,8 @@ class VectorMemoryContract(StorageHooks[VectorMemory]):
         [stored] = memory.get(["m"])
         assert stored.metadata == metadata
         assert json.dumps(stored.metadata, sort_keys=True) == json.dumps(metadata, sort_keys=True)
-        assert type(stored.metadata["int"]) is int and type(stored.metadata["bool"]) is bool
+        assert type(stored.metadata["int"]) is int
+        assert type(stored.metadata["bool"]) is bool
         assert memory.search(axis(0), top_k=1)[0].document.metadata == metadata
 
     @pytest.mark.parametrize(("spec", "expected"), FILTER_CASES, ids=[json.dumps(c[0]) for c in FILTER_CASES])
@@ -327,7 +328,8 @@ class VectorMemoryContract(StorageHooks[VectorMemory]):
         memory.store(FILTER_CORPUS)
         for stored in memory.get([d.id for d in FILTER_CORPUS]):
             exported = json.loads(stored.model_dump_json(exclude={"embedding"}))
-            assert exported["id"] == stored.id and exported["metadata"] == stored.metadata
+            assert exported["id"] == stored.id
+            assert exported["metadata"] == stored.metadata
             assert VectorDocument.model_validate_json(stored.model_dump_json()) == stored
 
     def test_vm8_a_name_or_prefix_is_a_boundary(self, memory: Driver) -> None:
@@ -335,10 +337,13 @@ class VectorMemoryContract(StorageHooks[VectorMemory]):
             if neighbour is None:
                 pytest.skip(f"{type(memory.target).__name__} has no collection name or prefix option")
             memory.store([doc("a", axis(0)), doc("b", axis(1))])
-            assert neighbour.ids() == [] and neighbour.get(["a"]) == [] and neighbour.search(axis(0)) == []
+            assert neighbour.ids() == []
+            assert neighbour.get(["a"]) == []
+            assert neighbour.search(axis(0)) == []
             neighbour.delete(["a"])
             neighbour.store([doc("b", axis(2), other=True)])
-            assert memory.ids() == ["a", "b"] and memory.get(["b"])[0].metadata == {}
+            assert memory.ids() == ["a", "b"]
+            assert memory.get(["b"])[0].metadata == {}
             assert neighbour.ids() == ["b"]
 
     def test_vm8_every_accepted_value_reads_back_equal(self, memory: Driver) -> None:

@@ -99,9 +99,10 @@ def _replace(source: Path, target: Path) -> None:
     for _ in range(50 if os.name == "nt" else 0):
         try:
             os.replace(source, target)
-            return
         except PermissionError:
             time.sleep(0.02)
+        else:
+            return
     os.replace(source, target)
 
 

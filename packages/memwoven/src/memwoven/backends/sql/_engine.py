@@ -263,9 +263,10 @@ class _Turns(_Line):
             ended = self._ended
             try:
                 self._tokens.get(timeout=self._timeout)
-                return
             except queue.Empty:
                 self._check(ended)
+            else:
+                return
 
     def __exit__(self, *exc: object) -> None:
         self._ended += 1
@@ -287,9 +288,10 @@ class _LoopTurns(_Line):
             ended = self._ended
             try:
                 await asyncio.wait_for(slots.acquire(), self._timeout)
-                return
             except asyncio.TimeoutError:
                 self._check(ended)
+            else:
+                return
         await slots.acquire()  # free (at first, or after a wait that saw others finish): at once
 
     async def __aexit__(self, *exc: object) -> None:
