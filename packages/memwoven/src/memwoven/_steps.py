@@ -24,9 +24,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Generator
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Concatenate, ParamSpec, TypeVar
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 from memwoven.errors import InvalidInputError
 
@@ -52,25 +52,27 @@ _R = TypeVar("_R", bound="Runner")
 Steps = Generator[Any, Any, _T]
 
 
-@dataclass(frozen=True)
-class Call:
+_NO_KWARGS: Mapping[str, Any] = MappingProxyType({})
+
+
+# Steps are named tuples: an operation makes one per backend call, and a tuple is built several times faster than
+# a frozen dataclass (a default `load` on the in-memory backend went from ~0.9 to ~2.9 µs with dataclasses).
+class Call(NamedTuple):
     """Call `target.<method>(*args, **kwargs)`, or its async twin (``a<method>``; ``_a<name>`` for ``_<name>``)."""
 
     target: Any
     method: str
     args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs: Mapping[str, Any] = _NO_KWARGS
 
 
-@dataclass(frozen=True)
-class Sleep:
+class Sleep(NamedTuple):
     """Pause for `seconds` (`time.sleep`, or `asyncio.sleep` off the thread)."""
 
     seconds: float
 
 
-@dataclass(frozen=True)
-class Invoke:
+class Invoke(NamedTuple):
     """Call a user's callable; from async code its result is awaited when it is awaitable."""
 
     function: Callable[..., Any]
