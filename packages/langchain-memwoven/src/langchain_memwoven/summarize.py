@@ -25,6 +25,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from memwoven import Message
+from memwoven._steps import Call, Steps, twins
 from memwoven.policies import SUMMARY_PROMPT, Summarizer, render_transcript
 
 __all__ = ["ChatModelSummarizer", "summarizer_from_chat_model"]
@@ -63,13 +64,13 @@ class ChatModelSummarizer(Summarizer):
             config["configurable"] = {"session_id": session_id}
         return config
 
-    def __call__(self, messages: list[Message], *, session_id: str | None = None) -> str:
-        """Summarize `messages` with one `invoke` of the model."""
-        return _text(self.model.invoke(self._input(messages), config=self._config(session_id)))
+    def _summarize(self, messages: list[Message], *, session_id: str | None = None) -> Steps[str]:
+        """Summarize `messages` with one `invoke` of the model (`ainvoke` from async code)."""
+        config = self._config(session_id)
+        result = yield Call(self.model, "invoke", (self._input(messages),), {"config": config})
+        return _text(result)
 
-    async def acall(self, messages: list[Message], *, session_id: str | None = None) -> str:
-        """Async twin: one `ainvoke`."""
-        return _text(await self.model.ainvoke(self._input(messages), config=self._config(session_id)))
+    __call__, acall = twins(_summarize)
 
 
 def summarizer_from_chat_model(

@@ -23,6 +23,7 @@ from llama_index.core.base.llms.types import ChatMessage, ChatResponse, MessageR
 from llama_index.core.llms import LLM
 
 from memwoven import Message
+from memwoven._steps import Call, Steps, twins
 from memwoven.policies import SUMMARY_PROMPT, Summarizer, render_transcript
 
 __all__ = ["LLMSummarizer", "summarizer_from_llm"]
@@ -51,13 +52,12 @@ class LLMSummarizer(Summarizer):
     def _text(response: ChatResponse) -> str:
         return response.message.content or ""
 
-    def __call__(self, messages: list[Message], *, session_id: str | None = None) -> str:
-        """Summarize `messages` with one `chat` call."""
-        return self._text(self.llm.chat(self._input(messages)))
+    def _summarize(self, messages: list[Message], *, session_id: str | None = None) -> Steps[str]:
+        """Summarize `messages` with one `chat` call (`achat` from async code)."""
+        response: ChatResponse = yield Call(self.llm, "chat", (self._input(messages),))
+        return self._text(response)
 
-    async def acall(self, messages: list[Message], *, session_id: str | None = None) -> str:
-        """Async twin: one `achat` call."""
-        return self._text(await self.llm.achat(self._input(messages)))
+    __call__, acall = twins(_summarize)
 
 
 def summarizer_from_llm(llm: LLM, *, prompt: str = SUMMARY_PROMPT) -> LLMSummarizer:
