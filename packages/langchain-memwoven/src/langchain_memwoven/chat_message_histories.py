@@ -57,9 +57,8 @@ class MemwovenChatMessageHistory(BaseChatMessageHistory, Runner):
         """The session's messages, in order (one `load`)."""
         return from_core_many((yield Call(self._session, "load")))
 
-    _get_messages, aget_messages = twins(_get_messages_steps)
-    # LangChain's name for the async read of `messages` (`twins` named it `_aget_messages`)
-    aget_messages.__name__, aget_messages.__qualname__ = "aget_messages", "MemwovenChatMessageHistory.aget_messages"
+    # LangChain's name for the async read of `messages` is `aget_messages`
+    _get_messages, aget_messages = twins(_get_messages_steps, async_name="aget_messages")
     aget_messages.__doc__ = "The session's messages, in order (one `aload`)."
 
     @property

@@ -70,7 +70,7 @@ class ChatModelSummarizer(Summarizer):
         result = yield Call(self.model, "invoke", (self._input(messages),), {"config": config})
         return _text(result)
 
-    __call__, acall = twins(_summarize)
+    __call__, acall = twins(_summarize, name="__call__", async_name="acall")
 
 
 def summarizer_from_chat_model(

@@ -175,7 +175,7 @@ class Runner:
 def _public_name(steps: Callable[..., Any]) -> str:
     """``_load`` -> ``load``; ``_update_locked_steps`` -> ``_update_locked``."""
     name = steps.__name__
-    return name.removesuffix("_steps") if name.endswith("_steps") else name.removeprefix("_")
+    return name.removesuffix("_steps") if name.endswith("_steps") and name != "_steps" else name.removeprefix("_")
 
 
 def _named(function: Callable[..., Any], owner: Callable[..., Any], name: str, doc: str | None) -> None:
@@ -197,11 +197,15 @@ def _signature(steps: Callable[..., Any]) -> inspect.Signature:
 
 def twins(
     steps: Callable[Concatenate[_R, _P], Steps[_T]],
+    *,
+    name: str | None = None,
+    async_name: str | None = None,
 ) -> tuple[Callable[Concatenate[_R, _P], _T], Callable[Concatenate[_R, _P], Coroutine[Any, Any, _T]]]:
     """The sync method and its async twin, both running the one steps method: ``load, aload = twins(_load)``.
 
     The sync method is named after `steps` (``_load`` -> ``load``, ``_trim_steps`` -> ``_trim``) and has its
-    docstring; the async one is its `twin_name`.
+    docstring; the async one is its `twin_name`. `name` / `async_name` name them when a framework's names do not
+    follow that rule (``__call__`` and ``acall``, ``add`` and ``async_add``).
     """
 
     def method(self: _R, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
@@ -210,9 +214,9 @@ def twins(
     async def amethod(self: _R, /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
         return await self._arun(steps(self, *args, **kwargs))
 
-    name = _public_name(steps)
+    name = name or _public_name(steps)
     _named(method, steps, name, steps.__doc__)
-    _named(amethod, steps, twin_name(name), f"Async twin of `{name}`.")
+    _named(amethod, steps, async_name or twin_name(name), f"Async twin of `{name}`.")
     return method, amethod
 
 

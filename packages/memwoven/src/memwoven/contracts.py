@@ -195,23 +195,23 @@ class ChatMemory(_Closable, ABC):
 
     clear, aclear = twins(_clear)
 
-    def update(self, session_id: str, change: Callable[[list[Message]], MessagesIn], *, retries: int = 16) -> int:
-        """Read-modify-write a session under its optimistic version, retrying on conflict (with random backoff).
-
-        A backend with a per-session write lock (`_update_locked`) switches to it after `OPTIMISTIC_TRIES`
-        conflicts, so a busy session cannot starve the update; `retries` at or below that stays optimistic.
-        """
-        return run(self._update_steps(session_id, change, retries))
-
-    async def aupdate(
+    def _update(
         self,
         session_id: str,
         change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]],
         *,
         retries: int = 16,
-    ) -> int:
-        """`update` from async code; `change` may be a coroutine function."""
-        return await arun(self._update_steps(session_id, change, retries))
+    ) -> Steps[int]:
+        """Read-modify-write a session under its optimistic version, retrying on conflict (with random backoff).
+
+        `change` gets the messages and returns the new history; from async code (`aupdate`) it may be a coroutine
+        function (from sync code one is refused with `InvalidInputError`). A backend with a per-session write lock
+        (`_update_locked`) switches to it after `OPTIMISTIC_TRIES` conflicts, so a busy session cannot starve the
+        update; `retries` at or below that stays optimistic.
+        """
+        return (yield from self._update_steps(session_id, change, retries))
+
+    update, aupdate = twins(_update)
 
     def _update_steps(self, session_id: str, change: Callable[[list[Message]], Any], retries: int) -> Steps[int]:
         locked = self._has_update_lock() and retries > OPTIMISTIC_TRIES
@@ -340,9 +340,14 @@ class ChatSession(Runner):
     append, aappend = twins(_append)
     clear, aclear = twins(_clear)
 
-    def update(self, change: Callable[[list[Message]], MessagesIn], *, retries: int = 16) -> int:
-        """Read-modify-write the session under its optimistic version."""
-        return self.memory.update(self.session_id, change, retries=retries)
+    def _update(
+        self, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]], *, retries: int = 16
+    ) -> Steps[int]:
+        """Read-modify-write the session under its optimistic version (`change` may be async from `aupdate`)."""
+        version: int = yield Call(self.memory, "update", (self.session_id, change), {"retries": retries})
+        return version
+
+    update, aupdate = twins(_update)
 
 
 class VectorMemory(_Closable, ABC):

@@ -55,10 +55,9 @@ class InMemoryChatMemory(ChatMemory):
 
     def load(self, session_id: str) -> list[Message]:
         """Return a snapshot of the session's messages, in saved order ([] for an unknown session)."""
-        # The contract's default runs through the step engine, which costs as much again as this read (~1.5 µs).
+        # The contract's default runs through the step engine, which costs as much again as this read (~1.5 µs);
+        # its `aload` (through `aload_versioned`) stays.
         return self.load_versioned(session_id).messages
-
-    aload = async_twin(load)  # type: ignore[arg-type]  # mypy solves the twin's `self` as ChatMemory's
 
     def save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
         """Replace the session's history."""

@@ -435,9 +435,8 @@ class RedisChatMemory(RedisBackend, ChatMemory):
     async def _aupdate_locked(
         self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
     ) -> int:
-        """`_update_locked` from async code, where `change` may be a coroutine function. Not made by `twins`: the
-        step engine throws no cancellation into the steps, so a steps method could not release the lock of a
-        cancelled update; this `finally` does, at once (not when the lease runs out)."""
+        """`_update_locked` from async code, where `change` may be a coroutine function. The lock is released in
+        a plain `finally` here, at once when the update is cancelled (not when the lease runs out)."""
         token = uuid.uuid4().hex
         await self._arun(self._lock_steps(session_id, token))
         try:

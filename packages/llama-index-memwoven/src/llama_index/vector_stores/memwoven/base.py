@@ -125,10 +125,7 @@ class MemwovenVectorStore(BasePydanticVectorStore, Runner):
         """Release the vector memory's connections (the async ones are better released by `aclose`)."""
         yield Call(self._memory, "close")
 
-    add, async_add = twins(_add)
-    # LlamaIndex's name for the async `add` (`twins` named it `aadd`)
-    async_add.__name__ = "async_add"
-    async_add.__qualname__ = "MemwovenVectorStore.async_add"
+    add, async_add = twins(_add, async_name="async_add")  # LlamaIndex's name for the async `add`
     delete, adelete = twins(_delete)
     query, aquery = twins(_query)
     get_nodes, aget_nodes = twins(_get_nodes)

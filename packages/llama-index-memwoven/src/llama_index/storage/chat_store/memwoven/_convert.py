@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 from llama_index.core.base.llms.types import ChatMessage, ContentBlock, MessageRole, TextBlock, ToolCallBlock
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from memwoven.models import ImagePart, Message, OpaquePart, Role, TextPart, coerce_message
+from memwoven.models import ImagePart, Message, OpaquePart, Role, TextPart, coerce_message, thaw
 
 __all__ = ["NAMESPACE", "to_chat", "to_chat_many", "to_core", "to_core_many"]
 
@@ -293,11 +293,11 @@ def _native(message: Message) -> dict[str, Any] | None:
     native = _reading(message).native
     if native is None:
         return None
-    thawed: dict[str, Any] = _thaw(native)
+    thawed: dict[str, Any] = thaw(native)
     return thawed
 
 
-# Blocks whose every field is immutable (str, None, ...) or a JSON dict/list that `_thaw` copies; others (images,
+# Blocks whose every field is immutable (str, None, ...) or a JSON dict/list that `thaw` copies; others (images,
 # documents, ...) may hold values `_copy` would share, or resolve files when validated: never remembered.
 _COPYABLE_BLOCKS = (TextBlock, ToolCallBlock)
 
@@ -321,7 +321,7 @@ def _copy(chat: ChatMessage) -> ChatMessage:
     """A copy of a `_copyable` message sharing nothing mutable with it, at a fraction of a conversion's cost."""
     fields = dict(chat.__dict__)
     kwargs = fields["additional_kwargs"]
-    fields["additional_kwargs"] = _thaw(kwargs) if kwargs else {}
+    fields["additional_kwargs"] = thaw(kwargs) if kwargs else {}
     fields["blocks"] = [_rebuilt(block, _thawed_fields(block)) for block in fields["blocks"]]
     return _rebuilt(chat, fields)
 
@@ -331,7 +331,7 @@ def _thawed_fields(model: BaseModel) -> dict[str, Any]:
     fields = dict(model.__dict__)
     for name, value in fields.items():
         if isinstance(value, (dict, list)):
-            fields[name] = _thaw(value)
+            fields[name] = thaw(value)
     return fields
 
 
@@ -373,7 +373,7 @@ def _blocks(message: Message) -> list[Any]:
             "block_type": "tool_call",
             "tool_call_id": call.id,
             "tool_name": call.name,
-            "tool_kwargs": _thaw(call.arguments),
+            "tool_kwargs": thaw(call.arguments),
         }
         for call in message.tool_calls
     ]
@@ -396,17 +396,8 @@ def _block(part: TextPart | ImagePart | OpaquePart) -> dict[str, Any] | None:
         return {"block_type": "image", **source, "image_mimetype": part.mime_type, "detail": part.detail}
     if part.data.get("block_type") != part.kind:
         return None
-    block: dict[str, Any] = _thaw(part.data)
+    block: dict[str, Any] = thaw(part.data)
     return block
-
-
-def _thaw(value: Any) -> Any:
-    """A mutable deep copy of a frozen JSON value (LlamaIndex code mutates messages it is given)."""
-    if isinstance(value, dict):  # FrozenDict included
-        return {key: _thaw(item) for key, item in value.items()}
-    if isinstance(value, list):  # FrozenList included
-        return [_thaw(item) for item in value]
-    return value
 
 
 def _fingerprint(chat_json: Mapping[str, Any]) -> str:

@@ -111,12 +111,7 @@ class MemwovenChatStore(SessionStore, BaseChatStore):
 
     set_messages, aset_messages = twins(_set_messages)
     get_messages, aget_messages = twins(_get_messages)
-    add_message, async_add_message = twins(_add_message)
-    # LlamaIndex's name for the async `add_message` (`twins` named it `aadd_message`)
-    async_add_message.__name__, async_add_message.__qualname__ = (
-        "async_add_message",
-        "MemwovenChatStore.async_add_message",
-    )
+    add_message, async_add_message = twins(_add_message, async_name="async_add_message")  # LlamaIndex's name
     delete_messages, adelete_messages = twins(_delete_messages)
     delete_message, adelete_message = twins(_delete_message)
     delete_last_message, adelete_last_message = twins(_delete_last_message)

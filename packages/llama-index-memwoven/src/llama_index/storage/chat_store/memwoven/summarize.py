@@ -57,7 +57,7 @@ class LLMSummarizer(Summarizer):
         response: ChatResponse = yield Call(self.llm, "chat", (self._input(messages),))
         return self._text(response)
 
-    __call__, acall = twins(_summarize)
+    __call__, acall = twins(_summarize, name="__call__", async_name="acall")
 
 
 def summarizer_from_llm(llm: LLM, *, prompt: str = SUMMARY_PROMPT) -> LLMSummarizer:
