@@ -52,3 +52,32 @@ def test_filter_semantics(spec: dict[str, Any], metadata: dict[str, Any], expect
 def test_bad_filters_raise_before_any_search(spec: Any) -> None:
     with pytest.raises(InvalidInputError):
         compile_filter(spec)
+
+
+@pytest.mark.parametrize(
+    ("spec", "metadata", "expected"),
+    [
+        ({"user.level": 3}, {"user": {"level": 3}}, True),
+        ({"user.level": 3}, {"user": {"level": 4}}, False),
+        ({"a.b.c": "x"}, {"a": {"b": {"c": "x"}}}, True),
+        ({"user.access-level": "nested"}, {"user": {"access-level": "nested"}}, True),
+        ({"user.level": {"$gte": 2}}, {"user": {"level": 3}}, True),
+        ({"user.level": {"$exists": True}}, {"user": {"level": None}}, True),
+        ({"user.level": {"$exists": False}}, {"user": {}}, True),
+        ({"user.level": {"$exists": False}}, {"user": "flat"}, True),  # not an object: no nested field
+        ({"user.level": {"$ne": 3}}, {}, True),  # missing, as for a plain field
+        ({"user.level": {"$in": [3]}}, {"user": [{"level": 3}]}, False),  # arrays are not walked
+        ({"tags.0": "a"}, {"tags": ["a"]}, False),  # nor indexed
+        ({"user.level": 3}, {"user.level": 3, "user": {"level": 4}}, True),  # the literal key wins
+        ({"user.level": 4}, {"user.level": 3, "user": {"level": 4}}, False),
+        ({"user.level": 3}, {"user.level": 3}, True),  # a dotted key alone, as before
+        ({"$or": [{"a.b": 1}, {"a.c": 2}]}, {"a": {"c": 2}}, True),
+        ({"$not": {"a.b": 1}}, {"a": {"b": 1}}, False),
+        ({"a.": 1}, {"a": {"": 1}}, True),  # empty names are names
+        ({".a": 1}, {"": {"a": 1}}, True),
+    ],
+)
+def test_dotted_fields_reach_into_nested_objects(
+    spec: dict[str, Any], metadata: dict[str, Any], expected: bool
+) -> None:
+    assert compile_filter(spec)(metadata) is expected

@@ -8,8 +8,10 @@ object of operators, all of which must hold::
 Operators: `$eq`, `$ne`, `$in`, `$nin`, `$gt`, `$gte`, `$lt`, `$lte`, `$exists`, `$contains` (the field is a
 list holding the value); combinators `$and`, `$or` (lists of filters) and `$not` (a filter). Comparisons follow
 JSON types: `true` never equals `1`, and ordering applies only between two numbers or two strings. `$ne`/`$nin`
-match a missing field. An unknown operator, an operand that is no finite JSON value (NaN, a set, bytes) and
-combinators nested deeper than `MAX_FILTER_DEPTH` raise `InvalidInputError`.
+match a missing field. A field name with dots reaches into nested objects (``{"user.level": 3}`` tests
+``{"user": {"level": 3}}``; arrays are not walked) unless the object has that very name as a key, which wins.
+An unknown operator, an operand that is no finite JSON value (NaN, a set, bytes) and combinators nested deeper
+than `MAX_FILTER_DEPTH` raise `InvalidInputError`.
 """
 
 from __future__ import annotations
@@ -108,11 +110,28 @@ def _field_predicate(field: str, condition: Any) -> Predicate:
     else:
         tests = [_field_test("$eq", condition)]
 
+    path = field.split(".") if "." in field else None
+
     def predicate(metadata: Mapping[str, Any]) -> bool:
         value = metadata.get(field, _MISSING)
+        if value is _MISSING and path is not None:
+            value = _nested(metadata, path)
         return all(test(value) for test in tests)
 
     return predicate
+
+
+def _nested(metadata: Mapping[str, Any], path: list[str]) -> Any:
+    """The value at a dotted field's `path` (its names split at every dot), or _MISSING: each name but the last
+    must hold an object."""
+    value: Any = metadata
+    for name in path:
+        if not isinstance(value, Mapping):
+            return _MISSING
+        value = value.get(name, _MISSING)
+        if value is _MISSING:
+            return _MISSING
+    return value
 
 
 def _filter_list(op: str, operand: Any, depth: int) -> list[Predicate]:
