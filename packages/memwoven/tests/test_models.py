@@ -18,7 +18,8 @@ def test_public_api_is_exactly_this() -> None:
     expected = """
         BackendUnavailableError ChatMemory ChatSession ConcurrentModificationError ContentPart CorruptMemoryError
         DimensionMismatchError EmbedFn EmbeddingError FileChatMemory FileVectorMemory HashingEmbedFn History ImagePart
-        InMemoryChatMemory InMemoryVectorMemory InvalidInputError MemwovenError Message Metric OpaquePart Role
+        InMemoryChatMemory InMemoryItemMemory InMemoryVectorMemory InvalidInputError Item ItemMemory ItemWrite
+        MemwovenError Message Metric OpaquePart Role
         SQLChatMemory SQLVectorMemory ScoredDocument TextPart ToolCall VectorDocument VectorMemory __version__
         open_chat_memory open_vector_memory
     """

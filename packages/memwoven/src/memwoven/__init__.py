@@ -1,7 +1,8 @@
 """memwoven: memory for LLM agents.
 
-Two contracts, `ChatMemory` (a session's ordered history) and `VectorMemory` (embedded documents with exact
-top-k search), plus `EmbedFn` (text -> vector), with backends from in-process to SQL servers.
+Three contracts, `ChatMemory` (a session's ordered history), `VectorMemory` (embedded documents with exact
+top-k search) and `ItemMemory` (JSON objects by namespace and key), plus `EmbedFn` (text -> vector), with backends
+from in-process to SQL servers.
 
 The Redis and Qdrant backends need extras and are imported from their modules:
 `memwoven.backends.redis.RedisChatMemory`, `memwoven.backends.redis_vector.RedisVectorMemory`,
@@ -19,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     __version__: str
     from memwoven.backends.file import FileChatMemory, FileVectorMemory
-    from memwoven.backends.memory import InMemoryChatMemory, InMemoryVectorMemory
+    from memwoven.backends.memory import InMemoryChatMemory, InMemoryItemMemory, InMemoryVectorMemory
     from memwoven.backends.sql import SQLChatMemory, SQLVectorMemory
-    from memwoven.contracts import ChatMemory, ChatSession, History, Metric, VectorMemory
+    from memwoven.contracts import ChatMemory, ChatSession, History, ItemMemory, ItemWrite, Metric, VectorMemory
     from memwoven.embed import EmbedFn, HashingEmbedFn
     from memwoven.errors import (
         BackendUnavailableError,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from memwoven.models import (
         ContentPart,
         ImagePart,
+        Item,
         Message,
         OpaquePart,
         Role,
@@ -48,9 +50,12 @@ if TYPE_CHECKING:
 # public name -> the module that defines it
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["FileChatMemory", "FileVectorMemory"], "memwoven.backends.file"),
-    **dict.fromkeys(["InMemoryChatMemory", "InMemoryVectorMemory"], "memwoven.backends.memory"),
+    **dict.fromkeys(["InMemoryChatMemory", "InMemoryItemMemory", "InMemoryVectorMemory"], "memwoven.backends.memory"),
     **dict.fromkeys(["SQLChatMemory", "SQLVectorMemory"], "memwoven.backends.sql"),
-    **dict.fromkeys(["ChatMemory", "ChatSession", "History", "Metric", "VectorMemory"], "memwoven.contracts"),
+    **dict.fromkeys(
+        ["ChatMemory", "ChatSession", "History", "ItemMemory", "ItemWrite", "Metric", "VectorMemory"],
+        "memwoven.contracts",
+    ),
     **dict.fromkeys(["EmbedFn", "HashingEmbedFn"], "memwoven.embed"),
     **dict.fromkeys(
         [
@@ -68,6 +73,7 @@ _EXPORTS: dict[str, str] = {
         [
             "ContentPart",
             "ImagePart",
+            "Item",
             "Message",
             "OpaquePart",
             "Role",
@@ -115,8 +121,12 @@ __all__ = [
     "History",
     "ImagePart",
     "InMemoryChatMemory",
+    "InMemoryItemMemory",
     "InMemoryVectorMemory",
     "InvalidInputError",
+    "Item",
+    "ItemMemory",
+    "ItemWrite",
     "MemwovenError",
     "Message",
     "Metric",

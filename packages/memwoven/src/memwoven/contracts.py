@@ -1,14 +1,16 @@
-"""The two storage contracts, `ChatMemory` and `VectorMemory`, and the validation every backend shares.
+"""The storage contracts, `ChatMemory`, `VectorMemory` and `ItemMemory`, and the validation every backend shares.
 
 A backend implements the sync methods marked abstract. The async twins default to running the sync method off
 the event loop (in a worker thread), or directly for a backend whose methods never block (`_blocking = False`);
 backends whose driver is natively async override them. The numbered
-invariants (CM1-CM10, VM1-VM8) are documented in docs/contracts.md and tested by `memwoven.testing`.
+invariants (CM1-CM10, VM1-VM8, IM1-IM12) are documented in docs/contracts.md and tested by `memwoven.testing`.
 """
 
 from __future__ import annotations
 
+import builtins
 import logging
+import math
 import random
 import re
 import time
@@ -19,20 +21,35 @@ from typing import Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkabl
 
 from memwoven._steps import Call, Invoke, Runner, Sleep, Steps, arun, async_twin, run, twins
 from memwoven.errors import ConcurrentModificationError, InvalidInputError
-from memwoven.models import Message, ScoredDocument, VectorDocument
+from memwoven.models import FrozenDict, Item, Message, ScoredDocument, VectorDocument, coerce_item_value
 
 __all__ = [
     "ChatMemory",
     "ChatSession",
     "CollectionInfo",
     "History",
+    "ItemMemory",
+    "ItemOrder",
+    "ItemWrite",
     "Metric",
+    "Namespace",
     "SupportsExpiry",
     "VectorMemory",
     "check_collection",
     "check_id",
     "check_ids",
+    "check_item_key",
+    "check_item_keys",
+    "check_item_value",
+    "check_item_writes",
+    "check_max_depth",
+    "check_namespace",
+    "check_order",
+    "check_page",
+    "check_ttl",
+    "check_version",
     "is_collection_name",
+    "namespace_matches",
     "next_version",
 ]
 
@@ -422,3 +439,230 @@ class VectorMemory(_Closable, ABC):
     acount = async_twin(count)
     aclear = async_twin(clear)
     aids = async_twin(ids)
+
+
+# ItemMemory ----------------------------------------------------------------------------------------------------
+
+Namespace = tuple[str, ...]
+"""An item's namespace: one or more labels, a path from the most general (``("users", "u1", "facts")``)."""
+ItemOrder = Literal["asc", "desc"]
+ItemKeys = Iterable[tuple[Sequence[str], str]]
+WILDCARD = "*"
+"""In the `prefix` and `suffix` of `ItemMemory.namespaces`, a label matching any one label."""
+
+
+class ItemWrite(NamedTuple):
+    """One write of `ItemMemory.put_many`: the arguments of `put` (a plain tuple of 3 to 5 values works too)."""
+
+    namespace: Sequence[str]
+    key: str
+    value: Mapping[str, Any]
+    ttl: float | None = None
+    expected_version: int | None = None
+
+
+def check_namespace(value: object, what: str = "namespace", *, prefix: bool = False) -> Namespace:
+    """Return `value` as a namespace tuple if usable: a tuple or list of labels, each a usable id (`check_id`),
+    together at most 64 KiB of UTF-8. A namespace has at least one label; a `prefix` may have none (everything)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list)):
+        raise InvalidInputError(f"{what} must be a tuple of strings, got {type(value).__name__}")
+    labels = tuple(check_id(label, f"{what} label") for label in value)
+    if not labels and not prefix:
+        raise InvalidInputError(f"{what} needs at least one label")
+    size = sum(len(label.encode("utf-8")) for label in labels)
+    if size > MAX_ID_BYTES:
+        raise InvalidInputError(f"{what} is {size} bytes long; the limit is {MAX_ID_BYTES}")
+    return labels
+
+
+def check_item_key(namespace: object, key: object) -> tuple[Namespace, str]:
+    """Validate an item's address: (`check_namespace`, `check_id` of the key)."""
+    return check_namespace(namespace), check_id(key, "item key")
+
+
+def check_item_keys(keys: ItemKeys) -> list[tuple[Namespace, str]]:
+    """Validate a collection of (namespace, key) pairs (a lone pair or string is refused)."""
+    if isinstance(keys, (str, bytes, Mapping)):
+        raise InvalidInputError(f"expected a list of (namespace, key) pairs, got a {type(keys).__name__}")
+    checked = []
+    for pair in keys:
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise InvalidInputError(f"expected a (namespace, key) pair, got {pair!r:.120}")
+        checked.append(check_item_key(*pair))
+    return checked
+
+
+def check_ttl(value: object) -> float | None:
+    """Return `value` if it is None or a positive, finite number of seconds."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise InvalidInputError(f"ttl must be a positive, finite number of seconds, got {value!r:.120}")
+    return float(value)
+
+
+def check_version(value: object) -> int | None:
+    """Return an `expected_version` if it is None or an int >= 0 (0: the item must not exist)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInputError(f"expected_version must be None or an int >= 0, got {value!r:.120}")
+    return value
+
+
+def check_item_value(value: object) -> FrozenDict:
+    """Validate an item's value (a JSON object within the limits) into a frozen one (`models.coerce_item_value`)."""
+    return coerce_item_value(value)
+
+
+def check_item_writes(
+    writes: Iterable[ItemWrite | tuple[Any, ...]],
+) -> list[tuple[Namespace, str, FrozenDict, float | None, int | None]]:
+    """Validate `put_many`'s writes; two writes of one item are refused (their order would decide)."""
+    if isinstance(writes, (str, bytes, Mapping)):
+        raise InvalidInputError(f"expected a list of item writes, got a {type(writes).__name__}")
+    checked = []
+    seen: set[tuple[Namespace, str]] = set()
+    for position, write in enumerate(writes):
+        if not isinstance(write, tuple) or not 3 <= len(write) <= 5:
+            raise InvalidInputError(f"write {position} must be an ItemWrite or a tuple of 3 to 5 values")
+        namespace, key, value, ttl, expected = ItemWrite(*write)
+        address = check_item_key(namespace, key)
+        if address in seen:
+            raise InvalidInputError(f"write {position}: item {address!r:.200} is written twice in one batch")
+        seen.add(address)
+        checked.append((*address, check_item_value(value), check_ttl(ttl), check_version(expected)))
+    return checked
+
+
+def check_order(value: object) -> ItemOrder:
+    """Return `value` if it is "asc" or "desc"."""
+    if value not in ("asc", "desc"):
+        raise InvalidInputError(f'order must be "asc" or "desc", got {value!r:.120}')
+    return value
+
+
+def check_page(limit: object, offset: object) -> tuple[int | None, int]:
+    """Validate a page: `limit` None (no limit) or an int >= 0, `offset` an int >= 0."""
+    for name, value in (("limit", limit), ("offset", offset)):
+        if value is None and name == "limit":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidInputError(f"{name} must be an int >= 0, got {value!r:.120}")
+    return limit, offset  # type: ignore[return-value]
+
+
+def check_max_depth(value: object) -> int | None:
+    """Return `max_depth` if it is None or an int >= 1."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise InvalidInputError(f"max_depth must be None or an int >= 1, got {value!r:.120}")
+    return value
+
+
+def namespace_matches(namespace: Namespace, prefix: Namespace = (), suffix: Namespace = ()) -> bool:
+    """Whether `namespace` starts with `prefix` and ends with `suffix`, label by label (`WILDCARD` matching any
+    one label): LangGraph's `list_namespaces` rule. A prefix is a boundary: ``("a",)`` never matches ``("ab",)``."""
+    if len(namespace) < len(prefix) or len(namespace) < len(suffix):
+        return False
+    head = all(p in (WILDCARD, label) for p, label in zip(prefix, namespace))
+    tail = not suffix or all(s in (WILDCARD, label) for s, label in zip(suffix, namespace[-len(suffix) :]))
+    return head and tail
+
+
+class ItemMemory(_Closable, ABC):
+    """JSON objects addressed by (namespace, key), with a version per item, optional expiry and listing by
+    namespace prefix. The invariants IM1-IM12 are in docs/contracts.md.
+
+    Every operation validates all of its input before anything is read or written (`InvalidInputError`). Expired
+    items read as absent everywhere (version 0 included) until `cleanup_expired` frees them.
+    """
+
+    @abstractmethod
+    def get(self, namespace: Sequence[str], key: str, *, refresh_ttl: bool = False) -> Item | None:
+        """The item, or None if it does not exist (or expired). With `refresh_ttl`, an item with a `ttl` gets
+        its expiry moved to now + ttl (nothing else changes: neither its version nor `updated_at`)."""
+
+    @abstractmethod
+    def get_many(self, keys: ItemKeys, *, refresh_ttl: bool = False) -> builtins.list[Item | None]:
+        """`get` of each (namespace, key) pair, in the order asked (None where absent)."""
+
+    @abstractmethod
+    def put(
+        self,
+        namespace: Sequence[str],
+        key: str,
+        value: Mapping[str, Any],
+        *,
+        ttl: float | None = None,
+        expected_version: int | None = None,
+    ) -> int:
+        """Create or replace the item and return its new version (greater than any it had before).
+
+        `ttl` (seconds) makes it expire that long after this write; None: never. With `expected_version`, raise
+        `ConcurrentModificationError` unless the stored version still matches (0: the item must not exist).
+        """
+
+    @abstractmethod
+    def put_many(self, writes: Iterable[ItemWrite | tuple[Any, ...]]) -> builtins.list[int]:
+        """`put` of each `ItemWrite` (namespace, key, value, ttl=None, expected_version=None); the new versions in
+        order. All or nothing: if any expected version does not match, `ConcurrentModificationError` and nothing is
+        written (a backend without transactions documents otherwise). One item twice is `InvalidInputError`."""
+
+    @abstractmethod
+    def delete(self, namespace: Sequence[str], key: str, *, expected_version: int | None = None) -> bool:
+        """Delete the item; return whether it existed. With `expected_version`, raise
+        `ConcurrentModificationError` unless the stored version matches (0: succeeds only if absent)."""
+
+    @abstractmethod
+    def delete_many(self, keys: ItemKeys) -> int:
+        """Delete each (namespace, key) pair (unknown ones are ignored); return how many existed."""
+
+    @abstractmethod
+    def list(
+        self,
+        namespace_prefix: Sequence[str] = (),
+        *,
+        filter: Filter | None = None,
+        order: ItemOrder = "asc",
+        after: str | None = None,
+        before: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> builtins.list[Item]:
+        """The items whose namespace starts with `namespace_prefix` (label by label; () is every item) and whose
+        value matches `filter` (`memwoven.filters`, dotted paths reaching into nested objects), sorted by key, then
+        namespace, in code point order (`order="desc"` reverses it); only keys > `after` and < `before`; then
+        `offset` skipped and at most `limit` returned."""
+
+    @abstractmethod
+    def count(self, namespace_prefix: Sequence[str] = (), *, filter: Filter | None = None) -> int:
+        """How many items `list(namespace_prefix, filter=filter)` returns."""
+
+    @abstractmethod
+    def namespaces(
+        self,
+        *,
+        prefix: Sequence[str] | None = None,
+        suffix: Sequence[str] | None = None,
+        max_depth: int | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> builtins.list[Namespace]:
+        """The namespaces holding at least one item that match `prefix` and `suffix` (`namespace_matches`: "*"
+        matches any one label), each cut to its first `max_depth` labels, without duplicates, sorted; then
+        `offset` skipped and at most `limit` returned."""
+
+    @abstractmethod
+    def cleanup_expired(self) -> int:
+        """Delete the expired items (they already read as absent); return how many."""
+
+    aget = async_twin(get)
+    aget_many = async_twin(get_many)
+    aput = async_twin(put)
+    aput_many = async_twin(put_many)
+    adelete = async_twin(delete)
+    adelete_many = async_twin(delete_many)
+    alist = async_twin(list)
+    acount = async_twin(count)
+    anamespaces = async_twin(namespaces)
+    acleanup_expired = async_twin(cleanup_expired)

@@ -1,4 +1,4 @@
-"""The core data model: chat messages and vector documents.
+"""The core data model: chat messages, vector documents and keyed items.
 
 Every model is an immutable, JSON-serializable pydantic value. Immutability goes all the way down (metadata
 dicts and lists are frozen too), which is what lets backends hand out cached snapshots without copying. Message
@@ -8,9 +8,10 @@ unchanged messages with one C-level sequence comparison (`same_prefix`).
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Annotated, Any, Literal, NoReturn, TypeVar, Union
 
 from pydantic import (
@@ -20,6 +21,7 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    TypeAdapter,
     ValidationError,
     field_validator,
     model_validator,
@@ -35,6 +37,7 @@ __all__ = [
     "FrozenDict",
     "FrozenList",
     "ImagePart",
+    "Item",
     "JsonObject",
     "Message",
     "OpaquePart",
@@ -44,6 +47,7 @@ __all__ = [
     "ToolCall",
     "VectorDocument",
     "coerce_documents",
+    "coerce_item_value",
     "coerce_message",
     "coerce_messages",
     "coerce_messages_after",
@@ -228,6 +232,54 @@ class VectorDocument(_Model):
         if not math.isfinite(sum(value)) and not all(map(math.isfinite, value)):
             raise ValueError("an embedding cannot contain NaN or infinity")
         return value
+
+
+def _utc(value: datetime) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("an item's times must be timezone-aware")
+    return value.astimezone(timezone.utc)
+
+
+UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
+
+
+class Item(_Model):
+    """One stored item of an `ItemMemory`: a JSON object `value` under (`namespace`, `key`).
+
+    `version` grows on every write (0 never names a stored item); `created_at` is the first write since the item
+    last did not exist, `updated_at` the latest; both timezone-aware UTC, in milliseconds. `expires_at` is when the
+    item stops being readable (None: never) and `ttl` the seconds a write (or a read asking to refresh) sets it to
+    from that moment; `ttl` is kept so that a refresh, an export and a migration keep the sliding window.
+    """
+
+    namespace: Annotated[tuple[str, ...], Field(min_length=1)]
+    key: str = Field(min_length=1)
+    value: JsonObject
+    version: int = Field(gt=0)
+    created_at: UtcDatetime
+    updated_at: UtcDatetime
+    expires_at: UtcDatetime | None = None
+    ttl: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+
+_JSON_OBJECT: TypeAdapter[dict[str, Any]] = TypeAdapter(JsonObject)
+
+
+def coerce_item_value(value: object) -> FrozenDict:
+    """Validate an item's value into a frozen JSON object, raising `InvalidInputError`: a JSON object of string
+    keys and JSON values within the limits (`MAX_JSON_DEPTH`, `MAX_INT_DIGITS`, no NaN or ±inf) whose strings are
+    valid Unicode (no lone surrogate), so that every backend can store it and read it back equal."""
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"an item's value must be a JSON object, got {type(value).__name__}")
+    try:
+        frozen = _JSON_OBJECT.validate_python(dict(value))  # validated like message metadata
+    except ValidationError as error:
+        raise _invalid(error, "item value") from None
+    try:
+        json.dumps(frozen, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError("invalid item value: a string holds a lone surrogate (not valid Unicode)") from None
+    return frozen  # type: ignore[return-value]
 
 
 class ScoredDocument(_Model):
