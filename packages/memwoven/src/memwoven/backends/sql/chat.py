@@ -37,7 +37,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import await_only
 
-from memwoven import _clock
+import memwoven._clock as _clock
 from memwoven._steps import Steps, twins
 from memwoven.backends.sql._base import SQLBackend
 from memwoven.backends.sql._engine import Work
