@@ -3,7 +3,7 @@
 A backend implements the sync methods marked abstract. The async twins default to running the sync method off
 the event loop (in a worker thread), or directly for a backend whose methods never block (`_blocking = False`);
 backends whose driver is natively async override them. The numbered
-invariants (CM1-CM10, VM1-VM8, IM1-IM12) are documented in docs/contracts.md and tested by `memwoven.testing`.
+invariants (CM1-CM10, VM1-VM8, IM1-IM11) are documented in docs/contracts.md and tested by `memwoven.testing`.
 """
 
 from __future__ import annotations
@@ -571,7 +571,7 @@ def namespace_matches(namespace: Namespace, prefix: Namespace = (), suffix: Name
 
 class ItemMemory(_Closable, ABC):
     """JSON objects addressed by (namespace, key), with a version per item, optional expiry and listing by
-    namespace prefix. The invariants IM1-IM12 are in docs/contracts.md.
+    namespace prefix. The invariants IM1-IM11 are in docs/contracts.md.
 
     Every operation validates all of its input before anything is read or written (`InvalidInputError`). Expired
     items read as absent everywhere (version 0 included) until `cleanup_expired` frees them.
