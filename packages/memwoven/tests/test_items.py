@@ -1,19 +1,26 @@
-"""The ItemMemory contract (IM1-IM11) and the reference-model state machine on the in-memory backend, plus what
-is particular to it and to the `Item` model."""
+"""The ItemMemory contract (IM1-IM11) and the reference-model state machine on the in-memory backend and the SQL
+backend (SQLite, PostgreSQL, MariaDB), plus what is particular to them and to the `Item` model."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from clock_support import Clock
 from pydantic import ValidationError
 
-from memwoven import InMemoryItemMemory, Item, ItemMemory, ItemWrite
+from memwoven import InMemoryItemMemory, Item, ItemMemory, ItemWrite, SQLItemMemory
+from memwoven.backends.sql._schema import Tables
+from memwoven.backends.sql.items import decode_namespace, encode_namespace
 from memwoven.contracts import check_namespace, namespace_matches
 from memwoven.errors import InvalidInputError
 from memwoven.testing import ItemMemoryContract
+from memwoven_test_support import mysql_url, postgres_url, unique_name
 
 
 class TestInMemoryItemMemory(ItemMemoryContract):
@@ -24,6 +31,114 @@ class TestInMemoryItemMemory(ItemMemoryContract):
 
     def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
+
+
+# The SQL backend on each database ---------------------------------------------------------------------------
+
+
+def _drop_tables(url: str | sa.URL, prefix: str) -> None:
+    engine = sa.create_engine(url)
+    try:
+        Tables.build(prefix, None).meta.metadata.drop_all(engine, checkfirst=True)
+    finally:
+        engine.dispose()
+
+
+@contextlib.contextmanager
+def sql_place(kind: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """(URL, table prefix) for one test; on a server, its tables (and only those) are dropped afterwards."""
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp_path}/db/memwoven.db", "memwoven_"
+        return
+    url, prefix = (postgres_url() if kind == "postgresql" else mysql_url()), unique_name("mwi") + "_"
+    try:
+        yield url, prefix
+    finally:
+        _drop_tables(SQLItemMemory(url).engine.url, prefix)
+
+
+class _SQLItems(ItemMemoryContract):
+    kind = "sqlite"
+
+    @pytest.fixture
+    def item_memory(self, clock: Clock, tmp_path: Path) -> Iterator[ItemMemory]:
+        self.clock = clock
+        with sql_place(self.kind, tmp_path) as (url, prefix):
+            yield SQLItemMemory(url, table_prefix=prefix)
+
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    def reopen(self, memory: ItemMemory) -> ItemMemory:
+        assert isinstance(memory, SQLItemMemory)
+        return SQLItemMemory(memory.engine.url, table_prefix=memory.table_prefix)
+
+    @contextlib.contextmanager
+    def neighbour(self, memory: ItemMemory) -> Iterator[ItemMemory]:
+        assert isinstance(memory, SQLItemMemory)
+        with SQLItemMemory(memory.engine.url, table_prefix=memory.table_prefix + "s_") as neighbour:
+            try:
+                yield neighbour
+            finally:
+                neighbour.drop_tables()
+
+
+class TestSQLiteItems(_SQLItems):
+    kind = "sqlite"
+
+
+@pytest.mark.service
+class TestPostgresItems(_SQLItems):
+    kind = "postgresql"
+
+
+@pytest.mark.service
+class TestMariaDBItems(_SQLItems):
+    kind = "mariadb"
+
+
+def test_the_namespace_encoding_keeps_boundaries_and_order() -> None:
+    spaces = [("a",), ("ab",), ("a", "b"), ("a\x01",), ("a\x02",), ("a", "\x01b"), ("\x02\x02",), ("\x01\x03",)]
+    spaces += [("a", "b", "c"), ("a\x01b",), ("a", "b\x02"), ("a b",), ("z" * 150, "y")]
+    for namespace in spaces:
+        assert decode_namespace(encode_namespace(namespace)) == namespace
+        assert "\x00" not in encode_namespace(namespace)
+    assert sorted(spaces) == sorted(spaces, key=encode_namespace)  # the stored strings sort as the tuples do
+    for prefix in spaces:
+        starting = {ns for ns in spaces if ns[: len(prefix)] == prefix}
+        assert {ns for ns in spaces if encode_namespace(ns).startswith(encode_namespace(prefix))} == starting
+
+
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "sqlite",
+        pytest.param("postgresql", marks=pytest.mark.service),
+        pytest.param("mariadb", marks=pytest.mark.service),
+    ],
+)
+def test_long_namespaces_and_keys_are_listed_by_prefix(kind: str, tmp_path: Path) -> None:
+    with sql_place(kind, tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
+        long = "x" * 150
+        memory.put((long, "a"), "k", {"v": 1})
+        memory.put((long, "a", "b"), "k" * 5000, {"v": 2})
+        memory.put((long, "ab"), "k", {"v": 3})
+        memory.put((long + "y",), "k", {"v": 4})
+        assert [i.value["v"] for i in memory.list((long, "a"))] == [1, 2]
+        assert [i.value["v"] for i in memory.list((long,))] == [1, 3, 2]
+        assert memory.count((long, "a", "b")) == 1
+        assert memory.namespaces(prefix=(long, "*"), max_depth=2) == [(long, "a"), (long, "ab")]
+        assert "SQLItemMemory(" in repr(memory)
+        # differing only after 2,000 characters: still apart and in code point order (MariaDB sorts BLOBs on a prefix)
+        shared = "s" * 2000
+        memory.put_many([((shared + "b",), shared + "b", {"v": 5}), ((shared + "a",), shared + "a", {"v": 6})])
+        memory.put((shared + "a",), shared + "c", {"v": 7})
+        assert [ns for ns in memory.namespaces() if ns[0] == shared + "a" or ns[0] == shared + "b"] == [
+            (shared + "a",),
+            (shared + "b",),
+        ]
+        assert [i.value["v"] for i in memory.list(after=shared)] == [6, 5, 7]
+        assert [i.value["v"] for i in memory.list(after=shared, order="desc", limit=2)] == [7, 5]
 
 
 def test_the_async_twins_run_on_the_loop_and_are_named() -> None:

@@ -20,7 +20,8 @@ def test_public_api_is_exactly_this() -> None:
         DimensionMismatchError EmbedFn EmbeddingError FileChatMemory FileVectorMemory HashingEmbedFn History ImagePart
         InMemoryChatMemory InMemoryItemMemory InMemoryVectorMemory InvalidInputError Item ItemMemory ItemWrite
         MemwovenError Message Metric OpaquePart Role
-        SQLChatMemory SQLVectorMemory ScoredDocument TextPart ToolCall VectorDocument VectorMemory __version__
+        SQLChatMemory SQLItemMemory SQLVectorMemory ScoredDocument TextPart ToolCall VectorDocument VectorMemory
+        __version__
         open_chat_memory open_vector_memory
     """
     assert memwoven.__all__ == sorted(memwoven.__all__) == sorted(expected.split())

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     __version__: str
     from memwoven.backends.file import FileChatMemory, FileVectorMemory
     from memwoven.backends.memory import InMemoryChatMemory, InMemoryItemMemory, InMemoryVectorMemory
-    from memwoven.backends.sql import SQLChatMemory, SQLVectorMemory
+    from memwoven.backends.sql import SQLChatMemory, SQLItemMemory, SQLVectorMemory
     from memwoven.contracts import ChatMemory, ChatSession, History, ItemMemory, ItemWrite, Metric, VectorMemory
     from memwoven.embed import EmbedFn, HashingEmbedFn
     from memwoven.errors import (
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     **dict.fromkeys(["FileChatMemory", "FileVectorMemory"], "memwoven.backends.file"),
     **dict.fromkeys(["InMemoryChatMemory", "InMemoryItemMemory", "InMemoryVectorMemory"], "memwoven.backends.memory"),
-    **dict.fromkeys(["SQLChatMemory", "SQLVectorMemory"], "memwoven.backends.sql"),
+    **dict.fromkeys(["SQLChatMemory", "SQLItemMemory", "SQLVectorMemory"], "memwoven.backends.sql"),
     **dict.fromkeys(
         ["ChatMemory", "ChatSession", "History", "ItemMemory", "ItemWrite", "Metric", "VectorMemory"],
         "memwoven.contracts",
@@ -133,6 +133,7 @@ __all__ = [
     "OpaquePart",
     "Role",
     "SQLChatMemory",
+    "SQLItemMemory",
     "SQLVectorMemory",
     "ScoredDocument",
     "TextPart",

@@ -8,6 +8,13 @@ All tables of one store share a name prefix (``memwoven_`` by default; lowercase
                                                                       -- UNIQUE (session_key, message_key)
     {prefix}collections (collection_key PK, name, dimension, metric, version, generation)
     {prefix}vectors     (collection_key, doc_key, doc_id, content, metadata, embedding, version, deleted)
+    {prefix}items       (address PK, namespace, ns_head, item_key, value, version, created_ms, updated_ms,
+                         expires_at_ms, ttl)                      -- INDEX (ns_head), INDEX (expires_at_ms)
+
+The items table (`memwoven.backends.sql.items`) stores its namespace and key as text compared in code point
+order (`ORDERED_TEXT`): SQLite's default BINARY collation, PostgreSQL ``COLLATE "C"``, and on MariaDB/MySQL the
+UTF-8 bytes in a BLOB (byte order is code point order, and unlike ``utf8mb4_bin`` it does not ignore trailing
+spaces).
 
 No table name ends with another, so prefixes that start one another (``a_``, ``a_s``) never name the same table.
 
@@ -37,7 +44,17 @@ from sqlalchemy.schema import SchemaItem
 
 from memwoven.errors import CorruptMemoryError, InvalidInputError
 
-__all__ = ["SCHEMA_VERSION", "Tables", "check_identifier", "create_tables", "insert_ignoring", "key_of", "upsert"]
+__all__ = [
+    "HEAD_CHARS",
+    "ORDERED_TEXT",
+    "SCHEMA_VERSION",
+    "Tables",
+    "check_identifier",
+    "create_tables",
+    "insert_ignoring",
+    "key_of",
+    "upsert",
+]
 
 SCHEMA_VERSION = "2"  # 2: message ids unique per session, rolling digests (1 was never published)
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,40}")
@@ -68,6 +85,38 @@ class _JSONColumn(sa.types.UserDefinedType[str]):
 # (models.MAX_JSON_DEPTH). Nor MySQL's binary JSON, which would normalize the text.
 JSON_TEXT = LONG_TEXT.with_variant(_JSONColumn(), "postgresql")
 """Exact JSON text: PostgreSQL `json`, LONGTEXT on MariaDB/MySQL, TEXT on SQLite."""
+
+HEAD_CHARS = 100
+"""How many characters of an item's encoded namespace the indexed `ns_head` column keeps."""
+
+
+class _Utf8Bytes(sa.types.TypeDecorator[str]):
+    """Text kept as its UTF-8 bytes (MariaDB/MySQL): compared byte by byte, which is code point order, with no
+    collation's padding or folding."""
+
+    impl = mysql.MEDIUMBLOB
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: sa.Dialect) -> bytes | None:
+        return None if value is None else value.encode("utf-8")
+
+    def process_result_value(self, value: Any, dialect: sa.Dialect) -> str | None:
+        return None if value is None else bytes(value).decode("utf-8")
+
+
+class _Utf8Head(_Utf8Bytes):
+    impl = mysql.VARBINARY(4 * HEAD_CHARS)  # type: ignore[assignment]
+    cache_ok = True
+
+
+ORDERED_TEXT = sa.Text().with_variant(sa.Text(collation="C"), "postgresql").with_variant(_Utf8Bytes(), *_MYSQL)
+"""Text compared and sorted in code point order on every database (ids up to 64 KiB: not indexable)."""
+ORDERED_HEAD = (
+    sa.String(HEAD_CHARS)
+    .with_variant(sa.String(HEAD_CHARS, collation="C"), "postgresql")
+    .with_variant(_Utf8Head(), *_MYSQL)
+)
+"""The first `HEAD_CHARS` characters of an `ORDERED_TEXT` value, short enough for an index everywhere."""
 DIGEST = sa.LargeBinary(16).with_variant(mysql.BINARY(16), *_MYSQL)
 BLOB = sa.LargeBinary().with_variant(mysql.LONGBLOB(), *_MYSQL)
 
@@ -102,6 +151,7 @@ class Tables:
     messages: sa.Table
     collections: sa.Table
     vectors: sa.Table
+    items: sa.Table
 
     @classmethod
     def build(cls, prefix: str, schema: str | None) -> Tables:
@@ -131,6 +181,20 @@ class Tables:
             sa.Column("chain", DIGEST, nullable=False),  # the session's rolling digest through this message
             sa.Column("body", JSON_TEXT, nullable=False),
         )
+        items = table(
+            "items",
+            sa.Column("address", KEY, primary_key=True),  # key_of the encoded (namespace, key)
+            sa.Column("namespace", ORDERED_TEXT, nullable=False),  # encoded: see backends.sql.items
+            sa.Column("ns_head", ORDERED_HEAD, nullable=False),  # its first HEAD_CHARS characters, indexed
+            sa.Column("item_key", ORDERED_TEXT, nullable=False),
+            sa.Column("value", JSON_TEXT, nullable=False),
+            sa.Column("version", sa.BigInteger, nullable=False),
+            sa.Column("created_ms", sa.BigInteger, nullable=False),  # epoch ms
+            sa.Column("updated_ms", sa.BigInteger, nullable=False),
+            sa.Column("expires_at_ms", sa.BigInteger, nullable=True, index=True),  # NULL: never
+            sa.Column("ttl", sa.Double, nullable=True),  # seconds
+        )
+        sa.Index(f"{prefix}items_by_namespace", items.c.ns_head)
         sa.Index(f"{prefix}messages_by_id", messages.c.session_key, messages.c.message_key, unique=True)
         return cls(
             meta=table(
@@ -159,6 +223,7 @@ class Tables:
                 sa.Column("generation", sa.BigInteger, nullable=False),  # bumped by clear(): reload everything
             ),
             vectors=vectors,
+            items=items,
         )
 
 
