@@ -34,7 +34,8 @@ class LRUCache(Generic[K, V]):
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
-        return len(self._entries)
+        with self._lock:  # not between a put's insert and its eviction
+            return len(self._entries)
 
     def get(self, key: K) -> V | None:
         """The value remembered for `key` (now the most recently used), or None."""
