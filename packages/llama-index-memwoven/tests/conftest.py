@@ -1,5 +1,6 @@
 """Backends to run the adapters on: in-memory, SQLite (a file under tmp_path) and PostgreSQL (skipped when the
-test server is down; each test gets its own tables in a schema this session creates and drops at the end)."""
+test server is down; each test gets its own tables in a schema this session creates and drops at the end); item
+memories also on MariaDB (each test's tables under a table prefix of its own, dropped at the end)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ import sqlalchemy as sa
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
 from llama_index.embeddings.memwoven import EmbedFnEmbedding
-from memwoven import ChatMemory, InMemoryChatMemory, InMemoryVectorMemory, VectorMemory
+from memwoven import ChatMemory, InMemoryChatMemory, InMemoryItemMemory, InMemoryVectorMemory, ItemMemory, VectorMemory
 from memwoven.embed import HashingEmbedFn
-from memwoven_test_support import postgres_url, unique_name
+from memwoven_test_support import mysql_url, postgres_url, unique_name
 
 BACKENDS = ["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.service)]
+ITEM_BACKENDS = [*BACKENDS, pytest.param("mariadb", marks=pytest.mark.service)]
 
 
 @pytest.fixture(scope="session")
@@ -85,6 +87,48 @@ def vector_memory(sql_place: tuple[str, dict[str, Any]] | None) -> Iterator[Vect
     memory = SQLVectorMemory(url, collection=unique_name("c"), **options)
     yield memory
     asyncio.run(memory.aclose())
+
+
+def item_memory_url(backend: str, tmp_path: Path) -> str:
+    """The URL of the item memory tests on `backend` (an SQL one) use: a file under `tmp_path` for SQLite."""
+    if backend == "sqlite":
+        return f"sqlite:///{tmp_path}/items.db"
+    return postgres_url() if backend == "postgresql" else mysql_url()
+
+
+@pytest.fixture(params=ITEM_BACKENDS)
+def item_backend(request: pytest.FixtureRequest) -> str:
+    """The name of the backend the item memory under test is on (in-memory, SQLite, PostgreSQL or MariaDB)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def item_memory(item_backend: str, tmp_path: Path) -> Iterator[ItemMemory]:
+    """A fresh, empty item memory on `item_backend`; on SQL, tables of its own, dropped at the end."""
+    if item_backend == "memory":
+        yield InMemoryItemMemory()
+        return
+    from memwoven import SQLItemMemory
+
+    memory = SQLItemMemory(item_memory_url(item_backend, tmp_path), table_prefix=unique_name("lik") + "_")
+    try:
+        yield memory
+    finally:
+        memory.drop_tables()
+        asyncio.run(memory.aclose())
+
+
+@pytest.fixture
+def reopen_items(item_memory: ItemMemory) -> Iterator[ItemMemory]:
+    """A second item memory object over the same storage (the same object on the in-memory backend)."""
+    from memwoven import SQLItemMemory
+
+    if not isinstance(item_memory, SQLItemMemory):
+        yield item_memory
+        return
+    again = SQLItemMemory(item_memory.engine.url, table_prefix=item_memory.table_prefix)
+    yield again
+    asyncio.run(again.aclose())
 
 
 @pytest.fixture
