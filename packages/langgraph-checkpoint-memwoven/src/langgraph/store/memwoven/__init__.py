@@ -1,0 +1,29 @@
+"""LangGraph's long-term memory store on memwoven: `MemwovenStore` (sync and async in one object) and
+`AsyncMemwovenStore` (the same store whose lifecycle methods are coroutines, like LangGraph's async stores).
+
+```python
+from langgraph.store.memwoven import MemwovenStore
+
+with MemwovenStore.from_url("sqlite:///memory.db") as store:
+    store.put(("users", "u1"), "prefs", {"drink": "green tea"})
+```
+"""
+
+from importlib import metadata
+
+from langgraph.store.memwoven.aio import AsyncMemwovenStore
+from langgraph.store.memwoven.base import DistanceType, MemwovenIndexConfig, MemwovenStore, StoreNamespaceError
+
+try:
+    __version__ = metadata.version("langgraph-checkpoint-memwoven")
+except metadata.PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = ""
+
+__all__ = [
+    "AsyncMemwovenStore",
+    "DistanceType",
+    "MemwovenIndexConfig",
+    "MemwovenStore",
+    "StoreNamespaceError",
+    "__version__",
+]
