@@ -64,7 +64,9 @@ def build(path: Path) -> None:
     """Index the handbook into the file (or, when it holds the index already, refresh it), then reload elsewhere."""
     storage = storage_context(path)
     if storage.index_store.index_structs():
-        index = load_index_from_storage(storage, embed_model=EMBED_MODEL)
+        # store_nodes_override is no part of the stored index: pass it again, so a changed document's new nodes
+        # go to the docstore too
+        index = load_index_from_storage(storage, embed_model=EMBED_MODEL, store_nodes_override=True)
         refreshed = index.refresh_ref_docs(documents())
         print(f"process {os.getpid()}: the index was already in {path}; {sum(refreshed)} documents changed")
     else:
