@@ -22,6 +22,11 @@ CLOSED_PORT = "http://127.0.0.1:9"
 EXPECTED = {
     "langchain_history_and_retriever.py": ["4 messages in session 'demo'; 3 notes"],
     "llama_index_agent.py": ["According to the notes: The team standup is at 9:30", "12 messages in memory now"],
+    "llama_index_storage.py": [
+        "indexed 3 documents into",
+        "When is the standup? -> [standup] The team standup is at 9:30",
+        "How do I get a new laptop? -> [laptops] New laptops are ordered through the IT portal",
+    ],
     "summarization_langchain.py": ["Summary of the earlier conversation"],
     "langgraph_store.py": [
         "recalled: My favourite drink is green tea.",

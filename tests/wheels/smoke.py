@@ -158,13 +158,19 @@ def check_langchain() -> None:
 
 
 def check_llama_index() -> None:
-    """The LlamaIndex adapter: its three import paths, a chat store and agent `Memory` round trip."""
+    """The LlamaIndex adapter: its six import paths, a chat store and agent `Memory` round trip, a docstore."""
+    from llama_index.core.data_structs.data_structs import IndexDict
     from llama_index.core.llms import ChatMessage
     from llama_index.core.memory import Memory
+    from llama_index.core.schema import TextNode
 
     from llama_index.embeddings.memwoven import EmbedFnEmbedding
     from llama_index.storage.chat_store.memwoven import MemwovenChatStore, MemwovenDBChatStore
+    from llama_index.storage.docstore.memwoven import MemwovenDocumentStore
+    from llama_index.storage.index_store.memwoven import MemwovenIndexStore
+    from llama_index.storage.kvstore.memwoven import MemwovenKVStore
     from llama_index.vector_stores.memwoven import MemwovenVectorStore
+    from memwoven import InMemoryItemMemory
     from memwoven.embed import HashingEmbedFn
 
     chat_store = MemwovenChatStore.from_url("memory://")
@@ -178,6 +184,11 @@ def check_llama_index() -> None:
         assert [message.content for message in memory.get_all()] == ["hello"]
     assert EmbedFnEmbedding(HashingEmbedFn(dimension=8)).get_text_embedding("x")
     assert MemwovenVectorStore.from_url("memory://", collection="docs") is not None
+    kvstore = MemwovenKVStore(InMemoryItemMemory())
+    MemwovenDocumentStore(kvstore).add_documents([TextNode(id_="n1", text="hello")])
+    assert MemwovenDocumentStore(kvstore).get_document("n1").get_content() == "hello"
+    MemwovenIndexStore(kvstore).add_index_struct(IndexDict(index_id="i"))
+    assert MemwovenIndexStore(kvstore).get_index_struct("i") == IndexDict(index_id="i")
 
 
 CHECKS: dict[str, Callable[[], None]] = {
