@@ -1,40 +1,55 @@
 """`AsyncMemwovenStore`: `MemwovenStore` for async code, shaped like LangGraph's async stores (`AsyncSqliteStore`,
-`AsyncPostgresStore`): `await store.setup()`, `await store.start_ttl_sweeper()`, `await store.stop_ttl_sweeper()`.
-
-The operations are the same object's: `abatch` and the `a`-methods run through the contracts' async twins, and
-the sync API (`batch`, `get`, ...) works too, from sync code.
+`AsyncPostgresStore`): made inside a running event loop, it gathers the concurrent `aget` / `aput` / `asearch` /
+... calls of that loop into one `abatch` (LangGraph's `AsyncBatchedBaseStore`), and `setup()` and the TTL sweeper
+methods are coroutines. Its sync API works from other threads (run on the store's loop) and raises
+`asyncio.InvalidStateError` on the loop's own thread, where it would block the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Sequence
+from typing import Any
 
-from langgraph.store.base import Op, Result
+from langgraph.store.base import IndexConfig, TTLConfig
+from langgraph.store.base.batch import AsyncBatchedBaseStore
 
-from langgraph.store.memwoven.base import MemwovenStore
+from langgraph.store.memwoven.base import MemwovenIndexConfig, MemwovenStore
+from memwoven import ItemMemory, VectorMemory
 
 __all__ = ["AsyncMemwovenStore"]
 
 
-class AsyncMemwovenStore(MemwovenStore):
-    """A `MemwovenStore` whose `setup` and TTL sweeper methods are coroutines (a task of the running loop).
+class AsyncMemwovenStore(AsyncBatchedBaseStore, MemwovenStore):  # type: ignore[misc]
+    """A `MemwovenStore` for one event loop: concurrent async calls batched, coroutine `setup` and sweeper."""
 
-    As in LangGraph's async stores, the sync API called on a thread that runs an event loop raises
-    `asyncio.InvalidStateError` (it would block the loop): use the `a`-methods there, the sync ones from other
-    threads.
-    """
-
-    def batch(self, ops: Iterable[Op]) -> list[Result]:
-        """Run operations from sync code (not from the thread of a running event loop: use `abatch` there)."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return super().batch(ops)
-        raise asyncio.InvalidStateError(
-            "synchronous calls to AsyncMemwovenStore from an event loop's thread would block it; "
-            "use the async methods (await store.aget(...)) or call from another thread"
+    def __init__(
+        self,
+        items: ItemMemory,
+        *,
+        vectors: VectorMemory | None = None,
+        index: MemwovenIndexConfig | IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+        namespace: Sequence[str] = (),
+        owns_memories: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        """As `MemwovenStore`, from inside a running event loop (whose calls it batches)."""
+        MemwovenStore.__init__(
+            self,
+            items,
+            vectors=vectors,
+            index=index,
+            ttl=ttl,
+            namespace=namespace,
+            owns_memories=owns_memories,
+            **kwargs,
         )
+        # AsyncBatchedBaseStore.__init__ takes no arguments; these are the state it sets up.
+        self._loop = asyncio.get_running_loop()
+        self._aqueue = asyncio.Queue()
+        self._task = None
+        self._ensure_task()
 
     async def setup(self) -> None:  # type: ignore[override]
         """Create the storage (tables) now rather than on first use; idempotent."""
@@ -49,3 +64,8 @@ class AsyncMemwovenStore(MemwovenStore):
     async def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:  # type: ignore[override]
         """Cancel the sweeper task; True once it has stopped, False if `timeout` ran out first."""
         return await self.astop_ttl_sweeper(timeout)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await super().__aexit__(*exc_info)
+        if self._task is not None:
+            self._task.cancel()
