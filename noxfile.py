@@ -15,9 +15,16 @@ nox.needs_version = ">=2024.3.2"
 nox.options.default_venv_backend = "uv"
 nox.options.sessions = ["lint", "typecheck", "tests"]
 
-SOURCES = ["packages/memwoven/src", "packages/langchain-memwoven/src", "packages/llama-index-memwoven/src"]
-DISTRIBUTIONS = ["memwoven", "langchain-memwoven", "llama-index-memwoven"]
+SOURCES = [
+    "packages/memwoven/src",
+    "packages/langchain-memwoven/src",
+    "packages/langgraph-checkpoint-memwoven/src",
+    "packages/llama-index-memwoven/src",
+]
+DISTRIBUTIONS = ["memwoven", "langchain-memwoven", "langgraph-checkpoint-memwoven", "llama-index-memwoven"]
 DIST = Path("dist")
+# The workspace distributions a distribution depends on besides memwoven (none of them is on PyPI yet).
+LOCAL_DEPENDENCIES = {"langgraph-checkpoint-memwoven": ["langchain-memwoven"]}
 
 # What `nox -s wheels` installs from the built wheels, each alone in a fresh environment, and the check it then
 # runs (tests/wheels/smoke.py): the core alone, the core with each extra alone, each adapter.
@@ -32,6 +39,7 @@ WHEEL_INSTALLS = {
     "memwoven[simd]": "simd",
     "memwoven[testing]": "testing",
     "langchain-memwoven": "langchain",
+    "langgraph-checkpoint-memwoven": "langgraph",
     "llama-index-memwoven": "llama-index",
 }
 
@@ -100,6 +108,7 @@ def wheels(session: nox.Session, target: str) -> None:
     requirements = [f"{name}{'[' + extra if extra else ''} @ {built[name].as_uri()}"]
     if name != "memwoven":
         requirements.append(f"memwoven @ {built['memwoven'].as_uri()}")
+    requirements += [f"{local} @ {built[local].as_uri()}" for local in LOCAL_DEPENDENCIES.get(name, [])]
     session.install(*requirements)
     smoke = Path("tests/wheels/smoke.py").resolve()
     session.chdir(session.create_tmp())  # away from the sources: only the installed wheel can be imported

@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 from llama_index.core.llms import ChatMessage
 from reliability_stores import CHAT_KINDS, fresh_store
 
-from langchain_memwoven.store import MemwovenStore
+from langgraph.store.memwoven import MemwovenStore
 from llama_index.storage.chat_store.memwoven import MemwovenChatStore
-from memwoven import ChatMemory, InMemoryVectorMemory, Message
+from memwoven import ChatMemory, InMemoryItemMemory, InMemoryVectorMemory, Message
 from memwoven.embed import HashingEmbedFn
 from memwoven.encryption import EncryptedChatMemory, generate_key
 from memwoven.errors import InvalidInputError
@@ -509,8 +509,9 @@ store_prefixes = st.one_of(
 )
 
 
-def test_langgraph_namespaces_and_prefixes_are_boundaries(isolated: ChatMemory) -> None:
-    memory, shared_vectors = isolated, InMemoryVectorMemory(dimension=64)
+def test_langgraph_namespaces_and_prefixes_are_boundaries() -> None:
+    """Store namespaces (`MemwovenStore(namespace=...)`: one label, "st" + the prefix string) over one ItemMemory
+    and one vector collection: neither namespaces nor store namespaces that part at twin labels ever meet."""
 
     @examples(25)
     @given(namespace_pair=store_namespace_pairs, prefix_pair=store_prefixes)
@@ -520,27 +521,25 @@ def test_langgraph_namespaces_and_prefixes_are_boundaries(isolated: ChatMemory) 
     def check(namespace_pair: tuple[tuple[str, ...], tuple[str, ...]], prefix_pair: tuple[str, str]) -> None:
         if namespace_pair[0] == namespace_pair[1] and prefix_pair[0] == prefix_pair[1]:
             return
+        items, shared_vectors = InMemoryItemMemory(), InMemoryVectorMemory(dimension=64)
+        index = {"dims": 64, "embed": HashingEmbedFn(64), "fields": ["text"]}
         a, b = (
-            MemwovenStore(memory, vectors=shared_vectors, embed=HashingEmbedFn(64), fields=["text"], prefix=prefix)
+            MemwovenStore(items, vectors=shared_vectors, index=index, namespace=(f"st{prefix}",))  # type: ignore[arg-type]
             for prefix in prefix_pair
         )
         mine, theirs = namespace_pair
-        try:
-            a.put(mine, "k", {"text": "green tea"})
-            assert b.get(theirs, "k") is None
-            assert b.search(theirs) == []
-            assert b.search(theirs, query="green tea") == []
-            assert b.list_namespaces(prefix=theirs) == []
-            if prefix_pair[0] != prefix_pair[1]:
-                assert b.search(()) == []
-                assert b.list_namespaces() == []
-            b.delete(theirs, "k")
-            assert [item.value for item in a.search(mine, query="green tea")] == [{"text": "green tea"}]
-            assert a.get(mine, "k") is not None
-            assert a.list_namespaces() == [mine]
-        finally:
-            _emptied(memory)
-            shared_vectors.clear()
+        a.put(mine, "k", {"text": "green tea"})
+        assert b.get(theirs, "k") is None
+        assert b.search(theirs) == []
+        assert b.search(theirs, query="green tea") == []
+        assert b.list_namespaces(prefix=theirs) == []
+        if prefix_pair[0] != prefix_pair[1]:
+            assert b.search(()) == []
+            assert b.list_namespaces() == []
+        b.delete(theirs, "k")
+        assert [item.value for item in a.search(mine, query="green tea")] == [{"text": "green tea"}]
+        assert a.get(mine, "k") is not None
+        assert a.list_namespaces() == [mine]
 
     check()
 

@@ -137,10 +137,10 @@ def check_testing() -> None:
 
 
 def check_langchain() -> None:
-    """The LangChain adapter: chat history, vector store and LangGraph store, in memory."""
+    """The LangChain adapter: chat history and vector store, in memory."""
     from langchain_core.messages import AIMessage, HumanMessage
 
-    from langchain_memwoven import MemwovenChatMessageHistory, MemwovenStore, MemwovenVectorStore
+    from langchain_memwoven import MemwovenChatMessageHistory, MemwovenVectorStore
     from memwoven import InMemoryChatMemory, InMemoryVectorMemory
     from memwoven.embed import HashingEmbedFn
 
@@ -150,11 +150,26 @@ def check_langchain() -> None:
     store = MemwovenVectorStore(InMemoryVectorMemory(dimension=64), HashingEmbedFn(dimension=64))
     store.add_texts(["green tea", "black coffee"], ids=["t", "c"])
     assert store.similarity_search("tea", k=1)[0].id == "t"
-    graph_store = MemwovenStore.from_url("memory://")
-    graph_store.put(("users", "u1"), "m1", {"text": "likes tea"})
-    item = graph_store.get(("users", "u1"), "m1")
-    assert item is not None
-    assert item.value == {"text": "likes tea"}
+
+
+def check_langgraph() -> None:
+    """The LangGraph store: on SQLite by URL, with semantic search through a plain embedding function."""
+    from langgraph.store.memwoven import MemwovenStore
+    from memwoven.embed import HashingEmbedFn
+
+    embed = HashingEmbedFn(dimension=64)
+    index = {"dims": 64, "embed": embed.embed_many, "fields": ["text"]}
+    with (
+        tempfile.TemporaryDirectory() as directory,
+        MemwovenStore.from_url(f"sqlite:///{directory}/s.db", index=index) as store,
+    ):
+        store.setup()
+        store.put(("users", "u1"), "m1", {"text": "likes green tea"})
+        store.put(("users", "u1"), "m2", {"text": "rides a bicycle"})
+        item = store.get(("users", "u1"), "m1")
+        assert item is not None
+        assert item.value == {"text": "likes green tea"}
+        assert store.search(("users",), query="green tea", limit=1)[0].key == "m1"
 
 
 def check_llama_index() -> None:
@@ -202,6 +217,7 @@ CHECKS: dict[str, Callable[[], None]] = {
     "simd": check_simd,
     "testing": check_testing,
     "langchain": check_langchain,
+    "langgraph": check_langgraph,
     "llama-index": check_llama_index,
 }
 

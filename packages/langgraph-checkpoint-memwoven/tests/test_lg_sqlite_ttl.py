@@ -20,7 +20,11 @@ pytestmark = pytest.mark.usefixtures("memwoven_backend")
 # expiry code is the one PostgreSQL and MariaDB share (SQLItemMemory); test_lg_postgres_store.py's TTL test runs
 # on the servers.
 MEMWOVEN_BACKENDS = ["memory", "sqlite"]
-EXCLUDED: dict[str, str] = {}
+EXCLUDED = {
+    "test_ttl_override_default": "expects the item with the 5 s default TTL gone 6 s after its put, although the "
+    "store.get at 2 s, under LangGraph's default refresh_on_read=True (TTLConfig), restarted its window to 7 s; "
+    "MemwovenStore refreshes on read as TTLConfig documents (test_ttl_refresh and test_store_ttl check that)",
+}
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
-"""LangChain and LangGraph integration for memwoven: chat history, vector store, embeddings, a LangGraph store and
-a summarizer for `memwoven.policies.SummarizingChatMemory`.
+"""LangChain integration for memwoven: chat history, vector store, embeddings and a summarizer for
+`memwoven.policies.SummarizingChatMemory`. The LangGraph store is in langgraph-checkpoint-memwoven
+(`from langgraph.store.memwoven import MemwovenStore`).
 
 Every class only translates; storage behaviour comes from memwoven's `ChatMemory`, `VectorMemory` and `EmbedFn`.
 """
@@ -8,7 +9,6 @@ from importlib import metadata
 
 from langchain_memwoven.chat_message_histories import MemwovenChatMessageHistory
 from langchain_memwoven.embeddings import EmbedFnEmbeddings, embed_fn_from_embeddings
-from langchain_memwoven.store import MemwovenStore
 from langchain_memwoven.summarize import ChatModelSummarizer, summarizer_from_chat_model
 from langchain_memwoven.vectorstores import MemwovenVectorStore
 
@@ -21,7 +21,6 @@ __all__ = [
     "ChatModelSummarizer",
     "EmbedFnEmbeddings",
     "MemwovenChatMessageHistory",
-    "MemwovenStore",
     "MemwovenVectorStore",
     "__version__",
     "embed_fn_from_embeddings",

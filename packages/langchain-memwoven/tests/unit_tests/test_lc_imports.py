@@ -6,7 +6,6 @@ EXPECTED_ALL = [
     "ChatModelSummarizer",
     "EmbedFnEmbeddings",
     "MemwovenChatMessageHistory",
-    "MemwovenStore",
     "MemwovenVectorStore",
     "__version__",
     "embed_fn_from_embeddings",

@@ -20,7 +20,7 @@ from memwoven import ItemMemory, VectorMemory
 __all__ = ["AsyncMemwovenStore"]
 
 
-class AsyncMemwovenStore(AsyncBatchedBaseStore, MemwovenStore):  # type: ignore[misc]
+class AsyncMemwovenStore(AsyncBatchedBaseStore, MemwovenStore):
     """A `MemwovenStore` for one event loop: concurrent async calls batched, coroutine `setup` and sweeper."""
 
     def __init__(
@@ -54,6 +54,10 @@ class AsyncMemwovenStore(AsyncBatchedBaseStore, MemwovenStore):  # type: ignore[
     async def setup(self) -> None:  # type: ignore[override]
         """Create the storage (tables) now rather than on first use; idempotent."""
         await self.asetup()
+
+    async def sweep_ttl(self) -> int:  # type: ignore[override]
+        """Delete the expired items and the vectors no current item uses; returns how many items were deleted."""
+        return await self.asweep_ttl()
 
     async def start_ttl_sweeper(  # type: ignore[override]
         self, sweep_interval_minutes: float | None = None

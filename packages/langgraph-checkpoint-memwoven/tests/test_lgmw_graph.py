@@ -1,4 +1,5 @@
-"""`MemwovenStore` as the long-term memory of a LangGraph graph (`compile(store=...)`), sync and async."""
+"""`MemwovenStore` as the long-term memory of a LangGraph graph (`compile(store=...)`), sync and async, on every
+backend (`memwoven_backend` of conftest.py); moved here from langchain-memwoven with the store."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import BaseStore
 from typing_extensions import TypedDict
 
-from langchain_memwoven import MemwovenStore
+from langgraph.store.memwoven import MemwovenStore
 from memwoven.embed import HashingEmbedFn
 from memwoven_test_support import unique_name
 
@@ -42,23 +43,21 @@ def graph_with(store: MemwovenStore, recall_node=recall):  # type: ignore[no-unt
     return builder.compile(store=store)
 
 
-def open_store(backend, collection: str | None = None) -> MemwovenStore:  # type: ignore[no-untyped-def]
-    vectors = backend.vector(collection=collection)
-    return MemwovenStore(backend.chat(), vectors=vectors, embed=HashingEmbedFn(64), fields=["text"])
+INDEX = {"dims": 64, "embed": HashingEmbedFn(64), "fields": ["text"]}
 
 
-def test_a_graph_remembers_across_runs(persistent_backend) -> None:  # type: ignore[no-untyped-def]
-    collection, user = unique_name("c"), unique_name("u")
-    graph = graph_with(open_store(persistent_backend, collection))
+def test_a_graph_remembers_across_runs(memwoven_backend) -> None:  # type: ignore[no-untyped-def]
+    user = unique_name("u")
+    graph = graph_with(memwoven_backend.open(MemwovenStore, "graph.db", index=INDEX))
     graph.invoke({"user": user, "note": "likes green tea"})
     graph.invoke({"user": user, "note": "rides a red bicycle"})
-    reopened = graph_with(open_store(persistent_backend, collection))  # new objects over the same storage
+    reopened = graph_with(memwoven_backend.open(MemwovenStore, "graph.db", index=INDEX))  # the same storage again
     result = reopened.invoke({"user": user, "note": "green tea with lemon"})
     assert result["recalled"] == ["green tea with lemon", "likes green tea"]
 
 
-async def test_a_graph_remembers_async(backend) -> None:  # type: ignore[no-untyped-def]
-    graph = graph_with(open_store(backend), arecall)
+async def test_a_graph_remembers_async(memwoven_backend) -> None:  # type: ignore[no-untyped-def]
+    graph = graph_with(memwoven_backend.open(MemwovenStore, index=INDEX), arecall)
     user = unique_name("u")
     await graph.ainvoke({"user": user, "note": "drinks black coffee"})
     result = await graph.ainvoke({"user": user, "note": "black coffee, no sugar"})
