@@ -20,7 +20,7 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.store.base import BaseStore
 from typing_extensions import TypedDict
 
-from langchain_memwoven import MemwovenStore
+from langgraph.store.memwoven import MemwovenStore
 from memwoven.embed import HashingEmbedFn
 
 MESSAGES = [
@@ -68,7 +68,8 @@ def build(store: MemwovenStore):  # type: ignore[no-untyped-def]
 
 def main(path: Path) -> None:
     """Run the graph on each message with a store in the SQLite file at `path`, then show what it holds."""
-    store = MemwovenStore.from_url(f"sqlite:///{path}", embed=HashingEmbedFn(256), fields=["text"])
+    index = {"dims": 256, "embed": HashingEmbedFn(256), "fields": ["text"]}
+    store = MemwovenStore.from_url(f"sqlite:///{path}", index=index)  # type: ignore[arg-type]
     try:
         graph = build(store)
         for user, text in MESSAGES:
