@@ -4,23 +4,20 @@ backend (SQLite, PostgreSQL, MariaDB), plus what is particular to them and to th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 from clock_support import Clock
 from pydantic import ValidationError
+from sql_support import SQLHooks, sql_place
 
 from memwoven import InMemoryItemMemory, Item, ItemMemory, ItemWrite, SQLItemMemory
-from memwoven.backends.sql._schema import Tables
 from memwoven.backends.sql.items import decode_namespace, encode_namespace
 from memwoven.contracts import check_namespace, namespace_matches
 from memwoven.errors import InvalidInputError
 from memwoven.testing import ItemMemoryContract
-from memwoven_test_support import mysql_url, postgres_url, unique_name
 
 
 class TestInMemoryItemMemory(ItemMemoryContract):
@@ -36,28 +33,7 @@ class TestInMemoryItemMemory(ItemMemoryContract):
 # The SQL backend on each database ---------------------------------------------------------------------------
 
 
-def _drop_tables(url: str | sa.URL, prefix: str) -> None:
-    engine = sa.create_engine(url)
-    try:
-        Tables.build(prefix, None).meta.metadata.drop_all(engine, checkfirst=True)
-    finally:
-        engine.dispose()
-
-
-@contextlib.contextmanager
-def sql_place(kind: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
-    """(URL, table prefix) for one test; on a server, its tables (and only those) are dropped afterwards."""
-    if kind == "sqlite":
-        yield f"sqlite:///{tmp_path}/db/memwoven.db", "memwoven_"
-        return
-    url, prefix = (postgres_url() if kind == "postgresql" else mysql_url()), unique_name("mwi") + "_"
-    try:
-        yield url, prefix
-    finally:
-        _drop_tables(SQLItemMemory(url).engine.url, prefix)
-
-
-class _SQLItems(ItemMemoryContract):
+class _SQLItems(SQLHooks, ItemMemoryContract):
     kind = "sqlite"
 
     @pytest.fixture
@@ -68,19 +44,6 @@ class _SQLItems(ItemMemoryContract):
 
     def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
-
-    def reopen(self, memory: ItemMemory) -> ItemMemory:
-        assert isinstance(memory, SQLItemMemory)
-        return SQLItemMemory(memory.engine.url, table_prefix=memory.table_prefix)
-
-    @contextlib.contextmanager
-    def neighbour(self, memory: ItemMemory) -> Iterator[ItemMemory]:
-        assert isinstance(memory, SQLItemMemory)
-        with SQLItemMemory(memory.engine.url, table_prefix=memory.table_prefix + "s_") as neighbour:
-            try:
-                yield neighbour
-            finally:
-                neighbour.drop_tables()
 
 
 class TestSQLiteItems(_SQLItems):
@@ -196,5 +159,5 @@ def test_expired_items_are_freed_by_cleanup(clock: Clock) -> None:
     clock.advance(2)
     assert memory.namespaces() == [("m",)]
     assert memory.cleanup_expired() == 3
-    assert memory._namespaces.keys() == {("m",)}  # the emptied namespace is gone too
+    assert memory._by_namespace.keys() == {("m",)}  # the emptied namespace is gone too
     assert repr(memory) == "InMemoryItemMemory()"

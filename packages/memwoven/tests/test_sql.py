@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from clock_support import Clock
+from sql_support import KINDS, SQLHooks, sql_place
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from memwoven import (
@@ -38,9 +39,8 @@ from memwoven.contracts import ChatMemory, VectorMemory
 from memwoven.history import encode_message
 from memwoven.testing import HOSTILE_IDS, ChatMemoryContract, VectorMemoryContract, turn
 from memwoven.urls import open_vector_memory
-from memwoven_test_support import mysql_url, postgres_url, unique_name
+from memwoven_test_support import postgres_url, unique_name
 
-KINDS = ("sqlite", "postgresql", "mariadb")
 # valid JSON (PostgreSQL's json column refuses anything else) that is not a Message
 _UNDECODABLE = '{"role": "wizard", "content": 3}'
 
@@ -66,27 +66,15 @@ class Place:
             memory.close()
 
 
-def _drop_tables(url: str, prefix: str) -> None:
-    engine = SQLChatMemory(url, table_prefix=prefix).engine
-    try:
-        Tables.build(prefix, None).meta.metadata.drop_all(engine, checkfirst=True)
-    finally:
-        engine.dispose()
-
-
 @contextmanager
 def place_for(kind: str, tmp_path: Path) -> Iterator[Place]:
     """A fresh place on `kind`; on a server, this test's tables (and only those) are dropped afterwards."""
-    if kind == "sqlite":
-        where = Place(f"sqlite:///{tmp_path}/db/memwoven.db", "memwoven_")
-    else:
-        where = Place(postgres_url() if kind == "postgresql" else mysql_url(), unique_name("mwt") + "_")
-    try:
-        yield where
-    finally:
-        where.close()
-        if kind != "sqlite":
-            _drop_tables(where.url, where.prefix)
+    with sql_place(kind, tmp_path) as (url, prefix):
+        where = Place(url, prefix)
+        try:
+            yield where
+        finally:
+            where.close()
 
 
 @pytest.fixture(params=KINDS)
@@ -103,26 +91,13 @@ def _execute(memory: SQLChatMemory | SQLVectorMemory, statement: sa.Executable) 
 # The conformance suite on each database --------------------------------------------------------------------
 
 
-class _ChatContract(ChatMemoryContract):
+class _ChatContract(SQLHooks, ChatMemoryContract):
     kind = "sqlite"
 
     @pytest.fixture
     def chat_memory(self, tmp_path: Path) -> Iterator[ChatMemory]:
         with place_for(self.kind, tmp_path) as where:
             yield where.chat()
-
-    def reopen(self, memory: ChatMemory) -> ChatMemory:
-        assert isinstance(memory, SQLChatMemory)
-        return SQLChatMemory(memory.engine.url, table_prefix=memory.table_prefix)
-
-    @contextlib.contextmanager
-    def neighbour(self, memory: ChatMemory) -> Iterator[ChatMemory]:
-        assert isinstance(memory, SQLChatMemory)
-        with SQLChatMemory(memory.engine.url, table_prefix=memory.table_prefix + "s_") as neighbour:
-            try:
-                yield neighbour
-            finally:
-                neighbour.drop_tables()
 
     def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
         assert isinstance(memory, SQLChatMemory)

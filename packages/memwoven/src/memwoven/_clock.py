@@ -7,8 +7,11 @@ clock decides is not covered: a file session's age comes from its modification t
 from __future__ import annotations
 
 import time
+from datetime import datetime, timedelta, timezone
 
-__all__ = ["monotonic", "wall_ms"]
+__all__ = ["monotonic", "utc", "wall_ms"]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def monotonic() -> float:
@@ -19,3 +22,8 @@ def monotonic() -> float:
 def wall_ms() -> int:
     """Milliseconds since the Unix epoch (expiry times stored in a database, shared by every process)."""
     return time.time_ns() // 1_000_000
+
+
+def utc(epoch_ms: int) -> datetime:
+    """The UTC time `epoch_ms` milliseconds after the Unix epoch (as `wall_ms` counts)."""
+    return _EPOCH + timedelta(milliseconds=epoch_ms)

@@ -22,6 +22,7 @@ Redis script) overrides those two to execute them. A method that is plain sync c
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
@@ -41,6 +42,7 @@ __all__ = [
     "async_twin",
     "execute",
     "function_twins",
+    "no_io",
     "run",
     "twin_name",
     "twins",
@@ -236,6 +238,18 @@ def function_twins(
     _named(function, steps, name, steps.__doc__)
     _named(afunction, steps, twin_name(name), f"Async twin of `{name}`.")
     return function, afunction
+
+
+def no_io(function: Callable[_P, _T]) -> Callable[_P, Steps[_T]]:
+    """The steps of code that needs no executor (in-process work that never blocks, like a dict behind a lock):
+    it runs when driven, by `run` or `arun` alike, and yields no step. For a backend implementing step hooks."""
+
+    @functools.wraps(function)
+    def steps(*args: _P.args, **kwargs: _P.kwargs) -> Steps[_T]:
+        yield from ()  # no step; being a generator, the work runs when driven, not when called
+        return function(*args, **kwargs)
+
+    return steps
 
 
 def async_twin(method: Callable[Concatenate[_R, _P], _T]) -> Callable[Concatenate[_R, _P], Coroutine[Any, Any, _T]]:

@@ -21,33 +21,35 @@ from typing import Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkabl
 
 from memwoven._steps import Call, Invoke, Runner, Sleep, Steps, arun, async_twin, run, twins
 from memwoven.errors import ConcurrentModificationError, InvalidInputError
+from memwoven.filters import Predicate, compile_filter
 from memwoven.models import FrozenDict, Item, Message, ScoredDocument, VectorDocument, coerce_item_value
 
 __all__ = [
+    "WILDCARD",
     "ChatMemory",
     "ChatSession",
+    "CheckedWrite",
     "CollectionInfo",
     "History",
+    "ItemAddress",
     "ItemMemory",
     "ItemOrder",
+    "ItemQuery",
     "ItemWrite",
     "Metric",
     "Namespace",
+    "NamespaceQuery",
     "SupportsExpiry",
     "VectorMemory",
     "check_collection",
+    "check_expected",
     "check_id",
     "check_ids",
     "check_item_key",
     "check_item_keys",
     "check_item_value",
-    "check_item_writes",
-    "check_max_depth",
     "check_namespace",
-    "check_order",
-    "check_page",
     "check_ttl",
-    "check_version",
     "is_collection_name",
     "namespace_matches",
     "next_version",
@@ -446,6 +448,8 @@ class VectorMemory(_Closable, ABC):
 Namespace = tuple[str, ...]
 """An item's namespace: one or more labels, a path from the most general (``("users", "u1", "facts")``)."""
 ItemOrder = Literal["asc", "desc"]
+ItemAddress = tuple[Namespace, str]
+"""An item's validated address: (namespace, key)."""
 ItemKeys = Iterable[tuple[Sequence[str], str]]
 WILDCARD = "*"
 """In the `prefix` and `suffix` of `ItemMemory.namespaces`, a label matching any one label."""
@@ -459,6 +463,16 @@ class ItemWrite(NamedTuple):
     value: Mapping[str, Any]
     ttl: float | None = None
     expected_version: int | None = None
+
+
+class CheckedWrite(NamedTuple):
+    """An `ItemWrite` validated: what a backend's `ItemMemory._write` receives."""
+
+    namespace: Namespace
+    key: str
+    value: FrozenDict
+    ttl: float | None
+    expected_version: int | None
 
 
 def check_namespace(value: object, what: str = "namespace", *, prefix: bool = False) -> Namespace:
@@ -501,62 +515,17 @@ def check_ttl(value: object) -> float | None:
     return float(value)
 
 
-def check_version(value: object) -> int | None:
-    """Return an `expected_version` if it is None or an int >= 0 (0: the item must not exist)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInputError(f"expected_version must be None or an int >= 0, got {value!r:.120}")
-    return value
-
-
 def check_item_value(value: object) -> FrozenDict:
     """Validate an item's value (a JSON object within the limits) into a frozen one (`models.coerce_item_value`)."""
     return coerce_item_value(value)
 
 
-def check_item_writes(
-    writes: Iterable[ItemWrite | tuple[Any, ...]],
-) -> list[tuple[Namespace, str, FrozenDict, float | None, int | None]]:
-    """Validate `put_many`'s writes; two writes of one item are refused (their order would decide)."""
-    if isinstance(writes, (str, bytes, Mapping)):
-        raise InvalidInputError(f"expected a list of item writes, got a {type(writes).__name__}")
-    checked = []
-    seen: set[tuple[Namespace, str]] = set()
-    for position, write in enumerate(writes):
-        if not isinstance(write, tuple) or not 3 <= len(write) <= 5:
-            raise InvalidInputError(f"write {position} must be an ItemWrite or a tuple of 3 to 5 values")
-        namespace, key, value, ttl, expected = ItemWrite(*write)
-        address = check_item_key(namespace, key)
-        if address in seen:
-            raise InvalidInputError(f"write {position}: item {address!r:.200} is written twice in one batch")
-        seen.add(address)
-        checked.append((*address, check_item_value(value), check_ttl(ttl), check_version(expected)))
-    return checked
-
-
-def check_order(value: object) -> ItemOrder:
-    """Return `value` if it is "asc" or "desc"."""
-    if value not in ("asc", "desc"):
-        raise InvalidInputError(f'order must be "asc" or "desc", got {value!r:.120}')
-    return value
-
-
-def check_page(limit: object, offset: object) -> tuple[int | None, int]:
-    """Validate a page: `limit` None (no limit) or an int >= 0, `offset` an int >= 0."""
-    for name, value in (("limit", limit), ("offset", offset)):
-        if value is None and name == "limit":
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidInputError(f"{name} must be an int >= 0, got {value!r:.120}")
-    return limit, offset  # type: ignore[return-value]
-
-
-def check_max_depth(value: object) -> int | None:
-    """Return `max_depth` if it is None or an int >= 1."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise InvalidInputError(f"max_depth must be None or an int >= 1, got {value!r:.120}")
-    return value
+def check_expected(namespace: Namespace, key: str, version: int, expected: int | None) -> None:
+    """Raise `ConcurrentModificationError` unless `expected` is None or the item's current `version` (0: absent)."""
+    if expected is not None and expected != version:
+        raise ConcurrentModificationError(
+            f"item {key!r:.200} in {namespace!r:.200} is at version {version}, not {expected}; reload and retry"
+        )
 
 
 def namespace_matches(namespace: Namespace, prefix: Namespace = (), suffix: Namespace = ()) -> bool:
@@ -569,25 +538,172 @@ def namespace_matches(namespace: Namespace, prefix: Namespace = (), suffix: Name
     return head and tail
 
 
+def _check_writes(writes: Iterable[ItemWrite | tuple[Any, ...]]) -> list[CheckedWrite]:
+    """Validate `put_many`'s writes; two writes of one item are refused (their order would decide)."""
+    if isinstance(writes, (str, bytes, Mapping)):
+        raise InvalidInputError(f"expected a list of item writes, got a {type(writes).__name__}")
+    checked = []
+    seen: set[ItemAddress] = set()
+    for position, write in enumerate(writes):
+        if not isinstance(write, tuple) or not 3 <= len(write) <= 5:
+            raise InvalidInputError(f"write {position} must be an ItemWrite or a tuple of 3 to 5 values")
+        namespace, key, value, ttl, expected = ItemWrite(*write)
+        address = check_item_key(namespace, key)
+        if address in seen:
+            raise InvalidInputError(f"write {position}: item {address!r:.200} is written twice in one batch")
+        seen.add(address)
+        checked.append(CheckedWrite(*address, check_item_value(value), check_ttl(ttl), _check_version(expected)))
+    return checked
+
+
+def _check_version(value: object) -> int | None:
+    """Return an `expected_version` if it is None or an int >= 0 (0: the item must not exist)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInputError(f"expected_version must be None or an int >= 0, got {value!r:.120}")
+    return value
+
+
+def _check_page(limit: object, offset: object) -> tuple[int | None, int]:
+    """Validate a page: `limit` None (no limit) or an int >= 0, `offset` an int >= 0."""
+    for name, value in (("limit", limit), ("offset", offset)):
+        if value is None and name == "limit":
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidInputError(f"{name} must be an int >= 0, got {value!r:.120}")
+    return limit, offset  # type: ignore[return-value]
+
+
+def _page(values: list[_T], limit: int | None, offset: int) -> list[_T]:
+    return values[offset:] if limit is None else values[offset : offset + limit]
+
+
+class ItemQuery(NamedTuple):
+    """A validated `ItemMemory.list` or `count`, as a backend's `_select` receives it."""
+
+    prefix: Namespace
+    filter: Filter | None
+    """The filter as given (validated): for a backend that translates it into its own query language."""
+    predicate: Predicate | None
+    """The filter compiled (`memwoven.filters`): for a backend that evaluates it on the values it reads."""
+    descending: bool = False
+    after: str | None = None
+    before: str | None = None
+    limit: int | None = None
+    offset: int = 0
+
+    @classmethod
+    def of(
+        cls,
+        namespace_prefix: object,
+        filter: object = None,
+        order: object = "asc",
+        after: object = None,
+        before: object = None,
+        limit: object = None,
+        offset: object = 0,
+    ) -> ItemQuery:
+        """Validate the arguments of `list` (`InvalidInputError`)."""
+        if order not in ("asc", "desc"):
+            raise InvalidInputError(f'order must be "asc" or "desc", got {order!r:.120}')
+        return cls(
+            check_namespace(namespace_prefix, "namespace prefix", prefix=True),
+            filter,  # type: ignore[arg-type]  # compile_filter checked it
+            None if filter is None else compile_filter(filter),  # type: ignore[arg-type]
+            order == "desc",
+            None if after is None else check_id(after, "after key"),
+            None if before is None else check_id(before, "before key"),
+            *_check_page(limit, offset),
+        )
+
+    def in_range(self, key: str) -> bool:
+        """Whether `key` lies between `after` and `before` (both excluded)."""
+        return (self.after is None or key > self.after) and (self.before is None or key < self.before)
+
+    def answer(self, items: Iterable[Item]) -> list[Item]:
+        """The query's answer computed in Python over `items`, the live items under its prefix: those in range
+        whose value matches, sorted by key then namespace (code point order), paged."""
+        predicate = self.predicate
+        found = [item for item in items if self.in_range(item.key) and (predicate is None or predicate(item.value))]
+        found.sort(key=lambda item: (item.key, item.namespace), reverse=self.descending)
+        return self.page(found)
+
+    def page(self, values: list[_T]) -> list[_T]:
+        """`values` (in the query's order) with `offset` skipped and at most `limit` kept."""
+        return _page(values, self.limit, self.offset)
+
+
+class NamespaceQuery(NamedTuple):
+    """A validated `ItemMemory.namespaces`."""
+
+    prefix: Namespace = ()
+    suffix: Namespace = ()
+    max_depth: int | None = None
+    limit: int | None = None
+    offset: int = 0
+
+    @classmethod
+    def of(
+        cls,
+        prefix: object = None,
+        suffix: object = None,
+        max_depth: object = None,
+        limit: object = None,
+        offset: object = 0,
+    ) -> NamespaceQuery:
+        """Validate the arguments of `namespaces` (`InvalidInputError`)."""
+        if max_depth is not None and (isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < 1):
+            raise InvalidInputError(f"max_depth must be None or an int >= 1, got {max_depth!r:.120}")
+        return cls(
+            () if prefix is None else check_namespace(prefix, "namespace prefix", prefix=True),
+            () if suffix is None else check_namespace(suffix, "namespace suffix", prefix=True),
+            max_depth,
+            *_check_page(limit, offset),
+        )
+
+    @property
+    def fixed(self) -> Namespace:
+        """The labels of `prefix` before its first wildcard: every namespace asked for starts with them."""
+        return self.prefix[: self.prefix.index(WILDCARD)] if WILDCARD in self.prefix else self.prefix
+
+    def answer(self, namespaces: Iterable[Namespace]) -> list[Namespace]:
+        """The matching ones of `namespaces`, cut to `max_depth` labels, without duplicates, sorted, paged."""
+        found = {ns[: self.max_depth] for ns in namespaces if namespace_matches(ns, self.prefix, self.suffix)}
+        return _page(sorted(found), self.limit, self.offset)
+
+
 class ItemMemory(_Closable, ABC):
     """JSON objects addressed by (namespace, key), with a version per item, optional expiry and listing by
     namespace prefix. The invariants IM1-IM11 are in docs/contracts.md.
 
     Every operation validates all of its input before anything is read or written (`InvalidInputError`). Expired
     items read as absent everywhere (version 0 included) until `cleanup_expired` frees them.
+
+    The public methods are written once, here: each validates its arguments and hands them, checked, to the
+    backend's hooks (`_read`, `_write`, `_delete_items`, `_select`, `_stored_namespaces`, `_expire`, optionally
+    `_count_matching`), which are steps (`memwoven._steps`); an in-process backend writes them with `no_io`.
     """
 
-    @abstractmethod
-    def get(self, namespace: Sequence[str], key: str, *, refresh_ttl: bool = False) -> Item | None:
+    def _get(self, namespace: Sequence[str], key: str, *, refresh_ttl: bool = False) -> Steps[Item | None]:
         """The item, or None if it does not exist (or expired). With `refresh_ttl`, an item with a `ttl` gets
         its expiry moved to now + ttl (nothing else changes: neither its version nor `updated_at`)."""
+        items: builtins.list[Item | None] = yield from self._read([check_item_key(namespace, key)], bool(refresh_ttl))
+        return items[0]
 
-    @abstractmethod
-    def get_many(self, keys: ItemKeys, *, refresh_ttl: bool = False) -> builtins.list[Item | None]:
+    get, aget = twins(_get)
+
+    def _get_many(self, keys: ItemKeys, *, refresh_ttl: bool = False) -> Steps[builtins.list[Item | None]]:
         """`get` of each (namespace, key) pair, in the order asked (None where absent)."""
+        addresses = check_item_keys(keys)
+        if not addresses:
+            return []
+        items: builtins.list[Item | None] = yield from self._read(addresses, bool(refresh_ttl))
+        return items
 
-    @abstractmethod
-    def put(
+    get_many, aget_many = twins(_get_many)
+
+    def _put(
         self,
         namespace: Sequence[str],
         key: str,
@@ -595,30 +711,51 @@ class ItemMemory(_Closable, ABC):
         *,
         ttl: float | None = None,
         expected_version: int | None = None,
-    ) -> int:
+    ) -> Steps[int]:
         """Create or replace the item and return its new version (greater than any it had before).
 
         `ttl` (seconds) makes it expire that long after this write; None: never. With `expected_version`, raise
         `ConcurrentModificationError` unless the stored version still matches (0: the item must not exist).
         """
+        versions: builtins.list[int] = yield from self._write(
+            _check_writes([ItemWrite(namespace, key, value, ttl, expected_version)])
+        )
+        return versions[0]
 
-    @abstractmethod
-    def put_many(self, writes: Iterable[ItemWrite | tuple[Any, ...]]) -> builtins.list[int]:
+    put, aput = twins(_put)
+
+    def _put_many(self, writes: Iterable[ItemWrite | tuple[Any, ...]]) -> Steps[builtins.list[int]]:
         """`put` of each `ItemWrite` (namespace, key, value, ttl=None, expected_version=None); the new versions in
         order. All or nothing: if any expected version does not match, `ConcurrentModificationError` and nothing is
         written (a backend without transactions documents otherwise). One item twice is `InvalidInputError`."""
+        checked = _check_writes(writes)
+        if not checked:
+            return []
+        versions: builtins.list[int] = yield from self._write(checked)
+        return versions
 
-    @abstractmethod
-    def delete(self, namespace: Sequence[str], key: str, *, expected_version: int | None = None) -> bool:
+    put_many, aput_many = twins(_put_many)
+
+    def _delete(self, namespace: Sequence[str], key: str, *, expected_version: int | None = None) -> Steps[bool]:
         """Delete the item; return whether it existed. With `expected_version`, raise
         `ConcurrentModificationError` unless the stored version matches (0: succeeds only if absent)."""
+        address = check_item_key(namespace, key)
+        existed: int = yield from self._delete_items([address], _check_version(expected_version))
+        return existed > 0
 
-    @abstractmethod
-    def delete_many(self, keys: ItemKeys) -> int:
+    delete, adelete = twins(_delete)
+
+    def _delete_many(self, keys: ItemKeys) -> Steps[int]:
         """Delete each (namespace, key) pair (unknown ones are ignored); return how many existed."""
+        addresses = builtins.list(dict.fromkeys(check_item_keys(keys)))
+        if not addresses:
+            return 0
+        existed: int = yield from self._delete_items(addresses, None)
+        return existed
 
-    @abstractmethod
-    def list(
+    delete_many, adelete_many = twins(_delete_many)
+
+    def _list(
         self,
         namespace_prefix: Sequence[str] = (),
         *,
@@ -628,18 +765,27 @@ class ItemMemory(_Closable, ABC):
         before: str | None = None,
         limit: int | None = None,
         offset: int = 0,
-    ) -> builtins.list[Item]:
+    ) -> Steps[builtins.list[Item]]:
         """The items whose namespace starts with `namespace_prefix` (label by label; () is every item) and whose
         value matches `filter` (`memwoven.filters`, dotted paths reaching into nested objects), sorted by key, then
         namespace, in code point order (`order="desc"` reverses it); only keys > `after` and < `before`; then
         `offset` skipped and at most `limit` returned."""
+        query = ItemQuery.of(namespace_prefix, filter, order, after, before, limit, offset)
+        if query.limit == 0:
+            return []
+        items: builtins.list[Item] = yield from self._select(query)
+        return items
 
-    @abstractmethod
-    def count(self, namespace_prefix: Sequence[str] = (), *, filter: Filter | None = None) -> int:
+    list, alist = twins(_list)
+
+    def _count(self, namespace_prefix: Sequence[str] = (), *, filter: Filter | None = None) -> Steps[int]:
         """How many items `list(namespace_prefix, filter=filter)` returns."""
+        counted: int = yield from self._count_matching(ItemQuery.of(namespace_prefix, filter))
+        return counted
 
-    @abstractmethod
-    def namespaces(
+    count, acount = twins(_count)
+
+    def _namespaces(
         self,
         *,
         prefix: Sequence[str] | None = None,
@@ -647,22 +793,54 @@ class ItemMemory(_Closable, ABC):
         max_depth: int | None = None,
         limit: int | None = None,
         offset: int = 0,
-    ) -> builtins.list[Namespace]:
+    ) -> Steps[builtins.list[Namespace]]:
         """The namespaces holding at least one item that match `prefix` and `suffix` (`namespace_matches`: "*"
         matches any one label), each cut to its first `max_depth` labels, without duplicates, sorted; then
         `offset` skipped and at most `limit` returned."""
+        query = NamespaceQuery.of(prefix, suffix, max_depth, limit, offset)
+        stored: Iterable[Namespace] = yield from self._stored_namespaces(query.fixed)
+        return query.answer(stored)
+
+    namespaces, anamespaces = twins(_namespaces)
+
+    def _cleanup_expired(self) -> Steps[int]:
+        """Delete the expired items (they already read as absent); return how many."""
+        removed: int = yield from self._expire()
+        return removed
+
+    cleanup_expired, acleanup_expired = twins(_cleanup_expired)
+
+    # The backend's hooks: each receives validated arguments. ---------------------------------------------------
 
     @abstractmethod
-    def cleanup_expired(self) -> int:
-        """Delete the expired items (they already read as absent); return how many."""
+    def _read(self, addresses: Sequence[ItemAddress], refresh: bool) -> Steps[builtins.list[Item | None]]:
+        """The live items at `addresses` (not empty, maybe repeated), in order, None where absent or expired. With
+        `refresh`, each found item that has a `ttl` gets its expiry moved to now + ttl (and is returned so)."""
 
-    aget = async_twin(get)
-    aget_many = async_twin(get_many)
-    aput = async_twin(put)
-    aput_many = async_twin(put_many)
-    adelete = async_twin(delete)
-    adelete_many = async_twin(delete_many)
-    alist = async_twin(list)
-    acount = async_twin(count)
-    anamespaces = async_twin(namespaces)
-    acleanup_expired = async_twin(cleanup_expired)
+    @abstractmethod
+    def _write(self, writes: Sequence[CheckedWrite]) -> Steps[builtins.list[int]]:
+        """Apply `writes` (not empty, distinct items; namespace a tuple, value frozen, ttl and expected version
+        checked) all or nothing, `check_expected` failing before anything is written; the new versions in order
+        (`next_version` of the stored one, expired or not: a version is never reused)."""
+
+    @abstractmethod
+    def _delete_items(self, addresses: Sequence[ItemAddress], expected: int | None) -> Steps[int]:
+        """Delete the items at `addresses` (not empty, distinct); return how many were live. `expected` (given
+        with one address only) is checked first with `check_expected`."""
+
+    @abstractmethod
+    def _select(self, query: ItemQuery) -> Steps[builtins.list[Item]]:
+        """The answer to `query` (`ItemQuery.answer` computes it in Python over the live items of its prefix)."""
+
+    def _count_matching(self, query: ItemQuery) -> Steps[int]:
+        """How many items match `query` (which has no page): by default, the length of `_select`'s answer."""
+        items: builtins.list[Item] = yield from self._select(query)
+        return len(items)
+
+    @abstractmethod
+    def _stored_namespaces(self, prefix: Namespace) -> Steps[Iterable[Namespace]]:
+        """The namespaces holding live items that start with `prefix` (no wildcard in it), duplicates allowed."""
+
+    @abstractmethod
+    def _expire(self) -> Steps[int]:
+        """Delete the expired items; return how many."""

@@ -9,41 +9,29 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timezone
-from typing import Any, NamedTuple
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
 import memwoven._clock as _clock
-from memwoven._steps import async_twin
+from memwoven._steps import async_twin, no_io
 from memwoven.contracts import (
     ChatMemory,
+    CheckedWrite,
     DocumentsIn,
-    Filter,
     History,
-    ItemKeys,
+    ItemAddress,
     ItemMemory,
-    ItemOrder,
-    ItemWrite,
+    ItemQuery,
     MessagesIn,
     Metric,
     Namespace,
+    check_expected,
     check_id,
-    check_item_key,
-    check_item_keys,
-    check_item_writes,
-    check_max_depth,
-    check_namespace,
-    check_order,
-    check_page,
-    check_version,
-    namespace_matches,
     next_version,
 )
 from memwoven.errors import ConcurrentModificationError, InvalidInputError
-from memwoven.filters import Predicate, compile_filter
 from memwoven.history import message_ids, not_stored
 from memwoven.models import (
-    FrozenDict,
     Item,
     Message,
     ScoredDocument,
@@ -232,10 +220,6 @@ class _Stored(NamedTuple):
     deadline: float | None  # _clock.monotonic() the item expires at (None: never)
 
 
-def _utc(wall_ms: int) -> datetime:
-    return datetime.fromtimestamp(wall_ms / 1000, tz=timezone.utc)
-
-
 class InMemoryItemMemory(ItemMemory):
     """Items in a dict of namespaces, each a dict of keys, behind one lock. Items are immutable values, so reads
     hand out the stored ones without copying.
@@ -248,134 +232,70 @@ class InMemoryItemMemory(ItemMemory):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._namespaces: dict[Namespace, dict[str, _Stored]] = {}
+        self._by_namespace: dict[Namespace, dict[str, _Stored]] = {}
 
     def __repr__(self) -> str:
         return "InMemoryItemMemory()"
 
-    def get(self, namespace: Sequence[str], key: str, *, refresh_ttl: bool = False) -> Item | None:
-        """The item, or None."""
-        address = check_item_key(namespace, key)
-        with self._lock:
-            return self._get(*address, refresh_ttl, _clock.monotonic())
-
-    def get_many(self, keys: ItemKeys, *, refresh_ttl: bool = False) -> builtins.list[Item | None]:
-        """The items asked for, in order (None where absent)."""
-        addresses = check_item_keys(keys)
+    @no_io
+    def _read(self, addresses: Sequence[ItemAddress], refresh: bool) -> builtins.list[Item | None]:
         with self._lock:
             now = _clock.monotonic()
-            return [self._get(namespace, key, refresh_ttl, now) for namespace, key in addresses]
+            return [self._found(namespace, key, refresh, now) for namespace, key in addresses]
 
-    def put(
-        self,
-        namespace: Sequence[str],
-        key: str,
-        value: Mapping[str, Any],
-        *,
-        ttl: float | None = None,
-        expected_version: int | None = None,
-    ) -> int:
-        """Create or replace the item; return its new version."""
-        return self.put_many([ItemWrite(namespace, key, value, ttl, expected_version)])[0]
-
-    def put_many(self, writes: Iterable[ItemWrite | tuple[Any, ...]]) -> builtins.list[int]:
-        """Write every item, or none of them if an expected version does not match."""
-        checked = check_item_writes(writes)
+    @no_io
+    def _write(self, writes: Sequence[CheckedWrite]) -> builtins.list[int]:
         with self._lock:
             now = _clock.monotonic()
-            current = [self._live(namespace, key, now) for namespace, key, *_ in checked]
-            for (namespace, key, _, _, expected), stored in zip(checked, current):
-                self._check_version(namespace, key, stored, expected)
+            current = [self._live(write.namespace, write.key, now) for write in writes]
+            for write, stored in zip(writes, current):
+                version = 0 if stored is None else stored.item.version
+                check_expected(write.namespace, write.key, version, write.expected_version)
             wall = _clock.wall_ms()
-            return [
-                self._write(namespace, key, value, ttl, stored, now, wall)
-                for (namespace, key, value, ttl, _), stored in zip(checked, current)
-            ]
+            return [self._store(write, stored, now, wall) for write, stored in zip(writes, current)]
 
-    def delete(self, namespace: Sequence[str], key: str, *, expected_version: int | None = None) -> bool:
-        """Delete the item; return whether it existed."""
-        address = check_item_key(namespace, key)
-        expected = check_version(expected_version)
-        with self._lock:
-            stored = self._live(*address, _clock.monotonic())
-            self._check_version(*address, stored, expected)
-            self._remove(*address)
-            return stored is not None
-
-    def delete_many(self, keys: ItemKeys) -> int:
-        """Delete the items; return how many existed."""
-        addresses = set(check_item_keys(keys))
+    @no_io
+    def _delete_items(self, addresses: Sequence[ItemAddress], expected: int | None) -> int:
         with self._lock:
             now = _clock.monotonic()
-            existed = sum(self._live(namespace, key, now) is not None for namespace, key in addresses)
+            live = [self._live(namespace, key, now) for namespace, key in addresses]
+            if expected is not None:
+                check_expected(*addresses[0], 0 if live[0] is None else live[0].item.version, expected)
             for namespace, key in addresses:
                 self._remove(namespace, key)
-            return existed
+            return sum(stored is not None for stored in live)
 
-    def list(
-        self,
-        namespace_prefix: Sequence[str] = (),
-        *,
-        filter: Filter | None = None,
-        order: ItemOrder = "asc",
-        after: str | None = None,
-        before: str | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> builtins.list[Item]:
-        """The matching items, sorted by key (then namespace)."""
-        prefix = check_namespace(namespace_prefix, "namespace prefix", prefix=True)
-        predicate = compile_filter(filter) if filter is not None else None
-        descending = check_order(order) == "desc"
-        low = None if after is None else check_id(after, "after key")
-        high = None if before is None else check_id(before, "before key")
-        limit, offset = check_page(limit, offset)
-        items = [
-            item
-            for item in self._matching(prefix, predicate)
-            if (low is None or item.key > low) and (high is None or item.key < high)
-        ]
-        items.sort(key=lambda item: (item.key, item.namespace), reverse=descending)
-        end = None if limit is None else offset + limit
-        return items[offset:end]
-
-    def count(self, namespace_prefix: Sequence[str] = (), *, filter: Filter | None = None) -> int:
-        """How many items match."""
-        prefix = check_namespace(namespace_prefix, "namespace prefix", prefix=True)
-        predicate = compile_filter(filter) if filter is not None else None
-        return len(self._matching(prefix, predicate))
-
-    def namespaces(
-        self,
-        *,
-        prefix: Sequence[str] | None = None,
-        suffix: Sequence[str] | None = None,
-        max_depth: int | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> builtins.list[Namespace]:
-        """The namespaces holding items, matched, cut and paged."""
-        head = () if prefix is None else check_namespace(prefix, "namespace prefix", prefix=True)
-        tail = () if suffix is None else check_namespace(suffix, "namespace suffix", prefix=True)
-        depth = check_max_depth(max_depth)
-        limit, offset = check_page(limit, offset)
+    @no_io
+    def _select(self, query: ItemQuery) -> builtins.list[Item]:
+        prefix = query.prefix
         with self._lock:
             now = _clock.monotonic()
-            found = {
-                namespace[:depth]
-                for namespace, items in self._namespaces.items()
-                if namespace_matches(namespace, head, tail) and any(_alive(stored, now) for stored in items.values())
-            }
-        end = None if limit is None else offset + limit
-        return sorted(found)[offset:end]
+            candidates = [
+                stored.item
+                for namespace, items in self._by_namespace.items()
+                if namespace[: len(prefix)] == prefix
+                for stored in items.values()
+                if _alive(stored, now)
+            ]
+        return query.answer(candidates)
 
-    def cleanup_expired(self) -> int:
-        """Free the expired items; return how many."""
+    @no_io
+    def _stored_namespaces(self, prefix: Namespace) -> builtins.list[Namespace]:
+        with self._lock:
+            now = _clock.monotonic()
+            return [
+                namespace
+                for namespace, items in self._by_namespace.items()
+                if namespace[: len(prefix)] == prefix and any(_alive(stored, now) for stored in items.values())
+            ]
+
+    @no_io
+    def _expire(self) -> int:
         with self._lock:
             now = _clock.monotonic()
             expired = [
                 (namespace, key)
-                for namespace, items in self._namespaces.items()
+                for namespace, items in self._by_namespace.items()
                 for key, stored in items.items()
                 if not _alive(stored, now)
             ]
@@ -383,55 +303,27 @@ class InMemoryItemMemory(ItemMemory):
                 self._remove(namespace, key)
             return len(expired)
 
-    def _matching(self, prefix: Namespace, predicate: Predicate | None) -> builtins.list[Item]:
-        with self._lock:
-            now = _clock.monotonic()
-            candidates = [
-                stored.item
-                for namespace, items in self._namespaces.items()
-                if namespace[: len(prefix)] == prefix
-                for stored in items.values()
-                if _alive(stored, now)
-            ]
-        return candidates if predicate is None else [item for item in candidates if predicate(item.value)]
-
     def _live(self, namespace: Namespace, key: str, now: float) -> _Stored | None:
-        items = self._namespaces.get(namespace)
+        items = self._by_namespace.get(namespace)
         stored = None if items is None else items.get(key)
         return stored if stored is not None and _alive(stored, now) else None
 
-    def _get(self, namespace: Namespace, key: str, refresh: bool, now: float) -> Item | None:
+    def _found(self, namespace: Namespace, key: str, refresh: bool, now: float) -> Item | None:
         stored = self._live(namespace, key, now)
         if stored is None:
             return None
         ttl = stored.item.ttl
         if not refresh or ttl is None:
             return stored.item
-        item = stored.item.model_copy(update={"expires_at": _utc(_clock.wall_ms() + round(ttl * 1000))})
-        self._namespaces[namespace][key] = _Stored(item, now + ttl)
+        item = stored.item.model_copy(update={"expires_at": _clock.utc(_clock.wall_ms() + round(ttl * 1000))})
+        self._by_namespace[namespace][key] = _Stored(item, now + ttl)
         return item
 
-    @staticmethod
-    def _check_version(namespace: Namespace, key: str, stored: _Stored | None, expected: int | None) -> None:
-        version = 0 if stored is None else stored.item.version
-        if expected is not None and expected != version:
-            raise ConcurrentModificationError(
-                f"item {key!r:.200} in {namespace!r:.200} is at version {version}, not {expected}; reload and retry"
-            )
-
-    def _write(
-        self,
-        namespace: Namespace,
-        key: str,
-        value: FrozenDict,
-        ttl: float | None,
-        stored: _Stored | None,
-        now: float,
-        wall: int,
-    ) -> int:
-        existing = self._namespaces.get(namespace, {}).get(key)  # expired or not: versions never repeat
+    def _store(self, write: CheckedWrite, stored: _Stored | None, now: float, wall: int) -> int:
+        namespace, key, value, ttl, _ = write
+        existing = self._by_namespace.get(namespace, {}).get(key)  # expired or not: versions never repeat
         version = next_version(0 if existing is None else existing.item.version)
-        updated = _utc(wall)
+        updated = _clock.utc(wall)
         item = Item.model_construct(
             namespace=namespace,
             key=key,
@@ -439,16 +331,16 @@ class InMemoryItemMemory(ItemMemory):
             version=version,
             created_at=updated if stored is None else stored.item.created_at,
             updated_at=updated,
-            expires_at=None if ttl is None else _utc(wall + round(ttl * 1000)),
+            expires_at=None if ttl is None else _clock.utc(wall + round(ttl * 1000)),
             ttl=ttl,
         )
-        self._namespaces.setdefault(namespace, {})[key] = _Stored(item, None if ttl is None else now + ttl)
+        self._by_namespace.setdefault(namespace, {})[key] = _Stored(item, None if ttl is None else now + ttl)
         return version
 
     def _remove(self, namespace: Namespace, key: str) -> None:
-        items = self._namespaces.get(namespace)
+        items = self._by_namespace.get(namespace)
         if items is not None and items.pop(key, None) is not None and not items:
-            del self._namespaces[namespace]
+            del self._by_namespace[namespace]
 
 
 def _alive(stored: _Stored, now: float) -> bool:

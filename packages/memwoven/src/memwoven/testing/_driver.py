@@ -7,6 +7,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
+import pytest
+
 MODES = ("sync", "async")
 _M = TypeVar("_M")
 
@@ -23,6 +25,15 @@ class StorageHooks(Generic[_M]):
         """A memory on the same storage whose prefix, namespace or collection name starts with this one's
         (CM8: prefixes and names are boundaries), removed afterwards; None if the backend has no such option."""
         yield None
+
+    @pytest.fixture
+    def other(self, memory: Driver) -> Iterator[Driver]:
+        """A second object over the same storage as `memory`, driven the same way (skips if `reopen` gives none)."""
+        second = self.reopen(memory.target)
+        if second is None:
+            pytest.skip(f"{type(memory.target).__name__} keeps its data private to one object")
+        with driving(second, "async" if memory.is_async else "sync", memory.loop) as driver:
+            yield driver
 
 
 class Driver:

@@ -54,15 +54,6 @@ class ChatMemoryContract(StorageHooks[ChatMemory]):
         with driving(chat_memory, request.param) as driver:
             yield driver
 
-    @pytest.fixture
-    def other(self, memory: Driver) -> Iterator[Driver]:
-        """A second object over the same storage (skips if the backend has none)."""
-        second = self.reopen(memory.target)
-        if second is None:
-            pytest.skip(f"{type(memory.target).__name__} keeps its data private to one object")
-        with driving(second, "async" if memory.is_async else "sync", memory.loop) as driver:
-            yield driver
-
     # CM1 -----------------------------------------------------------------------------------------------------
 
     def test_cm1_load_returns_a_full_snapshot(self, memory: Driver) -> None:

@@ -64,15 +64,6 @@ class ItemMemoryContract(StorageHooks[ItemMemory]):
         with driving(item_memory, request.param) as driver:
             yield driver
 
-    @pytest.fixture
-    def other(self, memory: Driver) -> Iterator[Driver]:
-        """A second object over the same storage (skips if the backend has none)."""
-        second = self.reopen(memory.target)
-        if second is None:
-            pytest.skip(f"{type(memory.target).__name__} keeps its data private to one object")
-        with driving(second, "async" if memory.is_async else "sync", memory.loop) as driver:
-            yield driver
-
     # IM1 -----------------------------------------------------------------------------------------------------
 
     def test_im1_a_put_item_reads_back_as_an_immutable_value(self, memory: Driver) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
@@ -19,28 +19,35 @@ T = TypeVar("T")
 
 
 class SQLBackend(Runner):
-    """Engines, tables and the sync/async execution of `Work` steps; subclasses name their tables in `_own_tables`
-    and yield their setup from `_setup_steps`.
+    """Engines, tables and the sync/async execution of `Work` steps; subclasses name their tables in `_table_names`
+    (attributes of `Tables`) and yield their setup from `_setup_steps`.
+
+    The constructor's options are every SQL backend's: `url_or_engine` is a URL (``sqlite:///memwoven.db``,
+    ``postgresql://user:pw@host/db``, ``mysql://user@host/db``, ``mariadb://...``), an `Engine` (async calls then
+    run in a thread unless `async_engine` is given too) or an `AsyncEngine`; `table_prefix` and `schema` place the
+    tables; `pool_size` and `pool_timeout` size each engine's connection pool.
 
     An operation is a steps method (`memwoven._steps`) that yields one `Work` per transaction; `_run` and `_arun`
     execute each through the sync or the async engine (setting up storage first, on this object's first use).
     """
 
-    _own_tables: list[sa.Table]
+    _table_names: ClassVar[tuple[str, ...]]
 
     def __init__(
         self,
         url_or_engine: str | URL | Engine | AsyncEngine,
-        table_prefix: str,
-        schema: str | None,
-        pool_size: int,
-        pool_timeout: float,
-        async_engine: AsyncEngine | None,
+        *,
+        table_prefix: str = "memwoven_",
+        schema: str | None = None,
+        pool_size: int = 5,
+        pool_timeout: float = 30.0,
+        async_engine: AsyncEngine | None = None,
     ) -> None:
         self.table_prefix = check_identifier(table_prefix, "table_prefix")
         self.schema = None if schema is None else check_identifier(schema, "schema")
         self._db = Database(url_or_engine, async_engine=async_engine, pool_size=pool_size, pool_timeout=pool_timeout)
         self._tables = Tables.build(self.table_prefix, self.schema)
+        self._own_tables: list[sa.Table] = [getattr(self._tables, name) for name in self._table_names]
         self._ready = False
         self._ready_lock = threading.Lock()
 

@@ -80,6 +80,8 @@ class SQLChatMemory(SQLBackend, ChatMemory):
     own); close with `aclose()` from a loop still running, else `close()`.
     """
 
+    _table_names = ("sessions", "messages")
+
     def __init__(
         self,
         url_or_engine: str | URL | Engine | AsyncEngine,
@@ -92,14 +94,20 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         cache_size: int = 256,
         ttl: float | None = None,
     ) -> None:
-        super().__init__(url_or_engine, table_prefix, schema, pool_size, pool_timeout, async_engine)
+        super().__init__(
+            url_or_engine,
+            table_prefix=table_prefix,
+            schema=schema,
+            pool_size=pool_size,
+            pool_timeout=pool_timeout,
+            async_engine=async_engine,
+        )
         self._cache = SnapshotCache(cache_size)
         if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0):
             raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")
         self.ttl = ttl
         self._session_table = self._tables.sessions
         self._messages = self._tables.messages
-        self._own_tables = [self._session_table, self._messages]
         self._insert_statements: dict[sa.Dialect, tuple[str, bool]] = {}  # one per engine's dialect
         self._statements = _Statements(self._session_table, self._messages)
 

@@ -46,43 +46,21 @@ from __future__ import annotations
 import builtins
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.engine import URL, Connection, Engine
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.engine import Connection
 
 import memwoven._clock as _clock
-from memwoven._steps import Steps, twins
+from memwoven._steps import Steps
 from memwoven.backends.sql._base import SQLBackend
 from memwoven.backends.sql._engine import Work
 from memwoven.backends.sql._schema import HEAD_CHARS, key_of, upsert
-from memwoven.contracts import (
-    WILDCARD,
-    Filter,
-    ItemKeys,
-    ItemMemory,
-    ItemOrder,
-    ItemWrite,
-    Namespace,
-    check_id,
-    check_item_key,
-    check_item_keys,
-    check_item_writes,
-    check_max_depth,
-    check_namespace,
-    check_order,
-    check_page,
-    check_version,
-    namespace_matches,
-    next_version,
-)
-from memwoven.errors import ConcurrentModificationError, CorruptMemoryError
-from memwoven.filters import Predicate, compile_filter
+from memwoven.contracts import CheckedWrite, ItemAddress, ItemMemory, ItemQuery, Namespace, check_expected, next_version
+from memwoven.errors import CorruptMemoryError
 from memwoven.models import FrozenDict, Item, freeze_json
 
 __all__ = ["SQLItemMemory", "decode_namespace", "encode_namespace"]
@@ -92,7 +70,6 @@ _ESCAPE = "\x02"
 _ESCAPED = re.compile("\x02(.)", re.DOTALL)
 _IN_CHUNK = 500  # addresses per IN (...): far below every driver's parameter limit
 _MYSQL = ("mysql", "mariadb")
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _COLUMNS = ("namespace", "item_key", "value", "version", "created_ms", "updated_ms", "expires_at_ms", "ttl")
 
 
@@ -136,25 +113,16 @@ class _Row:
 class SQLItemMemory(SQLBackend, ItemMemory):
     """Items in an SQL database, one row each (see the module's documentation for the layout).
 
-    `url_or_engine` is a URL (``sqlite:///memwoven.db``, ``postgresql://user:pw@host/db``, ``mysql://...``,
-    ``mariadb://...``), an `Engine` (async calls then run in a thread unless `async_engine` is given too) or an
-    `AsyncEngine`, as for `SQLChatMemory`; tables are created on first use. The async API works from any event
-    loop; close with `aclose()` from a loop still running, else `close()`.
+    Constructed with the SQL backends' options (`SQLBackend`: a URL or engines, `table_prefix`, `schema`, the pool);
+    the table is created on first use. The async API works from any event loop; close with `aclose()` from a loop
+    still running, else `close()`.
     """
 
-    def __init__(
-        self,
-        url_or_engine: str | URL | Engine | AsyncEngine,
-        *,
-        table_prefix: str = "memwoven_",
-        schema: str | None = None,
-        pool_size: int = 5,
-        pool_timeout: float = 30.0,
-        async_engine: AsyncEngine | None = None,
-    ) -> None:
-        super().__init__(url_or_engine, table_prefix, schema, pool_size, pool_timeout, async_engine)
-        self._items = self._tables.items
-        self._own_tables = [self._items]
+    _table_names = ("items",)
+
+    @property
+    def _items(self) -> sa.Table:
+        return self._tables.items
 
     def __repr__(self) -> str:
         return f"SQLItemMemory({self._options_repr()})"
@@ -162,41 +130,20 @@ class SQLItemMemory(SQLBackend, ItemMemory):
     def _setup_steps(self) -> Steps[None]:
         yield self._create_tables()
 
-    # Reads --------------------------------------------------------------------------------------------------
+    # The hooks of `ItemMemory` -------------------------------------------------------------------------------
 
-    def _get(self, namespace: Sequence[str], key: str, *, refresh_ttl: bool = False) -> Steps[Item | None]:
-        """The item, or None if it does not exist (or expired); `refresh_ttl` moves an item's expiry to now + ttl."""
-        address = check_item_key(namespace, key)
-        items: builtins.list[Item | None] = yield from self._get_many_steps([address], refresh_ttl)
-        return items[0]
-
-    get, aget = twins(_get)
-
-    def _get_many(self, keys: ItemKeys, *, refresh_ttl: bool = False) -> Steps[builtins.list[Item | None]]:
-        """The items asked for, in order (None where absent or expired)."""
-        addresses = check_item_keys(keys)
-        items: builtins.list[Item | None] = yield from self._get_many_steps(addresses, refresh_ttl)
-        return items
-
-    get_many, aget_many = twins(_get_many)
-
-    def _get_many_steps(
-        self, addresses: Sequence[tuple[Namespace, str]], refresh: bool
-    ) -> Steps[builtins.list[Item | None]]:
-        if not addresses:
-            return []
+    def _read(self, addresses: Sequence[ItemAddress], refresh: bool) -> Steps[builtins.list[Item | None]]:
         wanted = {_address(encode_namespace(ns), key): (ns, key) for ns, key in addresses}
+        items = self._items
 
         def body(connection: Connection) -> dict[str, Item]:
             now = _clock.wall_ms()
-            rows = self._rows_at(connection, builtins.list(wanted), lock=False)
             found = {}
-            for address, row in rows.items():
+            for address, row in self._rows_at(connection, builtins.list(wanted), lock=False).items():
                 if not _alive(row.expires_at_ms, now):
                     continue
                 if refresh and row.ttl is not None:
                     row.expires_at_ms = now + round(row.ttl * 1000)
-                    items = self._items
                     connection.execute(
                         sa.update(items)
                         .where(items.c.address == address, items.c.version == row.version)
@@ -208,144 +155,17 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         found: dict[str, Item] = yield Work(body, write=refresh)
         return [found.get(_address(encode_namespace(ns), key)) for ns, key in addresses]
 
-    def _list(
-        self,
-        namespace_prefix: Sequence[str] = (),
-        *,
-        filter: Filter | None = None,
-        order: ItemOrder = "asc",
-        after: str | None = None,
-        before: str | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> Steps[builtins.list[Item]]:
-        """The matching items, sorted by key then namespace (code point order), paged after the filter."""
-        prefix = check_namespace(namespace_prefix, "namespace prefix", prefix=True)
-        predicate = compile_filter(filter) if filter is not None else None
-        descending = check_order(order) == "desc"
-        low = None if after is None else check_id(after, "after key")
-        high = None if before is None else check_id(before, "before key")
-        limit, offset = check_page(limit, offset)
-        if limit == 0:
-            return []
-        items = self._items
-
-        def body(connection: Connection) -> builtins.list[Item]:
-            query = sa.select(*(items.c[name] for name in _COLUMNS)).where(*self._live_in(prefix))
-            if low is not None:
-                query = query.where(items.c.item_key > low)
-            if high is not None:
-                query = query.where(items.c.item_key < high)
-            columns = (items.c.item_key, items.c.namespace)
-            query = query.order_by(*(column.desc() if descending else column for column in columns))
-            exact = connection.dialect.name not in _MYSQL
-            if predicate is None and exact:  # no filter: the page too is SQL's
-                query = query.offset(offset) if offset else query
-                query = query.limit(limit) if limit is not None else query
-            rows = builtins.list(connection.execute(query))
-            if not exact:  # MariaDB/MySQL sort BLOBs on their first `max_sort_length` bytes: make it exact
-                rows.sort(key=lambda row: (row.item_key, row.namespace), reverse=descending)
-            found = [_item(row) for row in rows]
-            if predicate is not None:
-                found = [item for item in found if predicate(item.value)]
-            if predicate is None and exact:
-                return found
-            return found[offset:] if limit is None else found[offset : offset + limit]
-
-        listed: builtins.list[Item] = yield Work(body)
-        return listed
-
-    list, alist = twins(_list)
-
-    def _count(self, namespace_prefix: Sequence[str] = (), *, filter: Filter | None = None) -> Steps[int]:
-        """How many items `list(namespace_prefix, filter=filter)` returns."""
-        prefix = check_namespace(namespace_prefix, "namespace prefix", prefix=True)
-        predicate: Predicate | None = compile_filter(filter) if filter is not None else None
-        items = self._items
-
-        def body(connection: Connection) -> int:
-            if predicate is None:
-                query = sa.select(sa.func.count()).select_from(items).where(*self._live_in(prefix))
-                return int(connection.execute(query).scalar_one())
-            values = connection.execute(sa.select(items.c.value).where(*self._live_in(prefix))).scalars()
-            return sum(1 for value in values if predicate(_decode_value(value)))
-
-        counted: int = yield Work(body)
-        return counted
-
-    count, acount = twins(_count)
-
-    def _namespaces(
-        self,
-        *,
-        prefix: Sequence[str] | None = None,
-        suffix: Sequence[str] | None = None,
-        max_depth: int | None = None,
-        limit: int | None = None,
-        offset: int = 0,
-    ) -> Steps[builtins.list[Namespace]]:
-        """The namespaces holding live items that match `prefix` and `suffix` ("*": any one label), cut to
-        `max_depth` labels, without duplicates, sorted, then paged."""
-        head = () if prefix is None else check_namespace(prefix, "namespace prefix", prefix=True)
-        tail = () if suffix is None else check_namespace(suffix, "namespace suffix", prefix=True)
-        depth = check_max_depth(max_depth)
-        limit, offset = check_page(limit, offset)
-        fixed = head[: head.index(WILDCARD)] if WILDCARD in head else head  # SQL selects on these labels
-        items = self._items
-
-        def body(connection: Connection) -> builtins.list[str]:
-            query = sa.select(items.c.namespace).distinct().where(*self._live_in(fixed))
-            if connection.dialect.name in _MYSQL:  # their DISTINCT compares BLOBs on the first `max_sort_length` bytes
-                query = query.add_columns(sa.func.sha2(items.c.namespace, 256))
-            return builtins.list(connection.execute(query).scalars())
-
-        stored: builtins.list[str] = yield Work(body)
-        found = set()
-        for encoded in stored:
-            namespace = decode_namespace(encoded)
-            if namespace_matches(namespace, head, tail):
-                found.add(namespace[:depth])
-        end = None if limit is None else offset + limit
-        return sorted(found)[offset:end]
-
-    namespaces, anamespaces = twins(_namespaces)
-
-    # Writes -------------------------------------------------------------------------------------------------
-
-    def _put(
-        self,
-        namespace: Sequence[str],
-        key: str,
-        value: Mapping[str, Any],
-        *,
-        ttl: float | None = None,
-        expected_version: int | None = None,
-    ) -> Steps[int]:
-        """Create or replace the item and return its new version; with `expected_version`, only if the stored
-        version matches (0: the item must not exist)."""
-        versions: builtins.list[int] = yield from self._put_many(
-            [ItemWrite(namespace, key, value, ttl, expected_version)]
-        )
-        return versions[0]
-
-    put, aput = twins(_put)
-
-    def _put_many(self, writes: Iterable[ItemWrite | tuple[Any, ...]]) -> Steps[builtins.list[int]]:
-        """Write every item in one transaction, or none of them if an expected version does not match."""
-        checked = check_item_writes(writes)
-        if not checked:
-            return []
+    def _write(self, writes: Sequence[CheckedWrite]) -> Steps[builtins.list[int]]:
         prepared = []
-        for namespace, key, value, ttl, expected in checked:
+        for namespace, key, value, ttl, expected in writes:
             encoded = encode_namespace(namespace)
             prepared.append((_address(encoded, key), encoded, namespace, key, _encode_value(value), ttl, expected))
 
         def body(connection: Connection) -> builtins.list[int]:
-            placeholders = {address: (encoded, key) for address, encoded, _, key, *_ in prepared}
-            stored = self._locked(connection, placeholders)
+            stored = self._locked(connection, {address: (encoded, key) for address, encoded, _, key, *_ in prepared})
             now = _clock.wall_ms()
             for address, _, namespace, key, _, _, expected in prepared:
-                _check_version(namespace, key, _current(stored.get(address), now), expected)
+                check_expected(namespace, key, _current(stored.get(address), now), expected)
             rows, versions = [], []
             for address, encoded, _, key, text, ttl, _ in prepared:
                 row = stored.get(address)
@@ -373,63 +193,83 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         versions: builtins.list[int] = yield Work(body, write=True)
         return versions
 
-    put_many, aput_many = twins(_put_many)
-
-    def _delete(self, namespace: Sequence[str], key: str, *, expected_version: int | None = None) -> Steps[bool]:
-        """Delete the item; return whether it existed (live). With `expected_version`, only if it matches."""
-        checked_namespace, checked_key = check_item_key(namespace, key)
-        expected = check_version(expected_version)
-        encoded = encode_namespace(checked_namespace)
-        address = _address(encoded, checked_key)
-        items = self._items
-
-        def body(connection: Connection) -> bool:
-            row = self._rows_at(connection, [address], lock=True).get(address)
-            now = _clock.wall_ms()
-            current = _current(row, now)
-            _check_version(checked_namespace, checked_key, current, expected)
-            if row is not None:
-                connection.execute(sa.delete(items).where(items.c.address == address))
-            return current > 0
-
-        existed: bool = yield Work(body, write=True)
-        return existed
-
-    delete, adelete = twins(_delete)
-
-    def _delete_many(self, keys: ItemKeys) -> Steps[int]:
-        """Delete the items (unknown ones are ignored); return how many existed (live)."""
-        addresses = sorted({_address(encode_namespace(ns), key) for ns, key in check_item_keys(keys)})
-        if not addresses:
-            return 0
+    def _delete_items(self, addresses: Sequence[ItemAddress], expected: int | None) -> Steps[int]:
+        wanted = sorted(_address(encode_namespace(ns), key) for ns, key in addresses)
         items = self._items
 
         def body(connection: Connection) -> int:
-            rows = self._rows_at(connection, addresses, lock=True)
+            rows = self._rows_at(connection, wanted, lock=True)
             now = _clock.wall_ms()
-            for start in range(0, len(addresses), _IN_CHUNK):
-                chunk = addresses[start : start + _IN_CHUNK]
-                connection.execute(sa.delete(items).where(items.c.address.in_(chunk)))
+            if expected is not None:
+                check_expected(*addresses[0], _current(rows.get(wanted[0]), now), expected)
+            for start in range(0, len(wanted), _IN_CHUNK):
+                connection.execute(sa.delete(items).where(items.c.address.in_(wanted[start : start + _IN_CHUNK])))
             return sum(1 for row in rows.values() if _current(row, now) > 0)
 
         existed: int = yield Work(body, write=True)
         return existed
 
-    delete_many, adelete_many = twins(_delete_many)
+    def _select(self, query: ItemQuery) -> Steps[builtins.list[Item]]:
+        items = self._items
 
-    def _cleanup_expired(self) -> Steps[int]:
-        """Delete the expired items (they already read as absent); return how many."""
+        def body(connection: Connection) -> builtins.list[Item]:
+            statement = sa.select(*(items.c[name] for name in _COLUMNS)).where(*self._live_in(query.prefix))
+            if query.after is not None:
+                statement = statement.where(items.c.item_key > query.after)
+            if query.before is not None:
+                statement = statement.where(items.c.item_key < query.before)
+            columns = (items.c.item_key, items.c.namespace)
+            statement = statement.order_by(*(column.desc() if query.descending else column for column in columns))
+            exact = connection.dialect.name not in _MYSQL
+            if query.predicate is None and exact:  # no filter: the page too is SQL's
+                statement = statement.offset(query.offset) if query.offset else statement
+                statement = statement.limit(query.limit) if query.limit is not None else statement
+                return [_item(row) for row in connection.execute(statement)]
+            rows = builtins.list(connection.execute(statement))
+            if not exact:  # MariaDB/MySQL sort BLOBs on their first `max_sort_length` bytes: make it exact
+                rows.sort(key=lambda row: (row.item_key, row.namespace), reverse=query.descending)
+            found = (_item(row) for row in rows)
+            predicate = query.predicate
+            return query.page([item for item in found if predicate is None or predicate(item.value)])
+
+        listed: builtins.list[Item] = yield Work(body)
+        return listed
+
+    def _count_matching(self, query: ItemQuery) -> Steps[int]:
+        items = self._items
+        predicate = query.predicate
+
+        def body(connection: Connection) -> int:
+            if predicate is None:
+                statement = sa.select(sa.func.count()).select_from(items).where(*self._live_in(query.prefix))
+                return int(connection.execute(statement).scalar_one())
+            values = connection.execute(sa.select(items.c.value).where(*self._live_in(query.prefix))).scalars()
+            return sum(1 for value in values if predicate(_decode_value(value)))
+
+        counted: int = yield Work(body)
+        return counted
+
+    def _stored_namespaces(self, prefix: Namespace) -> Steps[builtins.list[Namespace]]:
+        items = self._items
+
+        def body(connection: Connection) -> builtins.list[str]:
+            statement = sa.select(items.c.namespace).distinct().where(*self._live_in(prefix))
+            if connection.dialect.name in _MYSQL:  # their DISTINCT compares BLOBs on the first `max_sort_length` bytes
+                statement = statement.add_columns(sa.func.sha2(items.c.namespace, 256))
+            return builtins.list(connection.execute(statement).scalars())
+
+        stored: builtins.list[str] = yield Work(body)
+        return [decode_namespace(encoded) for encoded in stored]
+
+    def _expire(self) -> Steps[int]:
         items = self._items
 
         def body(connection: Connection) -> int:
-            now = _clock.wall_ms()
-            result = connection.execute(sa.delete(items).where(items.c.expires_at_ms <= now))
+            result = connection.execute(sa.delete(items).where(items.c.expires_at_ms <= _clock.wall_ms()))
             return int(result.rowcount or 0)
 
         removed: int = yield Work(body, write=True)
         return removed
-
-    cleanup_expired, acleanup_expired = twins(_cleanup_expired)
 
     # Helpers ------------------------------------------------------------------------------------------------
 
@@ -507,13 +347,6 @@ def _current(row: _Row | None, now: int) -> int:
     return int(row.version)
 
 
-def _check_version(namespace: Namespace, key: str, version: int, expected: int | None) -> None:
-    if expected is not None and expected != version:
-        raise ConcurrentModificationError(
-            f"item {key!r:.200} in {namespace!r:.200} is at version {version}, not {expected}; reload and retry"
-        )
-
-
 def _encode_value(value: FrozenDict) -> str:
     """An item's value as stored: compact JSON text, as the vector backend stores metadata."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
@@ -530,10 +363,6 @@ def _decode_value(text: str) -> FrozenDict:
     return frozen
 
 
-def _utc(epoch_ms: int) -> datetime:
-    return _EPOCH + timedelta(milliseconds=epoch_ms)
-
-
 def _item(row: Any, address: tuple[Namespace, str] | None = None) -> Item:
     """The `Item` of a row (`address`: its namespace and key when known, saving the decoding)."""
     namespace, key = address if address is not None else (decode_namespace(row.namespace), row.item_key)
@@ -542,8 +371,8 @@ def _item(row: Any, address: tuple[Namespace, str] | None = None) -> Item:
         key=key,
         value=_decode_value(row.value),
         version=int(row.version),
-        created_at=_utc(int(row.created_ms)),
-        updated_at=_utc(int(row.updated_ms)),
-        expires_at=None if row.expires_at_ms is None else _utc(int(row.expires_at_ms)),
+        created_at=_clock.utc(int(row.created_ms)),
+        updated_at=_clock.utc(int(row.updated_ms)),
+        expires_at=None if row.expires_at_ms is None else _clock.utc(int(row.expires_at_ms)),
         ttl=None if row.ttl is None else float(row.ttl),
     )

@@ -71,6 +71,8 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
     is created) and raise at once; otherwise the first use does the check.
     """
 
+    _table_names = ("collections", "vectors")
+
     def __init__(
         self,
         url_or_engine: str | URL | Engine | AsyncEngine,
@@ -87,11 +89,17 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         self.collection = check_collection(collection)  # stored as data, keyed by its hash
         self.metric = check_metric(metric)
         self._wanted_dimension = check_dimension(dimension)
-        super().__init__(url_or_engine, table_prefix, schema, pool_size, pool_timeout, async_engine)
+        super().__init__(
+            url_or_engine,
+            table_prefix=table_prefix,
+            schema=schema,
+            pool_size=pool_size,
+            pool_timeout=pool_timeout,
+            async_engine=async_engine,
+        )
         self._key = key_of(self.collection)
         self._collections = self._tables.collections
         self._vectors = self._tables.vectors
-        self._own_tables = [self._collections, self._vectors]
         c, v = self._collections, self._vectors
         newer = sa.and_(v.c.collection_key == c.c.collection_key, v.c.version > sa.bindparam("seen"))
         self._changes_query = (  # built once: a refresh runs before every read
