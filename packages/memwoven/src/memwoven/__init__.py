@@ -6,7 +6,8 @@ from in-process to SQL servers.
 
 The Redis and Qdrant backends need extras and are imported from their modules:
 `memwoven.backends.redis.RedisChatMemory`, `memwoven.backends.redis_vector.RedisVectorMemory`,
-`memwoven.backends.qdrant.QdrantVectorMemory` (or opened by URL with `open_chat_memory` / `open_vector_memory`).
+`memwoven.backends.qdrant.QdrantVectorMemory` (or opened by URL with `open_chat_memory` / `open_vector_memory`;
+items with `open_item_memory`).
 
 Every name here is imported on first use, so `import memwoven.models` (what a framework adapter needs for the
 data types) does not pay for SQLAlchemy, numpy or any backend.
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
         ToolCall,
         VectorDocument,
     )
-    from memwoven.urls import open_chat_memory, open_vector_memory
+    from memwoven.urls import open_chat_memory, open_item_memory, open_vector_memory
 
 # public name -> the module that defines it
 _EXPORTS: dict[str, str] = {
@@ -84,7 +85,7 @@ _EXPORTS: dict[str, str] = {
         ],
         "memwoven.models",
     ),
-    **dict.fromkeys(["open_chat_memory", "open_vector_memory"], "memwoven.urls"),
+    **dict.fromkeys(["open_chat_memory", "open_item_memory", "open_vector_memory"], "memwoven.urls"),
 }
 
 
@@ -142,5 +143,6 @@ __all__ = [
     "VectorMemory",
     "__version__",
     "open_chat_memory",
+    "open_item_memory",
     "open_vector_memory",
 ]

@@ -1,12 +1,15 @@
-"""Open a backend from a URL (or from `MEMWOVEN_CHAT_URL` / `MEMWOVEN_VECTOR_URL`).
+"""Open a backend from a URL (or from `MEMWOVEN_CHAT_URL` / `MEMWOVEN_VECTOR_URL` / `MEMWOVEN_ITEM_URL`).
 
-| URL | chat memory | vector memory |
-| --- | --- | --- |
-| `memory://` | `InMemoryChatMemory` | `InMemoryVectorMemory` |
-| `file:///abs/dir`, `file:rel/dir` | `FileChatMemory(dir)` | `FileVectorMemory(dir/<collection>.npz)` |
-| `sqlite:///file.db`, `postgresql://...`, `mysql://...`, `mariadb://...` | `SQLChatMemory` | `SQLVectorMemory` |
-| `redis://...`, `rediss://...`, `redis+cluster://...` | `RedisChatMemory` | `RedisVectorMemory` |
-| `qdrant://host:6333`, `qdrants://...`, `qdrant+local:///dir`, `qdrant+memory://` | - | `QdrantVectorMemory` |
+| URL | chat memory | vector memory | item memory |
+| --- | --- | --- | --- |
+| `memory://` | `InMemoryChatMemory` | `InMemoryVectorMemory` | `InMemoryItemMemory` |
+| `file:///abs/dir`, `file:rel/dir` | `FileChatMemory(dir)` | `FileVectorMemory(dir/<c>.npz)` | `FileItemMemory(dir)` |
+| `sqlite:///f.db`, `postgresql://`, `mysql://`, `mariadb://` | `SQLChatMemory` | `SQLVectorMemory` | `SQLItemMemory` |
+| `redis://`, `rediss://`, `redis+cluster://` | `RedisChatMemory` | `RedisVectorMemory` | `RedisItemMemory` |
+| `qdrant://host:6333`, `qdrants://`, `qdrant+local:///dir`, `qdrant+memory://` | - | `QdrantVectorMemory` | - |
+
+The item memories of `file:` and `redis` URLs open once their modules (`ITEM_BACKENDS`) are installed with this
+memwoven; until then such a URL is refused with `InvalidInputError`.
 
 A few backend options can ride in the URL's query string, so that a URL alone (an environment variable, a CLI
 argument) can name any store: `table_prefix` and `schema` on SQL URLs
@@ -17,7 +20,9 @@ are taken out of the URL before it reaches the driver; every other query paramet
 
 from __future__ import annotations
 
+import inspect
 import os
+from importlib import import_module
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
@@ -26,15 +31,19 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from memwoven._redact import redact_text, redact_url
-from memwoven.contracts import ChatMemory, CollectionInfo, Metric, VectorMemory, check_collection
+from memwoven.contracts import ChatMemory, CollectionInfo, ItemMemory, Metric, VectorMemory, check_collection
 from memwoven.errors import InvalidInputError
 
 __all__ = [
     "BACKENDS",
     "CHAT_URL_VARIABLE",
+    "ITEM_BACKENDS",
+    "ITEM_URL_VARIABLE",
     "URL_OPTIONS",
     "VECTOR_URL_VARIABLE",
+    "item_memory_class",
     "open_chat_memory",
+    "open_item_memory",
     "open_vector_memory",
     "redact_text",
     "redact_url",
@@ -43,6 +52,7 @@ __all__ = [
 
 CHAT_URL_VARIABLE = "MEMWOVEN_CHAT_URL"
 VECTOR_URL_VARIABLE = "MEMWOVEN_VECTOR_URL"
+ITEM_URL_VARIABLE = "MEMWOVEN_ITEM_URL"
 SQL_SCHEMES = ("sqlite", "postgresql", "postgres", "mysql", "mariadb")
 REDIS_SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster")
 QDRANT_SCHEMES = ("qdrant", "qdrants", "qdrant+local", "qdrant+memory")
@@ -56,6 +66,14 @@ BACKENDS = {
 """URL scheme -> the kind of backend that opens it (an SQL scheme may name a driver: ``postgresql+psycopg``)."""
 URL_OPTIONS = {"sql": ("table_prefix", "schema"), "redis": ("prefix",)}
 """The backend options a URL's query string may carry, per kind of URL."""
+ITEM_BACKENDS = {
+    "memory": "memwoven.backends.memory:InMemoryItemMemory",
+    "file": "memwoven.backends.file.items:FileItemMemory",
+    "sql": "memwoven.backends.sql:SQLItemMemory",
+    "redis": "memwoven.backends.redis_items:RedisItemMemory",
+}
+"""The kind of URL (`BACKENDS`) -> the ``module:class`` of its `ItemMemory`. The class takes the URL's location
+first (none for memory, the directory for file, the URL for SQL and Redis), then the options."""
 _EXAMPLES = (
     "memory://, file:///path/to/dir, sqlite:///memwoven.db, postgresql://user@host/db, mysql://user@host/db, "
     "redis://host:6379/0, qdrant+local:///path/to/dir (vectors only)"
@@ -95,7 +113,7 @@ def _resolve(url: str | URL | None, variable: str) -> tuple[str, str | URL]:
 
 def _with_url_options(scheme: str, url: str | URL, options: dict[str, Any]) -> tuple[str | URL, dict[str, Any]]:
     """Move the backend options found in the URL's query string (`URL_OPTIONS`) into `options`."""
-    kind = "sql" if scheme in SQL_SCHEMES else scheme
+    kind = _kind(scheme)
     names = URL_OPTIONS.get(kind, ())
     found: dict[str, Any] = {}
     if kind == "sql":
@@ -192,6 +210,55 @@ def open_vector_memory(
     from memwoven.backends.sql import SQLVectorMemory
 
     return SQLVectorMemory(resolved, collection=collection, dimension=dimension, metric=metric, **options)
+
+
+def _kind(scheme: str) -> str:
+    """The kind of backend (`BACKENDS`) of a scheme `_resolve` returned."""
+    return "sql" if scheme in SQL_SCHEMES else scheme
+
+
+def item_memory_class(scheme: str) -> type[ItemMemory] | None:
+    """The `ItemMemory` class that opens URLs of `scheme` (a scheme or a kind of `BACKENDS`), or None when there is
+    none: a vectors-only backend, or one whose item module is not part of this memwoven. Imports the class's module
+    (a missing extra's package raises `ModuleNotFoundError` naming it)."""
+    spec = ITEM_BACKENDS.get(_kind(scheme))
+    if spec is None:
+        return None
+    module_name, _, class_name = spec.partition(":")
+    try:
+        module = import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name is None or not f"{module_name}.".startswith(f"{error.name}."):
+            raise  # the module is here but needs a package (an extra) that is not installed
+        return None
+    found: type[ItemMemory] = getattr(module, class_name)
+    return found
+
+
+def open_item_memory(url: str | URL | None = None, **options: Any) -> ItemMemory:
+    """Open the item memory a URL names (default: `$MEMWOVEN_ITEM_URL`); `options` go to the backend.
+
+    The URL and the options are checked before anything connects: a bad URL, an option the backend does not take
+    or a bad value (`table_prefix="a b"`) raise `InvalidInputError`.
+    """
+    scheme, resolved = _resolve(url, ITEM_URL_VARIABLE)
+    resolved, options = _with_url_options(scheme, resolved, options)
+    if scheme == "qdrant":
+        raise InvalidInputError("Qdrant stores vectors only; keep items in memory, SQL, files or Redis")
+    kind = _kind(scheme)
+    location: tuple[Any, ...] = ()
+    if kind == "file":
+        location = (_file_path(str(resolved)),)
+    elif kind != "memory":
+        location = (str(resolved) if kind == "redis" else resolved,)
+    memory_class = item_memory_class(kind)
+    if memory_class is None:
+        raise InvalidInputError(f"this memwoven has no item memory for {kind} URLs yet; use memory:// or SQL")
+    try:
+        inspect.signature(memory_class).bind(*location, **options)
+    except TypeError as error:  # an unknown or missing option: refused as input, before any connection
+        raise InvalidInputError(f"{memory_class.__name__}: {error}") from None
+    return memory_class(*location, **options)
 
 
 def vector_collections(url: str | URL | None = None, **options: Any) -> list[CollectionInfo]:
