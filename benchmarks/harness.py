@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 
@@ -44,6 +44,22 @@ def measure(
         call()
         samples.append(time.perf_counter() - start)
     return Timing(statistics.median(samples), min(samples), max(samples), runs)
+
+
+def measure_rounds(calls: Mapping[str, Callable[[], object]], *, runs: int, warmup: int = 1) -> dict[str, Timing]:
+    """Time every call once per round for `warmup` + `runs` rounds, the order rotating each round, so a change in
+    the machine's load (other processes on a shared host) falls on every subject alike."""
+    names = list(calls)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for index in range(warmup + runs):
+        shift = index % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            calls[name]()
+            elapsed = time.perf_counter() - start
+            if index >= warmup:
+                samples[name].append(elapsed)
+    return {name: Timing(statistics.median(s), min(s), max(s), runs) for name, s in samples.items()}
 
 
 @dataclass

@@ -23,6 +23,7 @@ import plots
 import qdrant_bench
 import redis_bench
 import sql_vector
+import store_bench
 import vector_search
 import window_bench
 from harness import Report
@@ -63,6 +64,8 @@ def machine() -> str:
     names = ["memwoven", "numpy", "SQLAlchemy", "langchain-core", "langchain-community", "llama-index-core"]
     names += ["langchain-memwoven", "llama-index-memwoven", "redis", "qdrant-client", "faiss-cpu", "sqlite-vec"]
     names += ["sqlean.py", "llama-index-storage-chat-store-redis", "matplotlib", "simsimd"]
+    names += ["langgraph-checkpoint", "langgraph-checkpoint-memwoven", "langgraph-checkpoint-sqlite"]
+    names += ["langgraph-checkpoint-postgres", "psycopg"]
     packages = ", ".join(f"{name} {_version(name)}" for name in names)
     config = np.show_config(mode="dicts").get("Build Dependencies", {})
     blas = config.get("blas", {})
@@ -236,6 +239,9 @@ def main() -> None:
     _lap("qdrant_bench")
     window_bench.run(report, quick=args.quick)
     _lap("window_bench")
+    count, put_count, store_runs = (10_000, 2_000, 5) if args.quick else (100_000, 10_000, 15)
+    store = store_bench.run(report, postgres=postgres, count=count, put_count=put_count, runs=store_runs)
+    _lap("store_bench")
 
     RESULTS.mkdir(exist_ok=True)
     mode = "quick" if args.quick else "full"
@@ -270,6 +276,9 @@ def main() -> None:
             "",
             chat_history.markdown(curves, skipped + skipped_peers),
             "",
+            "## LangGraph store: MemwovenStore against SqliteStore and PostgresStore",
+            "",
+            store_bench.markdown(store),
             "## All rows and targets",
             "",
             report.markdown(),

@@ -1,0 +1,341 @@
+"""LangGraph's long-term memory store: memwoven's `MemwovenStore` (langgraph-checkpoint-memwoven, on
+`SQLItemMemory`) against LangGraph's own `SqliteStore` (langgraph-checkpoint-sqlite) and `PostgresStore`
+(langgraph-checkpoint-postgres), on the same data in the same run.
+
+Data: N items in N / 100 namespaces ``("users", "u0042", "memories")`` of 100 keys each; a value holds a text, a
+`kind` (10 values: 10 items of a namespace share one) and a `topic` (100 values: one item per namespace). Timed,
+`limit=10` each: `search` with a filter in one namespace and across every namespace, and `search` without query
+or filter (LangGraph's listing) in one namespace and across every namespace; for each, memwoven's raw
+`ItemMemory.list(prefix, filter=..., limit=10)` and `ItemMemory.count(prefix, filter=...)` on the same table.
+Also, on SQLite: a `put` of 10,000 items in one batch (`MemwovenStore.batch` of `PutOp`s, raw
+`SQLItemMemory.put_many`, `SqliteStore.batch`), and the case that took 7 s when the store emulated items on chat
+sessions: a filtered search matching nothing over 5,000 items.
+
+The subjects of a case take turns, one call each per round (`harness.measure_rounds`), so load from other
+processes on a shared host falls on all alike. Each store is used as its package ships it: LangGraph's from
+`from_conn_string` (SqliteStore: SQLite's defaults, rollback journal and full sync; PostgresStore: one
+connection), memwoven's SQLite engine with its WAL journal and `synchronous = NORMAL`. PostgreSQL: memwoven's
+table under a unique table prefix, PostgresStore (whose table names are fixed) in a schema of its own through the
+connection's search_path; both dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from harness import Report, Timing, measure_rounds
+from langgraph.store.base import BaseStore, PutOp
+from langgraph.store.postgres import PostgresStore
+from langgraph.store.sqlite import SqliteStore
+
+from langgraph.store.memwoven import MemwovenStore
+from memwoven import ItemWrite, SQLItemMemory
+
+PER_NAMESPACE = 100
+FILL_CHUNK = 10_000
+OURS = "MemwovenStore"
+RAW_LIST = "ItemMemory.list"
+RAW_COUNT = "ItemMemory.count"
+SEARCH_GOAL_SECONDS = 0.020
+PUT_GOAL_RATE = 20_000.0
+EMPTY_GOAL_SECONDS = 0.010
+FORMER_CASE_ITEMS = 5_000
+
+
+@dataclass
+class Place:
+    """One database with memwoven's store (on `items`) and LangGraph's own store, holding the same items."""
+
+    database: str
+    items: SQLItemMemory
+    ours: MemwovenStore
+    peer: BaseStore
+    peer_name: str
+
+
+@dataclass
+class CaseResult:
+    """The timings of one search case on one database, by subject."""
+
+    database: str
+    peer_name: str
+    case: str
+    timings: dict[str, Timing]
+
+    @property
+    def ratio(self) -> float:
+        """memwoven's store time / LangGraph's store time (medians)."""
+        return self.timings[OURS].median / self.timings[self.peer_name].median
+
+
+@dataclass
+class StoreResults:
+    """Everything the store benchmark measured, for its Markdown section."""
+
+    count: int
+    cases: list[CaseResult] = field(default_factory=list)
+    fills: list[tuple[str, str, float]] = field(default_factory=list)  # (database, subject, items/s)
+    puts: dict[str, Timing] = field(default_factory=dict)
+    put_count: int = 0
+    former: dict[str, Timing] = field(default_factory=dict)
+
+
+def namespace(index: int, root: str = "users") -> tuple[str, ...]:
+    """The namespace of the `index`-th group of 100 items."""
+    return (root, f"u{index:04d}", "memories")
+
+
+def value(index: int) -> dict[str, Any]:
+    """The value of the `index`-th item."""
+    return {
+        "text": f"memory {index}: the user likes green tea and long walks",
+        "kind": f"k{index % 10}",
+        "topic": f"t{index % PER_NAMESPACE}",
+        "score": index % 1_000,
+    }
+
+
+def put_ops(count: int, root: str = "users") -> list[PutOp]:
+    """`count` puts, 100 to a namespace."""
+    return [PutOp(namespace(i // PER_NAMESPACE, root), f"m{i % PER_NAMESPACE:03d}", value(i)) for i in range(count)]
+
+
+def _writes(count: int, root: str) -> list[ItemWrite]:
+    """The same items as `put_ops`, as `ItemMemory.put_many` takes them."""
+    return [ItemWrite(namespace(i // PER_NAMESPACE, root), f"m{i % PER_NAMESPACE:03d}", value(i)) for i in range(count)]
+
+
+def _conninfo(url: str) -> str:
+    """A libpq connection string from an SQLAlchemy-style URL (``postgresql+psycopg://`` -> ``postgresql://``)."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme.split('+', 1)[0]}://{rest}"
+
+
+def _with_search_path(conninfo: str, schema: str) -> str:
+    return f"{conninfo}{'&' if '?' in conninfo else '?'}options=-csearch_path%3D{schema}"
+
+
+@contextlib.contextmanager
+def sqlite_place(directory: Path, name: str) -> Iterator[Place]:
+    """Fresh SQLite files for both stores, in `directory`."""
+    items = SQLItemMemory(f"sqlite:///{directory / f'{name}-memwoven.db'}")
+    ours = MemwovenStore(items)
+    try:
+        with SqliteStore.from_conn_string(str(directory / f"{name}-langgraph.db")) as peer:
+            peer.setup()
+            yield Place("SQLite", items, ours, peer, "SqliteStore")
+    finally:
+        ours.close()
+        items.close()
+
+
+@contextlib.contextmanager
+def postgres_place(url: str) -> Iterator[Place]:
+    """memwoven's table under a unique prefix and PostgresStore in a unique schema; both dropped afterwards."""
+    tag = uuid.uuid4().hex[:8]
+    schema = f"lgbench_{tag}"
+    conninfo = _conninfo(url)
+    with psycopg.connect(conninfo, autocommit=True) as admin:
+        admin.execute(f'CREATE SCHEMA "{schema}"')
+        try:
+            items = SQLItemMemory(url, table_prefix=f"mwbench_{tag}_")
+            ours = MemwovenStore(items)
+            try:
+                with PostgresStore.from_conn_string(_with_search_path(conninfo, schema)) as peer:
+                    peer.setup()
+                    yield Place("PostgreSQL", items, ours, peer, "PostgresStore")
+            finally:
+                ours.close()
+                items.drop_tables()
+                items.close()
+        finally:
+            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def fill(place: Place, count: int, results: StoreResults | None = None) -> None:
+    """Put the same `count` items into both stores, in batches of `FILL_CHUNK`, taking turns per batch."""
+    ops = put_ops(count)
+    spent = {OURS: 0.0, place.peer_name: 0.0}
+    for start in range(0, count, FILL_CHUNK):
+        chunk = ops[start : start + FILL_CHUNK]
+        for name, store in (OURS, place.ours), (place.peer_name, place.peer):
+            began = time.perf_counter()
+            store.batch(chunk)
+            spent[name] += time.perf_counter() - began
+    if results is not None:
+        results.fills += [(place.database, name, count / seconds) for name, seconds in spent.items()]
+
+
+def _matches(spec: Mapping[str, Any] | None) -> Callable[[Mapping[str, Any]], bool]:
+    return lambda found: spec is None or all(found.get(name) == wanted for name, wanted in spec.items())
+
+
+def _check(place: Place, prefix: tuple[str, ...], spec: dict[str, Any] | None, expected: int) -> None:
+    """Both stores and the raw list return the same number of items, all matching (guards the timed calls)."""
+    pages = {
+        OURS: [item.value for item in place.ours.search(prefix, filter=spec, limit=10)],
+        place.peer_name: [item.value for item in place.peer.search(prefix, filter=spec, limit=10)],
+        RAW_LIST: [dict(item.value) for item in place.items.list(prefix, filter=spec, limit=10)],
+    }
+    for name, page in pages.items():
+        if len(page) != expected or not all(map(_matches(spec), page)):
+            raise AssertionError(f"{place.database} {name} search {prefix} {spec}: {len(page)} items, not {expected}")
+
+
+def _calls(place: Place, prefix: tuple[str, ...], spec: dict[str, Any] | None) -> dict[str, Callable[[], object]]:
+    return {
+        OURS: lambda: place.ours.search(prefix, filter=spec, limit=10),
+        place.peer_name: lambda: place.peer.search(prefix, filter=spec, limit=10),
+        RAW_LIST: lambda: place.items.list(prefix, filter=spec, limit=10),
+        RAW_COUNT: lambda: place.items.count(prefix, filter=spec),
+    }
+
+
+def search_cases(place: Place, count: int, runs: int) -> list[CaseResult]:
+    """Time the four search cases on `place` (filled with `count` items)."""
+    spaces = count // PER_NAMESPACE
+    one = namespace(42 % spaces)
+    everything = ("users",)
+    cases: list[tuple[str, tuple[str, ...], dict[str, Any] | None, int]] = [
+        (f"search, filter, 1 namespace of {spaces:,} (100 items)", one, {"kind": "k7"}, 10),
+        (f"search, filter, all {spaces:,} namespaces ({count:,} items)", everything, {"topic": "t42"}, spaces),
+        ("search without query, 1 namespace (100 items)", one, None, PER_NAMESPACE),
+        (f"search without query, all namespaces ({count:,} items)", everything, None, count),
+    ]
+    results = []
+    for case, prefix, spec, matching in cases:
+        _check(place, prefix, spec, min(10, matching))
+        if place.items.count(prefix, filter=spec) != matching:
+            raise AssertionError(f"{place.database} count {prefix} {spec} is not {matching}")
+        timings = measure_rounds(_calls(place, prefix, spec), runs=runs)
+        results.append(CaseResult(place.database, place.peer_name, case, timings))
+    return results
+
+
+def put_batches(directory: Path, count: int, runs: int) -> dict[str, Timing]:
+    """One batch of `count` new items per round on SQLite: store batch, raw put_many, SqliteStore batch."""
+    rounds = runs + 1  # measure_rounds' warm-up round writes too
+    with sqlite_place(directory, "put") as place:
+        ours = iter([put_ops(count, f"store{r}") for r in range(rounds)])
+        theirs = iter([put_ops(count, f"peer{r}") for r in range(rounds)])
+        raw = iter([_writes(count, f"raw{r}") for r in range(rounds)])
+        timings = measure_rounds(
+            {
+                f"{OURS}.batch": lambda: place.ours.batch(next(ours)),
+                "SQLItemMemory.put_many": lambda: place.items.put_many(next(raw)),
+                "SqliteStore.batch": lambda: place.peer.batch(next(theirs)),
+            },
+            runs=runs,
+        )
+        for root in ("store", "raw"):
+            written = sum(place.items.count((f"{root}{r}",)) for r in range(rounds))
+            if written != rounds * count:
+                raise AssertionError(f"{root}: {written} items written, not {rounds * count}")
+    return timings
+
+
+def former_case(directory: Path, runs: int) -> dict[str, Timing]:
+    """The search that took 7 s on the chat-session emulation: a filter matching nothing over 5,000 items."""
+    spec = {"kind": "none-such"}
+    with sqlite_place(directory, "former") as place:
+        fill(place, FORMER_CASE_ITEMS)
+        _check(place, ("users",), spec, 0)
+        return measure_rounds(
+            {
+                OURS: lambda: place.ours.search(("users",), filter=spec, limit=10),
+                place.peer_name: lambda: place.peer.search(("users",), filter=spec, limit=10),
+                RAW_LIST: lambda: place.items.list(("users",), filter=spec, limit=10),
+            },
+            runs=runs,
+        )
+
+
+def run(report: Report, *, postgres: str, count: int, put_count: int, runs: int) -> StoreResults:
+    """Measure every case, add the rows and the targets to `report`, and return them for `markdown`."""
+    results = StoreResults(count=count, put_count=put_count)
+    with tempfile.TemporaryDirectory(prefix="mwbench-store-") as temporary:
+        directory = Path(temporary)
+        with sqlite_place(directory, "search") as place:
+            fill(place, count, results)
+            results.cases += search_cases(place, count, runs)
+        with postgres_place(postgres) as place:
+            fill(place, count, results)
+            results.cases += search_cases(place, count, runs)
+        results.puts = put_batches(directory, put_count, max(3, runs // 3))
+        results.former = former_case(directory, runs)
+    _report(report, results)
+    return results
+
+
+def _report(report: Report, results: StoreResults) -> None:
+    for case in results.cases:
+        name = f"LangGraph store {case.case} ({case.database})"
+        for subject, timing in case.timings.items():
+            note = f"{case.ratio:.2f}x (memwoven / LangGraph)" if subject == OURS else ""
+            report.add(name, subject, timing, note)
+    for case in results.cases:
+        what = f"{case.database}, {case.case}"
+        report.target(f"{what}: {OURS} / {case.peer_name}", case.ratio, 1.0, False)
+        report.target(f"{what}: {OURS} ms", case.timings[OURS].median * 1e3, SEARCH_GOAL_SECONDS * 1e3, False)
+    name = f"SQLite put of {results.put_count:,} items in one batch"
+    for subject, timing in results.puts.items():
+        report.add(name, subject, timing, f"{results.put_count / timing.median:,.0f} items/s")
+    for subject in (f"{OURS}.batch", "SQLItemMemory.put_many"):
+        rate = results.put_count / results.puts[subject].median
+        report.target(f"{name}: {subject} items/s", rate, PUT_GOAL_RATE, True)
+    name = f"SQLite store search, filter matching nothing, {FORMER_CASE_ITEMS:,} items (was 7 s)"
+    for subject, timing in results.former.items():
+        report.add(name, subject, timing)
+    report.target(f"{name}: {OURS} ms", results.former[OURS].median * 1e3, EMPTY_GOAL_SECONDS * 1e3, False)
+
+
+def _ms(timing: Timing) -> str:
+    return f"{timing.median * 1e3:.3g} ms"
+
+
+def markdown(results: StoreResults) -> str:
+    """The section's tables: search cases per database, the batch put, the former 7 s case."""
+    lines = [
+        f"{results.count:,} items in {results.count // PER_NAMESPACE:,} namespaces, `limit=10`; medians of rounds "
+        "in which the subjects take turns (min, max and n in the rows below). Ratio: memwoven's store / "
+        "LangGraph's own store (below 1: memwoven is faster).",
+        "",
+        "| database | operation | MemwovenStore | LangGraph store | ratio | ItemMemory.list | ItemMemory.count |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for case in results.cases:
+        t = case.timings
+        lines.append(
+            f"| {case.database} | {case.case} | {_ms(t[OURS])} | {case.peer_name} {_ms(t[case.peer_name])} | "
+            f"{case.ratio:.2f}x | {_ms(t[RAW_LIST])} | {_ms(t[RAW_COUNT])} |"
+        )
+    lines += [
+        "",
+        f"Filling (batches of {FILL_CHUNK:,} puts, once): "
+        + "; ".join(f"{subject} on {database} {rate:,.0f} items/s" for database, subject, rate in results.fills)
+        + ".",
+        "",
+        f"SQLite, one batch of {results.put_count:,} new items:",
+        "",
+        "| subject | time | items/s |",
+        "| --- | --- | --- |",
+        *(
+            f"| {subject} | {timing} | {results.put_count / timing.median:,.0f} |"
+            for subject, timing in results.puts.items()
+        ),
+        "",
+        f"SQLite, search with a filter matching nothing over {FORMER_CASE_ITEMS:,} items (7 s when the store kept "
+        "each item as a chat session): "
+        + ", ".join(f"{subject} {timing}" for subject, timing in results.former.items())
+        + ".",
+        "",
+    ]
+    return "\n".join(lines)
