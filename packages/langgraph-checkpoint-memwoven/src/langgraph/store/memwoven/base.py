@@ -67,7 +67,7 @@ from langgraph.store.base import (
 from typing_extensions import Self
 
 from langchain_memwoven.embeddings import EmbedFnEmbeddings, embed_fn_from_embeddings
-from memwoven import EmbeddingError, InMemoryItemMemory, InvalidInputError, ItemMemory, SQLItemMemory, VectorMemory
+from memwoven import EmbeddingError, InvalidInputError, ItemMemory, VectorMemory
 from memwoven import Item as StoredItem
 from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.contracts import (
@@ -80,7 +80,7 @@ from memwoven.contracts import (
 from memwoven.embed import EmbedFn
 from memwoven.filters import compile_filter
 from memwoven.models import thaw
-from memwoven.urls import BACKENDS, open_vector_memory
+from memwoven.urls import open_item_memory, open_vector_memory
 
 __all__ = ["DistanceType", "MemwovenIndexConfig", "MemwovenStore", "StoreNamespaceError"]
 
@@ -276,25 +276,16 @@ class MemwovenStore(BaseStore, Runner):
         collection: str = "langgraph_store",
         **options: Any,
     ) -> Self:
-        """A store at a URL: ``memory://``, ``sqlite:///file.db``, ``postgresql://...``, ``mysql://...``.
+        """A store at a memwoven URL: the items in `open_item_memory(url)` (``memory://``, ``sqlite:///file.db``,
+        ``postgresql://...``, ``mysql://...``, and every other scheme with an item memory).
 
-        With `index`, the vectors live at the same URL in `collection`. `options` go to the backends (e.g.
-        `table_prefix=`, `schema=`). The store owns the memories: `close()` (or leaving ``with``) closes them.
+        With `index`, the vectors live at the same URL in `collection` (`open_vector_memory`). `options` go to both
+        backends (e.g. `table_prefix=`, `schema=`; or in the URL's query string). The store owns the memories:
+        `close()` (or leaving ``with``) closes them.
         """
         if not isinstance(url, str):
             raise InvalidInputError(f"a store URL must be a string, got {type(url).__name__}")
-        scheme = url.partition(":")[0].lower()
-        kind = BACKENDS.get(scheme) or BACKENDS.get(scheme.partition("+")[0])
-        items: ItemMemory
-        if kind == "memory":
-            items = InMemoryItemMemory(**options)
-        elif kind == "sql":
-            items = SQLItemMemory(url, **options)
-        else:
-            raise InvalidInputError(
-                f"MemwovenStore.from_url opens memory://, sqlite://, postgresql://, mysql:// and mariadb:// URLs, "
-                f"not {scheme}://; pass an ItemMemory to MemwovenStore(...) for any other backend"
-            )
+        items = open_item_memory(url, **options)
         vectors = None
         try:
             if index is not None:
