@@ -27,13 +27,12 @@ item waits; the placeholders are overwritten (or rolled back) before the transac
 them. SQLite runs writes one at a time (``BEGIN IMMEDIATE``). `put_many` checks every expected version before it
 writes anything: all or nothing.
 
-`list` and `count`: SQL selects the namespace prefix, the key range (after/before), the live items and the order.
-(MariaDB/MySQL compare BLOBs in ORDER BY and DISTINCT on their first ``max_sort_length`` bytes only, so
-there the rows are re-sorted in Python, exactly, and paged there; `namespaces` adds the SHA-2 of each namespace
-to its DISTINCT.) The filter (`memwoven.filters`, dotted paths) is evaluated in Python over the rows of that
-prefix, and `limit` and `offset` are applied after it. Pushing the filter down to the database (SQLite JSON1,
-PostgreSQL jsonb, MariaDB JSON_EXTRACT) is the next step, all of it at once: a half pushed-down filter would page
-wrongly.
+`list` and `count`: SQL selects the namespace prefix, the key range (after/before), the live items, the order and
+the filter's pre-selection (`_filters`: a condition on the JSON text, in the database's JSON functions, that keeps
+every match); Python then applies the filter exactly (`memwoven.filters`) to the rows it reads, and pages, stopping
+once the page is full. Without a filter the page too is SQL's. (MariaDB/MySQL compare BLOBs in ORDER BY and
+DISTINCT on their first ``max_sort_length`` bytes only, so there the rows are re-sorted in Python, exactly, and
+paged there; `namespaces` adds the SHA-2 of each namespace to its DISTINCT.)
 `namespaces` selects the distinct namespaces of the fixed leading labels of `prefix` in SQL, then matches the
 wildcards and the suffix in Python (`namespace_matches`).
 
@@ -58,6 +57,7 @@ import memwoven._clock as _clock
 from memwoven._steps import Steps
 from memwoven.backends.sql._base import SQLBackend
 from memwoven.backends.sql._engine import Work
+from memwoven.backends.sql._filters import prefilter
 from memwoven.backends.sql._schema import HEAD_CHARS, key_of, upsert
 from memwoven.contracts import CheckedWrite, ItemAddress, ItemMemory, ItemQuery, Namespace, check_expected, next_version
 from memwoven.errors import CorruptMemoryError
@@ -213,7 +213,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         items = self._items
 
         def body(connection: Connection) -> builtins.list[Item]:
-            statement = sa.select(*(items.c[name] for name in _COLUMNS)).where(*self._live_in(query.prefix))
+            statement = sa.select(*(items.c[name] for name in _COLUMNS)).where(*self._matching(connection, query))
             if query.after is not None:
                 statement = statement.where(items.c.item_key > query.after)
             if query.before is not None:
@@ -225,12 +225,18 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                 statement = statement.offset(query.offset) if query.offset else statement
                 statement = statement.limit(query.limit) if query.limit is not None else statement
                 return [_item(row) for row in connection.execute(statement)]
-            rows = builtins.list(connection.execute(statement))
             if not exact:  # MariaDB/MySQL sort BLOBs on their first `max_sort_length` bytes: make it exact
-                rows.sort(key=lambda row: (row.item_key, row.namespace), reverse=query.descending)
-            found = (_item(row) for row in rows)
-            predicate = query.predicate
-            return query.page([item for item in found if predicate is None or predicate(item.value)])
+                rows = sorted(connection.execute(statement), key=_order, reverse=query.descending)
+                return query.page([item for item in map(_item, rows) if _matches(query, item)])
+            wanted = None if query.limit is None else query.offset + query.limit
+            found = []
+            for row in connection.execute(statement):  # in order: stop once the page is full
+                item = _item(row)
+                if _matches(query, item):
+                    found.append(item)
+                    if len(found) == wanted:
+                        break
+            return query.page(found)
 
         listed: builtins.list[Item] = yield Work(body)
         return listed
@@ -240,10 +246,11 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         predicate = query.predicate
 
         def body(connection: Connection) -> int:
+            conditions = self._matching(connection, query)
             if predicate is None:
-                statement = sa.select(sa.func.count()).select_from(items).where(*self._live_in(query.prefix))
+                statement = sa.select(sa.func.count()).select_from(items).where(*conditions)
                 return int(connection.execute(statement).scalar_one())
-            values = connection.execute(sa.select(items.c.value).where(*self._live_in(query.prefix))).scalars()
+            values = connection.execute(sa.select(items.c.value).where(*conditions)).scalars()
             return sum(1 for value in values if predicate(_decode_value(value)))
 
         counted: int = yield Work(body)
@@ -272,6 +279,14 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         return removed
 
     # Helpers ------------------------------------------------------------------------------------------------
+
+    def _matching(self, connection: Connection, query: ItemQuery) -> builtins.list[sa.ColumnElement[bool]]:
+        """SQL: the item is live, under the query's prefix and kept by its filter's pre-selection (`_filters`)."""
+        conditions = self._live_in(query.prefix)
+        if query.filter is not None:
+            selected = prefilter(query.filter, self._items.c.value, connection.dialect.name)
+            conditions += [] if selected is None else [selected]
+        return conditions
 
     def _live_in(self, prefix: Namespace) -> builtins.list[sa.ColumnElement[bool]]:
         """SQL: the item is live and its namespace starts with `prefix`, label by label."""
@@ -334,6 +349,14 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                     ignoring = statement.on_duplicate_key_update({"address": statement.inserted.address})
                     connection.execute(ignoring, chunk)
         return self._rows_at(connection, addresses, lock=True)
+
+
+def _matches(query: ItemQuery, item: Item) -> bool:
+    return query.predicate is None or query.predicate(item.value)
+
+
+def _order(row: Any) -> tuple[str, str]:
+    return row.item_key, row.namespace
 
 
 def _alive(expires_at_ms: int | None, now: int) -> bool:

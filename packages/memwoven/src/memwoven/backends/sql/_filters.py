@@ -1,0 +1,172 @@
+"""A filter's SQL pre-selection: a condition on the stored JSON text that every matching value satisfies.
+
+`memwoven.filters` is the one definition of what a filter means, and Python applies it to every row the
+database returns, so results are exact on every database. What this module adds is speed: it translates the
+parts of a filter that the database can test on its own JSON functions (SQLite JSON1, PostgreSQL ``json``
+operators, MariaDB/MySQL ``JSON_EXTRACT``) into a WHERE condition that keeps every matching row and drops most
+others, so a search that matches a few items of many reads a few rows.
+
+The condition must never drop a match (it may keep non-matches). So it is built only from tests whose SQL
+meaning is at least as wide as the filter's, and everything else becomes "no condition":
+
+* equality and ``$in`` with strings, numbers and booleans (the JSON type tested too where the database can);
+* ``$gt``/``$gte``/``$lt``/``$lte`` with numbers (integers within 2**53, compared with the bound widened to
+  include it, so a float rounding cannot drop a match) and, on SQLite and PostgreSQL, with strings (code point
+  order: SQLite's BINARY, PostgreSQL ``COLLATE "C"``);
+* ``$exists: true``; ``$and`` (any part that translates), ``$or`` (only if every branch translates);
+* not ``$ne``, ``$nin``, ``$exists: false``, ``$not``, ``$contains``, null, objects or lists: they select nothing.
+
+A dotted field matches the literal key or the nested path (`memwoven.filters`: the literal key wins), so its
+condition is the OR of both. Field names are put into (quoted) JSON paths only if made of letters, digits, ``_``,
+``-``, ``.`` and spaces (SQLite and MariaDB take the path as text); PostgreSQL passes each name as a bound
+parameter. The rows are still ordered and, where there is a filter, paged in Python, reading only until the
+page is full (MariaDB/MySQL: all the selected rows, which are sorted in Python).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+__all__ = ["prefilter"]
+
+_SIMPLE_NAME = re.compile(r"[A-Za-z0-9_\-. ]+")
+_EXACT_FLOAT_INT = 2**53
+_COMPARISONS = {"$gt": "__ge__", "$gte": "__ge__", "$lt": "__le__", "$lte": "__le__"}  # widened: never drops a match
+
+Condition = sa.ColumnElement[bool]
+
+
+def prefilter(spec: Mapping[str, Any], value: sa.ColumnElement[Any], dialect: str) -> Condition | None:
+    """A condition on the JSON text `value` kept by every value matching the (validated) filter `spec`, or
+    None when nothing of it translates on `dialect` ("sqlite", "postgresql", "mysql" or "mariadb")."""
+    return _Translator(value, dialect).filter(spec)
+
+
+class _Translator:
+    def __init__(self, value: sa.ColumnElement[Any], dialect: str) -> None:
+        self.value = value
+        self.dialect = "mysql" if dialect == "mariadb" else dialect
+
+    def filter(self, spec: Mapping[str, Any]) -> Condition | None:
+        parts = []
+        for key, condition in spec.items():
+            if key == "$and":
+                part = _all([self.filter(clause) for clause in condition])
+            elif key == "$or":
+                branches = [self.filter(clause) for clause in condition]
+                part = None if any(branch is None for branch in branches) else sa.or_(*branches)  # type: ignore[arg-type]
+            elif key.startswith("$"):  # $not: its negation could drop matches
+                part = None
+            else:
+                part = self.field(key, condition)
+            parts.append(part)
+        return _all(parts)
+
+    def field(self, name: str, condition: Any) -> Condition | None:
+        if isinstance(condition, Mapping) and condition and all(key.startswith("$") for key in condition):
+            tests = list(condition.items())
+        else:
+            tests = [("$eq", condition)]
+        paths = [[name]] + ([name.split(".")] if "." in name else [])
+        alternatives = [_all([self.test(path, op, operand) for op, operand in tests]) for path in paths]
+        if any(alternative is None for alternative in alternatives):
+            return None
+        return alternatives[0] if len(alternatives) == 1 else sa.or_(*alternatives)  # type: ignore[arg-type]
+
+    def test(self, path: Sequence[str], op: str, operand: Any) -> Condition | None:
+        if self.dialect != "postgresql" and not all(_SIMPLE_NAME.fullmatch(name) for name in path):
+            return None
+        if op == "$eq":
+            return self.equals(path, operand)
+        if op == "$in":
+            options = [self.equals(path, option) for option in operand]
+            return None if not options or any(o is None for o in options) else sa.or_(*options)  # type: ignore[arg-type]
+        if op == "$exists" and operand is True:
+            return self.json_type(path).is_not(None)
+        if op in _COMPARISONS:
+            return self.compare(path, _COMPARISONS[op], operand)
+        return None
+
+    # The SQL of each database ------------------------------------------------------------------------------
+
+    def json_type(self, path: Sequence[str]) -> sa.ColumnElement[str]:
+        """The JSON type name of the value at `path` (NULL where absent)."""
+        if self.dialect == "postgresql":
+            return sa.func.json_typeof(sa.func.json_extract_path(self.value, *path))
+        if self.dialect == "sqlite":
+            return sa.func.json_type(self.value, _text_path(path))
+        return sa.func.json_type(sa.func.json_extract(self.value, _text_path(path)))
+
+    def scalar(self, path: Sequence[str]) -> sa.ColumnElement[Any]:
+        """The value at `path` as an SQL scalar (text for strings)."""
+        if self.dialect == "postgresql":
+            return sa.func.json_extract_path_text(self.value, *path)
+        if self.dialect == "sqlite":
+            return sa.func.json_extract(self.value, _text_path(path))
+        return sa.func.json_unquote(sa.func.json_extract(self.value, _text_path(path)))
+
+    def equals(self, path: Sequence[str], operand: Any) -> Condition | None:
+        kind = self.json_type(path)
+        if isinstance(operand, bool):
+            word = "true" if operand else "false"
+            if self.dialect == "sqlite":
+                return kind == word
+            if self.dialect == "postgresql":
+                return sa.and_(kind == "boolean", self.scalar(path) == word)
+            return kind == "BOOLEAN"  # true or false: wider is allowed
+        if isinstance(operand, str):
+            string = {"postgresql": "string", "sqlite": "text", "mysql": "STRING"}[self.dialect]
+            return sa.and_(kind == string, self.scalar(path) == operand)
+        if isinstance(operand, (int, float)) and _exact_number(operand):
+            return self.compare(path, "__ge__", operand, also="__le__")
+        return None
+
+    def compare(self, path: Sequence[str], method: str, operand: Any, also: str | None = None) -> Condition | None:
+        kind = self.json_type(path)
+        if isinstance(operand, str):
+            if self.dialect == "mysql":  # its text comparison follows the column's collation, not code points
+                return None
+            string = "string" if self.dialect == "postgresql" else "text"
+            text = self.scalar(path)
+            if self.dialect == "postgresql":
+                text = text.collate("C")
+            bound = getattr(text, method)(operand)
+            return sa.and_(kind == string, bound)
+        if isinstance(operand, bool) or not isinstance(operand, (int, float)) or not _exact_number(operand):
+            return None
+        numbers = {"postgresql": ("number",), "sqlite": ("integer", "real"), "mysql": ("INTEGER", "DOUBLE")}
+        number = self._number(path, kind, numbers[self.dialect])
+        condition = getattr(number, method)(operand)
+        if also is not None:
+            condition = sa.and_(condition, getattr(number, also)(operand))
+        return condition  # type: ignore[no-any-return]
+
+    def _number(self, path: Sequence[str], kind: sa.ColumnElement[str], names: tuple[str, ...]) -> Any:
+        """The value at `path` as an SQL number where it is a JSON number, else NULL (never a failed cast)."""
+        as_number: sa.ColumnElement[Any]
+        if self.dialect == "postgresql":
+            as_number = sa.cast(self.scalar(path), sa.Numeric)
+        elif self.dialect == "sqlite":
+            as_number = self.scalar(path)
+        else:
+            as_number = sa.cast(sa.func.json_extract(self.value, _text_path(path)), sa.Double)
+        return sa.case((kind.in_(names), as_number), else_=None)
+
+
+def _all(parts: list[Condition | None]) -> Condition | None:
+    known = [part for part in parts if part is not None]
+    return None if not known else known[0] if len(known) == 1 else sa.and_(*known)
+
+
+def _text_path(path: Sequence[str]) -> str:
+    """A JSON path as SQLite and MariaDB/MySQL write it (names already checked to need no escaping)."""
+    return "$" + "".join(f'."{name}"' for name in path)
+
+
+def _exact_number(value: float) -> bool:
+    """Whether `value` compares the same in SQL and in Python (no integer beyond float precision)."""
+    return -_EXACT_FLOAT_INT <= value <= _EXACT_FLOAT_INT if isinstance(value, int) else True
