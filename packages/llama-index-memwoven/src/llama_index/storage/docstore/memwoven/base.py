@@ -4,6 +4,7 @@ integration is built on its key-value store."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from llama_index.core.storage.docstore.keyval_docstore import KVDocumentStore
 
@@ -56,6 +57,20 @@ class MemwovenDocumentStore(KVDocumentStore):
     ) -> MemwovenDocumentStore:
         """A document store over `items` (its key-value store's collections under `namespace_prefix`)."""
         return cls(MemwovenKVStore(items, namespace_prefix=namespace_prefix), namespace, batch_size)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str | None = None,
+        *,
+        namespace_prefix: Sequence[str] = (),
+        namespace: str | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        **options: Any,
+    ) -> MemwovenDocumentStore:
+        """A document store over the item memory a memwoven URL names (default `$MEMWOVEN_ITEM_URL`), e.g.
+        ``postgresql://app@db/app``; `options` go to `open_item_memory`. `kvstore.close()` closes it."""
+        return cls(MemwovenKVStore.from_url(url, namespace_prefix=namespace_prefix, **options), namespace, batch_size)
 
     @property
     def kvstore(self) -> MemwovenKVStore:

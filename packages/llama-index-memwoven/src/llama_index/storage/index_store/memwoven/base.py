@@ -4,6 +4,7 @@ integration is built on its key-value store."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from llama_index.core.storage.index_store.keyval_index_store import KVIndexStore
 
@@ -36,6 +37,19 @@ class MemwovenIndexStore(KVIndexStore):
     ) -> MemwovenIndexStore:
         """An index store over `items` (its key-value store's collections under `namespace_prefix`)."""
         return cls(MemwovenKVStore(items, namespace_prefix=namespace_prefix), namespace)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str | None = None,
+        *,
+        namespace_prefix: Sequence[str] = (),
+        namespace: str | None = None,
+        **options: Any,
+    ) -> MemwovenIndexStore:
+        """An index store over the item memory a memwoven URL names (default `$MEMWOVEN_ITEM_URL`), e.g.
+        ``sqlite:///storage.db``; `options` go to `open_item_memory`. `kvstore.close()` closes it."""
+        return cls(MemwovenKVStore.from_url(url, namespace_prefix=namespace_prefix, **options), namespace)
 
     @property
     def kvstore(self) -> MemwovenKVStore:

@@ -16,6 +16,7 @@ from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.contracts import ItemMemory, ItemWrite, check_item_key, check_item_value, check_namespace
 from memwoven.errors import InvalidInputError
 from memwoven.models import Item, thaw
+from memwoven.urls import open_item_memory
 
 __all__ = ["MemwovenKVStore"]
 
@@ -36,6 +37,14 @@ class MemwovenKVStore(BaseKVStore, Runner):
             raise InvalidInputError(f"MemwovenKVStore needs a memwoven ItemMemory, got {type(items).__name__}")
         self._items = items
         self._prefix = check_namespace(namespace_prefix, "namespace_prefix", prefix=True)
+
+    @classmethod
+    def from_url(
+        cls, url: str | None = None, *, namespace_prefix: Sequence[str] = (), **options: Any
+    ) -> MemwovenKVStore:
+        """A key-value store over the item memory a memwoven URL names (default `$MEMWOVEN_ITEM_URL`), e.g.
+        ``sqlite:///storage.db``; `options` go to `open_item_memory` (`table_prefix=`, ...). `close()` closes it."""
+        return cls(open_item_memory(url, **options), namespace_prefix=namespace_prefix)
 
     @property
     def items(self) -> ItemMemory:
