@@ -1,4 +1,5 @@
-"""Encryption at rest: `EncryptedChatMemory` and `EncryptedVectorMemory` wrap any backend with AES-GCM.
+"""Encryption at rest: `EncryptedChatMemory`, `EncryptedVectorMemory` and `EncryptedItemMemory` wrap any backend
+with AES-GCM.
 
 Needs the `cryptography` package (`pip install "memwoven[encryption]"`). The wrappers encrypt on the way in and
 decrypt on the way out, so the store only ever holds ciphertext, whatever backend it is::
@@ -6,6 +7,7 @@ decrypt on the way out, so the store only ever holds ciphertext, whatever backen
     key = generate_key()  # keep it in a secret store, e.g. an environment variable
     chat = EncryptedChatMemory(open_chat_memory("sqlite:///memory.db"), key=key)
     notes = EncryptedVectorMemory(open_vector_memory("sqlite:///memory.db", collection="notes"), key=key)
+    items = EncryptedItemMemory(SQLItemMemory("sqlite:///memory.db"), key=key, id_key=generate_key())
 
 What is encrypted
 -----------------
@@ -15,20 +17,26 @@ What is encrypted
   again, checked on read, so a changed role is detected too).
 * Vectors: each document is stored with the token as its content and empty metadata; the token encrypts its
   content and metadata, and its embedding when `encrypt_embeddings=True`.
+* Items: each item is stored with the single value entry ``{"memwoven_encrypted": <token>}``; the token encrypts
+  its value (and its namespace and key with `id_key`). Namespace labels and keys are hashed with `id_key`, label by
+  label, so that prefixes still work; filters, key ranges and the order are then computed by the wrapper after
+  decryption. See `memwoven.encryption.items` for the layout and what it costs.
 
 What the store still sees: the role and position of every message and how many there are, the approximate
-size of every value, versions and write times, the embeddings (unless `encrypt_embeddings`), and the session,
-message and document ids unless `id_key` is given (then it sees their keyed hashes, HMAC-SHA256). Message ids stay
+size of every value, versions, write times and item expiry, the embeddings (unless `encrypt_embeddings`), the
+depth of item namespaces and how many items each holds, and the session, message and document ids, namespace
+labels and item keys unless `id_key` is given (then it sees their keyed hashes, HMAC-SHA256). Message ids stay
 visible to the inner memory (as given, or hashed within their session) so that it keeps them unique and its
 appends idempotent (CM10); an id changed in the store is detected on read.
 
 Tokens and tampering
 --------------------
 A token is ``mwe2:<key id>:<base64url(nonce || ciphertext || tag)>``: AES-GCM with a fresh random 96-bit nonce per
-value. The associated data binds it to its kind (chat or vector), its key id and the id it is stored under (the
-session id, or the collection name and the document id), so a token copied to another session, document or
-collection does not decrypt. Any value that does not decrypt, or is not a token at all, raises
-`CorruptMemoryError` naming the session (or document); nothing is ever returned unverified. The binding is to
+value. The associated data binds it to its kind (chat, vector or item), its key id and the id it is stored under
+(the session id, the collection name and the document id, or the item's stored namespace and key), so a token
+copied to another session, document, collection or item does not decrypt. Any value that does not decrypt, or is
+not a token at all, raises `CorruptMemoryError` naming the session (or document, or item); nothing is ever
+returned unverified. The binding is to
 the session, not to a position in it: someone who can write to the store can still drop, repeat or reorder one
 session's messages, or roll a session back to an older state, without being detected; they cannot read, forge,
 alter or move one.
@@ -69,6 +77,15 @@ collection and ranks it in process: meant for small collections only, and off by
 
 from memwoven.encryption._keys import MARKER, KeyLike, Keyring, generate_key
 from memwoven.encryption.chat import EncryptedChatMemory
+from memwoven.encryption.items import EncryptedItemMemory
 from memwoven.encryption.vector import EncryptedVectorMemory
 
-__all__ = ["MARKER", "EncryptedChatMemory", "EncryptedVectorMemory", "KeyLike", "Keyring", "generate_key"]
+__all__ = [
+    "MARKER",
+    "EncryptedChatMemory",
+    "EncryptedItemMemory",
+    "EncryptedVectorMemory",
+    "KeyLike",
+    "Keyring",
+    "generate_key",
+]

@@ -28,6 +28,7 @@ __all__ = [
     "IdHasher",
     "KeyLike",
     "Keyring",
+    "Keys",
     "Wrapper",
     "b64",
     "generate_key",
@@ -133,7 +134,11 @@ class Keyring:
         return f"memwoven:{_VERSION}:{key_id}:".encode("ascii") + context
 
 
-def keyring(key: KeyLike | Sequence[KeyLike] | Keyring) -> Keyring:
+Keys = Union[KeyLike, Sequence[KeyLike], Keyring]
+"""What a wrapper's `key` takes: one key, several oldest first (the last one encrypts), or a `Keyring`."""
+
+
+def keyring(key: Keys) -> Keyring:
     return key if isinstance(key, Keyring) else Keyring(key)
 
 
@@ -161,6 +166,17 @@ class Wrapper(Runner, Generic[_Inner]):
     """A memory that keeps its data in another one, `inner` (set by the subclass): closing it closes `inner`."""
 
     inner: _Inner
+    keyring: Keyring
+    _hash: IdHasher | None = None
+
+    @property
+    def hashed_ids(self) -> bool:
+        """True when ids (session and document ids, item namespaces and keys) are stored as their keyed hashes."""
+        return self._hash is not None
+
+    def __repr__(self) -> str:
+        hashed = ", hashed ids" if self._hash else ""
+        return f"{type(self).__name__}({self.inner!r}, key_ids={self.keyring.key_ids}{hashed})"
 
     def _close(self) -> Steps[None]:
         """Close the inner memory."""

@@ -79,15 +79,6 @@ class EncryptedChatMemory(Wrapper[ChatMemory], ChatMemory):
         self._hash = IdHasher(id_key) if id_key is not None else None
         self._cache = _SealedCache(cache_size)
 
-    @property
-    def hashed_ids(self) -> bool:
-        """True when session ids are stored as their keyed hashes."""
-        return self._hash is not None
-
-    def __repr__(self) -> str:
-        hashed = ", hashed ids" if self._hash else ""
-        return f"EncryptedChatMemory({self.inner!r}, key_ids={self.keyring.key_ids}{hashed})"
-
     # The sans-I/O core -----------------------------------------------------------------------------------------
 
     def stored_id(self, session_id: str) -> str:

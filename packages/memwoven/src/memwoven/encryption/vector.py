@@ -71,11 +71,6 @@ class EncryptedVectorMemory(Wrapper[VectorMemory], VectorMemoryBase):
         # Neither a collection name nor an id holds a NUL, so the context names exactly one (collection, id) pair.
         self._context = b"vector\x00" + name.encode("utf-8") + b"\x00"
 
-    @property
-    def hashed_ids(self) -> bool:
-        """True when document ids are stored as their keyed hashes."""
-        return self._hash is not None
-
     def __repr__(self) -> str:
         options = (", hashed ids" if self._hash else "") + (", encrypted embeddings" if self.encrypt_embeddings else "")
         keys = self.keyring.key_ids
