@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import redis
 
+from memwoven_test_support import redis_url, unique_name
 from memwoven_test_support.redis_servers import redis_cluster
 
 
@@ -18,6 +19,15 @@ def cluster_url() -> Iterator[str]:
     module global of the same name)."""
     with redis_cluster(3) as url:
         yield url
+
+
+@pytest.fixture
+def redis_prefix() -> Iterator[tuple[str, str]]:
+    """(URL, a unique key prefix) on the shared Redis; the prefix's keys are deleted afterwards (never FLUSH).
+    Assign it to a module global of the same name, like `cluster_url`."""
+    url, prefix = redis_url(), unique_name("mwtest")
+    yield url, prefix
+    delete_prefix(url, prefix)
 
 
 def delete_prefix(url: str, prefix: str) -> None:

@@ -43,8 +43,6 @@ absent everywhere, version 0 included, until `cleanup_expired()` deletes it.
 from __future__ import annotations
 
 import builtins
-import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -55,39 +53,19 @@ from sqlalchemy.engine import Connection
 
 import memwoven._clock as _clock
 from memwoven._steps import Steps
+from memwoven.backends._items import decode_namespace, decode_value, encode_namespace, encode_value, prefix_range
 from memwoven.backends.sql._base import SQLBackend
 from memwoven.backends.sql._engine import Work
 from memwoven.backends.sql._filters import prefilter
 from memwoven.backends.sql._schema import HEAD_CHARS, key_of, upsert
 from memwoven.contracts import CheckedWrite, ItemAddress, ItemMemory, ItemQuery, Namespace, check_expected, next_version
-from memwoven.errors import CorruptMemoryError
-from memwoven.models import FrozenDict, Item, freeze_json
+from memwoven.models import Item
 
 __all__ = ["SQLItemMemory", "decode_namespace", "encode_namespace"]
 
-_SEPARATOR = "\x01"
-_ESCAPE = "\x02"
-_ESCAPED = re.compile("\x02(.)", re.DOTALL)
 _IN_CHUNK = 500  # addresses per IN (...): far below every driver's parameter limit
 _MYSQL = ("mysql", "mariadb")
 _COLUMNS = ("namespace", "item_key", "value", "version", "created_ms", "updated_ms", "expires_at_ms", "ttl")
-
-
-def encode_namespace(namespace: Sequence[str]) -> str:
-    """The stored form of a namespace (or a prefix): each label escaped, then followed by the separator."""
-    return "".join(
-        label.replace(_ESCAPE, "\x02\x03").replace(_SEPARATOR, "\x02\x02") + _SEPARATOR for label in namespace
-    )
-
-
-def decode_namespace(encoded: str) -> Namespace:
-    """The namespace `encode_namespace` encoded."""
-    if not encoded.endswith(_SEPARATOR):
-        raise ValueError("an encoded namespace ends with the separator")
-    return tuple(
-        _ESCAPED.sub(lambda m: _SEPARATOR if m[1] == "\x02" else _ESCAPE, label)
-        for label in encoded[:-1].split(_SEPARATOR)
-    )
 
 
 def _address(encoded_namespace: str, key: str) -> str:
@@ -159,7 +137,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         prepared = []
         for namespace, key, value, ttl, expected in writes:
             encoded = encode_namespace(namespace)
-            prepared.append((_address(encoded, key), encoded, namespace, key, _encode_value(value), ttl, expected))
+            prepared.append((_address(encoded, key), encoded, namespace, key, encode_value(value), ttl, expected))
 
         def body(connection: Connection) -> builtins.list[int]:
             stored = self._locked(connection, {address: (encoded, key) for address, encoded, _, key, *_ in prepared})
@@ -251,7 +229,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                 statement = sa.select(sa.func.count()).select_from(items).where(*conditions)
                 return int(connection.execute(statement).scalar_one())
             values = connection.execute(sa.select(items.c.value).where(*conditions)).scalars()
-            return sum(1 for value in values if predicate(_decode_value(value)))
+            return sum(1 for value in values if predicate(decode_value(value)))
 
         counted: int = yield Work(body)
         return counted
@@ -295,8 +273,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         conditions = [sa.or_(items.c.expires_at_ms.is_(None), items.c.expires_at_ms > now)]
         if not prefix:
             return conditions
-        low = encode_namespace(prefix)
-        high = low[:-1] + chr(ord(_SEPARATOR) + 1)  # the strings starting with `low` are exactly [low, high)
+        low, high = prefix_range(prefix)  # the strings starting with `low` are exactly [low, high)
         if len(low) <= HEAD_CHARS:
             conditions += [items.c.ns_head >= low, items.c.ns_head < high]
         else:
@@ -370,29 +347,13 @@ def _current(row: _Row | None, now: int) -> int:
     return int(row.version)
 
 
-def _encode_value(value: FrozenDict) -> str:
-    """An item's value as stored: compact JSON text, as the vector backend stores metadata."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
-def _decode_value(text: str) -> FrozenDict:
-    try:
-        value = json.loads(text)
-        if not isinstance(value, dict):
-            raise ValueError("not a JSON object")
-        frozen: FrozenDict = freeze_json(value)
-    except ValueError as error:
-        raise CorruptMemoryError(f"a stored item's value is unreadable ({error})") from None
-    return frozen
-
-
 def _item(row: Any, address: tuple[Namespace, str] | None = None) -> Item:
     """The `Item` of a row (`address`: its namespace and key when known, saving the decoding)."""
     namespace, key = address if address is not None else (decode_namespace(row.namespace), row.item_key)
     return Item.model_construct(
         namespace=namespace,
         key=key,
-        value=_decode_value(row.value),
+        value=decode_value(row.value),
         version=int(row.version),
         created_at=_clock.utc(int(row.created_ms)),
         updated_at=_clock.utc(int(row.updated_ms)),

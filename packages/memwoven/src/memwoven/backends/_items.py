@@ -1,0 +1,70 @@
+"""What the item backends that store namespaces as text share: the namespace encoding and the value codec.
+
+A namespace is stored as one string: each label, escaped, followed by ``\\x01``::
+
+    encode_namespace(("a", "b")) == "a\\x01b\\x01"      escapes: "\\x02" -> "\\x02\\x03", "\\x01" -> "\\x02\\x02"
+
+Labels never hold NUL (`check_id`), so after escaping every label character is ``\\x02`` or above and the
+separator sorts below all of them. Hence (1) the namespaces *starting with* a prefix, label by label, are exactly
+the strings starting with the prefix's encoding: ``("a",)`` is ``"a\\x01"``, which ``"ab\\x01"`` does not start
+with (a prefix is a label boundary); (2) those strings form one range, `prefix_range`, which an index scans;
+(3) the strings sort as the tuples do (a shorter label, followed by the separator, sorts first), in code point
+order, which is also the byte order of their UTF-8.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+
+from memwoven.contracts import Namespace
+from memwoven.errors import CorruptMemoryError
+from memwoven.models import FrozenDict, freeze_json
+
+__all__ = ["decode_namespace", "decode_value", "encode_namespace", "encode_value", "prefix_range"]
+
+_SEPARATOR = "\x01"
+_ESCAPE = "\x02"
+_ESCAPED = re.compile("\x02(.)", re.DOTALL)
+
+
+def encode_namespace(namespace: Sequence[str]) -> str:
+    """The stored form of a namespace (or a prefix): each label escaped, then followed by the separator."""
+    return "".join(
+        label.replace(_ESCAPE, "\x02\x03").replace(_SEPARATOR, "\x02\x02") + _SEPARATOR for label in namespace
+    )
+
+
+def decode_namespace(encoded: str) -> Namespace:
+    """The namespace `encode_namespace` encoded (`ValueError` if `encoded` is no encoding)."""
+    if not encoded.endswith(_SEPARATOR):
+        raise ValueError("an encoded namespace ends with the separator")
+    return tuple(
+        _ESCAPED.sub(lambda m: _SEPARATOR if m[1] == "\x02" else _ESCAPE, label)
+        for label in encoded[:-1].split(_SEPARATOR)
+    )
+
+
+def prefix_range(prefix: Namespace) -> tuple[str, str]:
+    """``(low, high)``: the encodings of the namespaces starting with the non-empty `prefix` are exactly the
+    strings ``s`` with ``low <= s < high``, and so is anything that starts with one of them."""
+    low = encode_namespace(prefix)
+    return low, low[:-1] + chr(ord(_SEPARATOR) + 1)
+
+
+def encode_value(value: FrozenDict) -> str:
+    """An item's value as stored: compact JSON text (non-ASCII characters kept as they are)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def decode_value(text: str | bytes) -> FrozenDict:
+    """The value `encode_value` stored; `CorruptMemoryError` if `text` is no JSON object within the limits."""
+    try:
+        value = json.loads(text)
+        if not isinstance(value, dict):
+            raise ValueError("not a JSON object")
+        frozen: FrozenDict = freeze_json(value)
+    except (ValueError, RecursionError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise CorruptMemoryError(f"a stored item's value is unreadable ({error})") from None
+    return frozen

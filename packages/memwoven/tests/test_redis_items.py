@@ -1,0 +1,212 @@
+"""The ItemMemory contract (IM1-IM11) and the reference-model state machine on Redis, standalone and Cluster, plus
+what is particular to `RedisItemMemory`: its keys, damage, boundaries between prefixes and chunked listings."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+import redis
+import redis_support
+from clock_support import Clock
+from redis_support import RedisHooks, delete_prefix
+
+from memwoven import ItemWrite
+from memwoven.backends import redis_items
+from memwoven.backends.redis import RedisChatMemory
+from memwoven.backends.redis_items import RedisItemMemory
+from memwoven.contracts import ItemMemory
+from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
+from memwoven.testing import ItemMemoryContract, turn
+from memwoven_test_support import redis_url, unique_name
+
+redis_prefix = redis_support.redis_prefix  # a unique key prefix on the shared Redis, deleted afterwards
+
+
+class RedisItemHooks(RedisHooks, ItemMemoryContract):
+    """The item contract on Redis: other objects on the server, under the memory's prefix or one extending it;
+    expiry measured on `memwoven._clock`, which the `clock` fixture moves."""
+
+    def sibling(self, memory: RedisItemMemory, suffix: str) -> RedisItemMemory:
+        return RedisItemMemory(self.url(memory), prefix=memory.prefix + suffix)
+
+    def empty(self, memory: RedisItemMemory) -> None:
+        memory._client.delete(*memory._keys)
+
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+
+class TestRedisItemMemory(RedisItemHooks):
+    @pytest.fixture
+    def item_memory(self, clock: Clock, redis_prefix: tuple[str, str]) -> ItemMemory:
+        self.clock = clock
+        url, prefix = redis_prefix
+        return RedisItemMemory(url, prefix=prefix)
+
+    def url(self, memory: RedisItemMemory) -> str:
+        return redis_url()  # not the memory's URL, where a password would be redacted
+
+
+cluster_url = redis_support.cluster_url  # a private cluster, for this module
+
+
+class TestRedisClusterItemMemory(RedisItemHooks):
+    # Each call crosses to the slot's node through the cluster client; 100 sequences per mode keep this class
+    # near the standalone one's time (the standalone class runs the full 200).
+    state_machine_examples = 100
+
+    @pytest.fixture
+    def item_memory(self, clock: Clock, cluster_url: str) -> ItemMemory:
+        self.clock = clock
+        return RedisItemMemory(cluster_url, prefix=unique_name("mwc"))
+
+
+# What is particular to Redis ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def memory(redis_prefix: tuple[str, str]) -> Iterator[RedisItemMemory]:
+    url, prefix = redis_prefix
+    with RedisItemMemory(url, prefix=prefix) as memory:
+        yield memory
+
+
+def test_memories_spread_over_the_cluster_and_keep_their_keys_in_one_slot(cluster_url: str) -> None:
+    slots = set()
+    for _ in range(12):
+        with RedisItemMemory(cluster_url, prefix=unique_name("mwc")) as memory:
+            versions = memory.put_many([(("a",), "k", {"v": 1}), (("b", "c"), "k", {"v": 2}, 60)])
+            with pytest.raises(ConcurrentModificationError):  # all or nothing across namespaces, in one script
+                memory.put_many([(("a",), "k", {"v": 3}), (("b", "c"), "k", {"v": 4}, None, versions[1] + 1)])
+            assert [item.value["v"] for item in memory.list()] == [1, 2]
+            key_slots = {memory._client.keyslot(key) for key in memory._keys}
+            assert len(key_slots) == 1
+            slots |= key_slots
+    assert len({slot // 5462 for slot in slots}) > 1  # 16384 slots over 3 masters
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["not-json", "not-an-object", "bad-header", "no-record", "stray-member", "wrong-type"],
+)
+def test_damaged_items_raise_corrupt_memory_error(memory: RedisItemMemory, damage: str) -> None:
+    memory.put(("n",), "k", {"v": 1})
+    memory.put(("m",), "k", {"v": 2})
+    client, (data, index, _, _) = memory._client, memory._keys
+    member = redis_items._member(("n",), "k")
+    version, rest = client.hget(data, member).split(b",", 1)
+    if damage == "not-json":
+        client.hset(data, member, client.hget(data, member)[:-1])
+    elif damage == "not-an-object":
+        client.hset(data, member, client.hget(data, member).rsplit(b",", 1)[0] + b",[1]")
+    elif damage == "bad-header":
+        client.hset(data, member, b"x" + rest)
+    elif damage == "no-record":
+        client.hdel(data, member)
+    elif damage == "stray-member":
+        client.zadd(index, {b"n\x01k": 0})  # no NUL between the namespace and the key
+    else:
+        client.delete(data)
+        client.set(data, b"not a hash")
+    with pytest.raises(CorruptMemoryError, match=r"item memory|item 'k'"):
+        memory.list()
+    if damage == "stray-member":
+        with pytest.raises(CorruptMemoryError):
+            memory.namespaces()
+        return
+    if damage != "no-record":
+        with pytest.raises(CorruptMemoryError, match="item"):
+            memory.get(("n",), "k")
+    if damage == "bad-header":
+        with pytest.raises(CorruptMemoryError, match="expected_version"):
+            memory.put(("n",), "k", {"v": 3}, expected_version=int(version))
+        with pytest.raises(CorruptMemoryError, match="expected_version"):
+            memory.delete(("n",), "k", expected_version=int(version))
+    if damage != "wrong-type":  # a plain put replaces a damaged item, with a version above every one given out
+        assert memory.put(("n",), "k", {"v": 3}) > int(version)
+        assert [item.value["v"] for item in memory.list()] == [2, 3]
+
+
+def test_prefixes_that_start_one_another_never_meet(redis_prefix: tuple[str, str]) -> None:
+    url, prefix = redis_prefix
+    names = [prefix, prefix + "b", prefix + ":b", prefix + ":items", prefix + "-"]
+    memories = [RedisItemMemory(url, prefix=name) for name in names]
+    chat = RedisChatMemory(url, prefix=prefix + ":items")  # its SCAN pattern, <prefix>:items:{*}:*, meets our keys
+    try:
+        for i, memory in enumerate(memories):
+            memory.put(("a",), "k", {"i": i}, ttl=60)
+            memory.put(("a", str(i)), "k", {"i": i})
+        for i, memory in enumerate(memories):
+            assert [item.value["i"] for item in memory.list()] == [i, i]
+            assert memory.namespaces() == [("a",), ("a", str(i))]
+            assert memory.get(("a", str(i + 1)), "k") is None
+        assert chat.sessions() == []
+        chat.save("s", [turn(1)])
+        assert memories[0].delete_many([(("a",), "k"), (("a", "0"), "k"), (("a", "1"), "k")]) == 2
+        assert memories[0].cleanup_expired() == 0
+        assert [memory.count() for memory in memories] == [0, 2, 2, 2, 2]
+        assert chat.sessions() == ["s"]
+    finally:
+        for memory in memories:
+            memory.close()
+        chat.close()
+        for name in names[1:]:
+            delete_prefix(url, name)
+
+
+def test_bad_prefixes_are_refused_before_connecting() -> None:
+    for prefix in ("", "a{b}", "a*", "a b", "x" * 65, "a\n"):
+        with pytest.raises(InvalidInputError):
+            RedisItemMemory("redis://127.0.0.1:1/0", prefix=prefix)
+
+
+def test_listings_and_namespaces_walk_the_index_in_chunks(
+    memory: RedisItemMemory, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redis_items, "_CHUNK", 3)
+    monkeypatch.setattr(redis_items, "_NAMESPACES_PER_CALL", 2)
+    memory.put_many([ItemWrite(("a", f"n{i % 4}"), f"k{i:02}", {"i": i}) for i in range(20)])
+    memory.put_many([ItemWrite(("a", "n9"), f"k{i}", {"i": i}, ttl=1) for i in range(7)])  # expire: skipped
+    memory.put_many([ItemWrite(("ab",), "k", {"i": -1}), ItemWrite(("a\x01",), "k", {"i": -2})])
+    clock.advance(2)
+    assert [item.value["i"] for item in memory.list(("a",))] == list(range(20))
+    assert memory.count(("a",)) == 20
+    assert memory.count(("a",), filter={"i": {"$gte": 10}}) == 10
+    assert memory.count(("a",)) == len(memory.list(("a",), after="k03", before="k19")) + 5
+    assert memory.namespaces(prefix=("a",)) == [("a", f"n{i}") for i in range(4)]
+    assert memory.namespaces() == [("a", f"n{i}") for i in range(4)] + [("a\x01",), ("ab",)]
+    assert memory.cleanup_expired() == 7
+    assert memory.cleanup_expired() == 0
+    assert memory._client.zcard(memory._keys[1]) == 22
+
+
+def test_the_async_twins_work_from_one_event_loop_after_another(memory: RedisItemMemory) -> None:
+    """The async twins run on each event loop's own client, one loop after another."""
+    memory.put(("n",), "k", {"v": 1})
+
+    async def read() -> int:
+        item = await memory.aget(("n",), "k")
+        assert item is not None
+        return int(item.value["v"])
+
+    assert asyncio.run(read()) == asyncio.run(read()) == 1
+    assert repr(memory).startswith("RedisItemMemory(")
+    assert memory.prefix in repr(memory)
+
+
+def test_refresh_moves_only_the_expiry(memory: RedisItemMemory, clock: Clock) -> None:
+    version = memory.put(("n",), "k", {"v": 1}, ttl=10)
+    clock.advance(6)
+    item = memory.get(("n",), "k", refresh_ttl=True)
+    assert item is not None
+    assert (item.version, item.ttl) == (version, 10)
+    score = memory._client.zscore(memory._keys[2], redis_items._member(("n",), "k"))
+    assert item.expires_at is not None
+    assert score == item.expires_at.timestamp() * 1000
+    clock.advance(6)
+    assert memory.get(("n",), "k") is not None
+    client = redis.Redis.from_url(redis_url())
+    assert client.exists(*memory._keys) == 4  # data, index, expiry, clock
+    client.close()
