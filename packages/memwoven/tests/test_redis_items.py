@@ -4,6 +4,8 @@ what is particular to `RedisItemMemory`: its keys, damage, boundaries between pr
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +21,7 @@ from memwoven.backends.redis_items import RedisItemMemory
 from memwoven.contracts import ItemMemory
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 from memwoven.testing import ItemMemoryContract, turn
+from memwoven.urls import open_item_memory
 from memwoven_test_support import redis_url, unique_name
 
 redis_prefix = redis_support.redis_prefix  # a unique key prefix on the shared Redis, deleted afterwards
@@ -210,3 +213,52 @@ def test_refresh_moves_only_the_expiry(memory: RedisItemMemory, clock: Clock) ->
     client = redis.Redis.from_url(redis_url())
     assert client.exists(*memory._keys) == 4  # data, index, expiry, clock
     client.close()
+
+
+# A process running read-modify-write loops: each success bumps the counter and logs itself (expected version 0)
+# in one put_many, so a batch that lost the race must leave no log entry behind.
+_WRITER = """
+import os, sys
+from memwoven.backends.redis_items import RedisItemMemory
+from memwoven.errors import ConcurrentModificationError
+
+url, prefix, writes = sys.argv[1], sys.argv[2], int(sys.argv[3])
+with RedisItemMemory(url, prefix=prefix) as memory:
+    done = 0
+    while done < writes:
+        item = memory.get(("counter",), "n")
+        count, version = (item.value["n"], item.version) if item else (0, 0)
+        try:
+            memory.put_many([
+                (("counter",), "n", {"n": count + 1}, None, version),
+                (("log", str(os.getpid())), str(count + 1), {}, None, 0),
+            ])
+        except ConcurrentModificationError:
+            continue
+        done += 1
+"""
+
+
+def test_compare_and_set_from_8_processes_loses_no_update(redis_prefix: tuple[str, str]) -> None:
+    """On standalone Redis only: the same script decides on a cluster (whose threaded IM4 test runs above), and
+    8 interpreters starting at once are the slow part here."""
+    url, prefix = redis_prefix
+    writers = [subprocess.Popen([sys.executable, "-c", _WRITER, url, prefix, "15"]) for _ in range(8)]
+    assert [writer.wait(timeout=300) for writer in writers] == [0] * 8
+    with RedisItemMemory(url, prefix=prefix) as memory:
+        counter = memory.get(("counter",), "n")
+        assert counter is not None
+        assert counter.value["n"] == 120
+        logged = memory.list(("log",))
+        assert sorted(int(item.key) for item in logged) == list(range(1, 121))  # every count logged exactly once
+        assert len(memory.namespaces(prefix=("log",))) == 8
+
+
+def test_open_item_memory_opens_redis_urls_with_their_prefix(redis_prefix: tuple[str, str]) -> None:
+    url, prefix = redis_prefix
+    with open_item_memory(f"{url}?prefix={prefix}") as memory, RedisItemMemory(url, prefix=prefix) as same:
+        assert isinstance(memory, RedisItemMemory)
+        memory.put(("n",), "k", {"v": 1})
+        assert [item.value for item in same.list()] == [{"v": 1}]
+    with pytest.raises(InvalidInputError):
+        open_item_memory(f"{url}?prefix=a{{b}}")
