@@ -169,6 +169,7 @@ REASONS = [
     "in CPU time at 100,000: within 10% on an idle machine, ~1.2x in CPU time when other jobs load it.",
     "- SimpleChatStore.persist raises PydanticSerializationError with llama-index-core 0.14.25 and pydantic 2.14 "
     "(its WrapSerializer passes `info` to the handler); it is measured in memory only.",
+    *store_bench.REASONS,
 ]
 
 
