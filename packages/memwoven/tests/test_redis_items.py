@@ -262,3 +262,19 @@ def test_open_item_memory_opens_redis_urls_with_their_prefix(redis_prefix: tuple
         assert [item.value for item in same.list()] == [{"v": 1}]
     with pytest.raises(InvalidInputError):
         open_item_memory(f"{url}?prefix=a{{b}}")
+
+
+@pytest.mark.parametrize("decode_responses", [False, True])
+def test_clients_you_built_serve_sync_and_async(redis_prefix: tuple[str, str], decode_responses: bool) -> None:
+    url, prefix = redis_prefix
+    client = redis.Redis.from_url(url, decode_responses=decode_responses)
+    with RedisItemMemory(client, prefix=prefix) as memory:
+        memory.put_many([(("a", "é"), "k\x01", {"v": "ü"}, 60), (("a",), "k", {"v": 1})])
+        assert [(item.namespace, item.key) for item in memory.list(("a",))] == [(("a",), "k"), (("a", "é"), "k\x01")]
+        assert memory.namespaces() == [("a",), ("a", "é")]
+        assert memory.count(("a", "é")) == 1
+
+        async def read() -> list[str]:
+            return [item.key for item in await memory.alist(order="desc")]
+
+        assert asyncio.run(read()) == ["k\x01", "k"]  # the sync client in a worker thread: no async one given
