@@ -40,6 +40,7 @@ import builtins
 import contextlib
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import redis
 import redis.asyncio
@@ -60,7 +61,6 @@ _PARTS = ("data", "index", "expiry", "clock")  # a memory's keys, in the order t
 _CHUNK = 1000  # index members per script call of a listing
 _NAMESPACES_PER_CALL = 500  # namespaces per script call of `namespaces`
 _Member = bytes  # an item's index member: encoded namespace, NUL, key (UTF-8)
-_Live = tuple[_Member, "bytes | str", "bytes | str | None"]  # a live item as scanned: member, expires_at, record
 
 # KEYS of every script: data, index, expiry, clock (`_PARTS`).
 _COMMON = """
@@ -153,21 +153,26 @@ for i = 3, #ARGV do
 end
 return {1, existed}
 """,
-    # ARGV: from, to (ZRANGEBYLEX bounds), how many members at most, now (ms), '1' to return the records.
-    # -> {how many members were scanned, the last one, {member, expires_at ('' never)[, record]} of the live ones}
+    # ARGV: from, to (ZRANGEBYLEX bounds), how many members at most, now (ms), '1' for the records, '0' a count.
+    # -> {how many members were scanned, the last one, {member, expires_at ('' never), record} of each live one,
+    # flattened, or how many are live}
     "range": _COMMON
     + """
 local now = tonumber(ARGV[4])
 local members = redis.call('ZRANGEBYLEX', KEYS[2], ARGV[1], ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
-local out = {}
+local out, live = {}, 0
 for _, member in ipairs(members) do
   local at = redis.call('ZSCORE', KEYS[3], member)
   if not at or tonumber(at) > now then
-    out[#out + 1] = member
-    out[#out + 1] = at or ''
-    if ARGV[5] == '1' then out[#out + 1] = redis.call('HGET', KEYS[1], member) end
+    live = live + 1
+    if ARGV[5] == '1' then
+      out[#out + 1] = member
+      out[#out + 1] = at or ''
+      out[#out + 1] = redis.call('HGET', KEYS[1], member)
+    end
   end
 end
+if ARGV[5] ~= '1' then out = live end
 return {#members, members[#members] or '', out}
 """,
     # ARGV: from, to (ZRANGEBYLEX bounds), how many namespaces at most, now (ms).
@@ -285,15 +290,16 @@ class RedisItemMemory(RedisBackend, ItemMemory):
 
     def _select(self, query: ItemQuery) -> Steps[builtins.list[Item]]:
         found: builtins.list[Item] = []
-        for member, expires, record in (yield from self._scan(query.prefix, values=True)):
-            found.append(_item(_address(member), record, expires))
+        for chunk in (yield from self._scan(query.prefix, records=True)):
+            for i in range(0, len(chunk), 3):  # member, expires_at, record
+                found.append(_item(_address(chunk[i]), chunk[i + 2], chunk[i + 1]))
         return query.answer(found)
 
     def _count_matching(self, query: ItemQuery) -> Steps[int]:
         if query.predicate is not None:
             return len((yield from self._select(query)))
-        live = yield from self._scan(query.prefix, values=False)  # no values read: only the members
-        return sum(1 for member, _, _ in live if query.in_range(_address(member)[1]))
+        counts = yield from self._scan(query.prefix, records=False)  # counted by the script: nothing read back
+        return sum(int(count) for count in counts)
 
     def _stored_namespaces(self, prefix: Namespace) -> Steps[builtins.list[Namespace]]:
         with self._errors():
@@ -318,20 +324,18 @@ class RedisItemMemory(RedisBackend, ItemMemory):
 
     # Helpers ------------------------------------------------------------------------------------------------
 
-    def _scan(self, prefix: Namespace, *, values: bool) -> Steps[builtins.list[_Live]]:
-        """The live items under `prefix` as (member, expires_at, record or None without `values`), chunk by chunk
-        (one script call each) in index order."""
+    def _scan(self, prefix: Namespace, *, records: bool) -> Steps[builtins.list[Any]]:
+        """The "range" script's answer for each chunk of the index under `prefix`, in order: the live items
+        (member, expires_at, record, flattened) with `records`, else how many are live."""
         with self._errors():
             start, stop = _bounds(prefix)
-            live: builtins.list[_Live] = []
-            step = 3 if values else 2
+            chunks = []
             while True:
-                args: builtins.list[str | bytes | int] = [start, stop, _CHUNK, _clock.wall_ms(), int(values)]
+                args: builtins.list[str | bytes | int] = [start, stop, _CHUNK, _clock.wall_ms(), int(records)]
                 scanned, last, found = yield Script("range", self._keys, args)
-                for i in range(0, len(found), step):
-                    live.append((_bytes(found[i]), found[i + 1], found[i + 2] if values else None))
+                chunks.append(found)
                 if int(scanned) < _CHUNK:
-                    return live
+                    return chunks
                 start = b"(" + _bytes(last)
 
 
