@@ -1,5 +1,5 @@
-"""Backends for the store tests: in-memory, SQLite (files under the test's tmp_path), PostgreSQL and MariaDB (tables
-under a table prefix of their own, dropped after the test).
+"""Backends for the store tests (ours and LangGraph's in third_party/langgraph/): in-memory, SQLite (files under
+the test's tmp_path), PostgreSQL and MariaDB (tables under a table prefix of their own, dropped after the test).
 
 A test that takes `memwoven_backend` (LangGraph's copied tests, through `pytestmark = usefixtures(...)`) runs once
 per backend; a module narrows that with `MEMWOVEN_BACKENDS` (every test) or `BACKENDS_FOR` (per test

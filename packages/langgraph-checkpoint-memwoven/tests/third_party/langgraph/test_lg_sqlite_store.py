@@ -37,10 +37,10 @@ EXCLUDED = {
     "test_namespace_match_pattern": "tests _namespace_match_pattern, a private helper of SqliteStore",
     "test_list_namespaces_prefix_uses_indexable_condition": "reads the SQL text SqliteStore generates",
     "test_vector_store_initialization": "queries sqlite_master through store.conn, SqliteStore's own connection "
-    "(the index_config/embeddings checks it starts with are in test_lg_store_own.py)",
+    "(the index_config/embeddings checks it starts with are in test_lgmw_store.py)",
     "test_sql_injection_vulnerability": "expects SqliteStore's refusal of filter keys outside its JSON-path syntax "
     "(it builds JSON paths into SQL); memwoven puts no filter key into SQL and accepts any key, like PostgresStore "
-    "and InMemoryStore: test_lg_store_own.py checks that this key reads nothing it should not",
+    "and InMemoryStore: test_lgmw_store.py checks that this key reads nothing it should not",
 }
 
 

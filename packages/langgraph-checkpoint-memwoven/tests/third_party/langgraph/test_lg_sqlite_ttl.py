@@ -17,8 +17,8 @@ from lg_store_support import AsyncSqliteStore, SqliteStore
 
 pytestmark = pytest.mark.usefixtures("memwoven_backend")
 # These tests sleep for real (about 40 s a backend): they run on the in-memory backend and on SQLite, whose
-# expiry code is the one PostgreSQL and MariaDB share (SQLItemMemory); test_lg_postgres_store.py's TTL test runs
-# on the servers.
+# expiry code is the one PostgreSQL and MariaDB share (SQLItemMemory); test_store_ttl of
+# test_lg_postgres_store.py runs on PostgreSQL, that of test_lg_postgres_async_store.py on MariaDB.
 MEMWOVEN_BACKENDS = ["memory", "sqlite"]
 EXCLUDED = {
     "test_ttl_override_default": "expects the item with the 5 s default TTL gone 6 s after its put, although the "

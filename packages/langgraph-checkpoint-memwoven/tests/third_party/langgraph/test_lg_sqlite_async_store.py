@@ -20,7 +20,8 @@ from langgraph.store.base import (
     SearchOp,
 )
 
-from lg_store_support import AsyncSqliteStore, CharacterEmbeddings, SqliteIndexConfig
+from lg_store_support import AsyncSqliteStore, SqliteIndexConfig
+from test_lg_sqlite_store import CharacterEmbeddings
 
 pytestmark = pytest.mark.usefixtures("memwoven_backend")
 EXCLUDED: dict[str, str] = {}
