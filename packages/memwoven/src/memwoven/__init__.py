@@ -6,8 +6,8 @@ from in-process to SQL servers.
 
 The Redis and Qdrant backends need extras and are imported from their modules:
 `memwoven.backends.redis.RedisChatMemory`, `memwoven.backends.redis_vector.RedisVectorMemory`,
-`memwoven.backends.qdrant.QdrantVectorMemory` (or opened by URL with `open_chat_memory` / `open_vector_memory`;
-items with `open_item_memory`).
+`memwoven.backends.redis_items.RedisItemMemory`, `memwoven.backends.qdrant.QdrantVectorMemory` (or opened by URL
+with `open_chat_memory` / `open_vector_memory`; items with `open_item_memory`).
 
 Every name here is imported on first use, so `import memwoven.models` (what a framework adapter needs for the
 data types) does not pay for SQLAlchemy, numpy or any backend.
