@@ -418,9 +418,13 @@ def test_construction_checks_its_arguments_and_hides_its_keys() -> None:
         items.reencrypt(("n", ""))
 
 
-def test_a_conflict_reaches_the_caller_unchanged() -> None:
+def test_a_conflict_on_a_hashed_address_names_the_item() -> None:
     items = _items(InMemoryItemMemory())
-    version = items.put(("n",), "k", {"v": 1})
-    with pytest.raises(ConcurrentModificationError):
-        items.put_many([(("n",), "new", {"v": 2}), (("n",), "k", {"v": 3}, None, version + 1)])
-    assert items.list() == [items.get(("n",), "k")]
+    version = items.put(("n", "m"), "k", {"v": 1})
+    with pytest.raises(ConcurrentModificationError, match=r"^item 'k' in \('n', 'm'\) \(stored hashed\): .*version"):
+        items.put(("n", "m"), "k", {"v": 2}, expected_version=version + 1)
+    with pytest.raises(ConcurrentModificationError, match=r"^item 'k' in \('n', 'm'\)"):
+        items.delete(("n", "m"), "k", expected_version=0)
+    with pytest.raises(ConcurrentModificationError):  # in a batch: the inner memory's own message
+        items.put_many([(("n",), "new", {"v": 2}), (("n", "m"), "k", {"v": 3}, None, version + 1)])
+    assert items.list() == [items.get(("n", "m"), "k")]

@@ -49,7 +49,8 @@ from __future__ import annotations
 
 import builtins
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from memwoven._cache import LRUCache
@@ -153,21 +154,35 @@ class EncryptedItemMemory(Wrapper[ItemMemory], ItemMemory):
 
     # The ItemMemory hooks ----------------------------------------------------------------------------------------
 
+    @contextmanager
+    def _naming(self, addresses: Sequence[ItemAddress]) -> Iterator[None]:
+        """Re-raise the inner memory's error about one hashed address (a conflict, damage) naming the item."""
+        try:
+            yield
+        except (ConcurrentModificationError, CorruptMemoryError) as error:
+            if self._hash is None or len(addresses) != 1:
+                raise
+            namespace, key = addresses[0]
+            raise type(error)(f"item {key!r:.200} in {namespace!r:.200} (stored hashed): {error}") from error
+
     def _read(self, addresses: Sequence[ItemAddress], refresh: bool) -> Steps[builtins.list[Item | None]]:
         stored = [self._stored(*address) for address in addresses]
-        found: builtins.list[Item | None] = yield Call(self.inner, "get_many", (stored,), {"refresh_ttl": refresh})
+        with self._naming(addresses):
+            found: builtins.list[Item | None] = yield Call(self.inner, "get_many", (stored,), {"refresh_ttl": refresh})
         return [None if item is None else self._open(item, address) for item, address in zip(found, addresses)]
 
     def _write(self, writes: Sequence[CheckedWrite]) -> Steps[builtins.list[int]]:
-        versions: builtins.list[int] = yield Call(self.inner, "put_many", ([self._seal(*w) for w in writes],))
+        with self._naming([(write.namespace, write.key) for write in writes]):
+            versions: builtins.list[int] = yield Call(self.inner, "put_many", ([self._seal(*w) for w in writes],))
         return versions
 
     def _delete_items(self, addresses: Sequence[ItemAddress], expected: int | None) -> Steps[int]:
         stored = [self._stored(*address) for address in addresses]
-        if expected is not None:
-            existed: bool = yield Call(self.inner, "delete", stored[0], {"expected_version": expected})
-            return int(existed)
-        deleted: int = yield Call(self.inner, "delete_many", (stored,))
+        with self._naming(addresses):
+            if expected is not None:
+                existed: bool = yield Call(self.inner, "delete", stored[0], {"expected_version": expected})
+                return int(existed)
+            deleted: int = yield Call(self.inner, "delete_many", (stored,))
         return deleted
 
     def _select(self, query: ItemQuery) -> Steps[builtins.list[Item]]:
