@@ -1,4 +1,5 @@
-"""Backends the policy tests run on: every embedded one (in-memory, file, SQLite) and PostgreSQL (Redis for TTLs).
+"""Backends the policy tests run on: every embedded one (in-memory, file, SQLite) and PostgreSQL (Redis for TTLs);
+for working memory and user facts, the item memories (in-memory, SQLite, PostgreSQL).
 
 A server backend is skipped when its server is down (failed under MEMWOVEN_REQUIRE_SERVICES=1); each test gets its
 own PostgreSQL `table_prefix` or Redis key prefix and removes only its own tables or keys afterwards.
@@ -6,15 +7,16 @@ own PostgreSQL `table_prefix` or Redis key prefix and removes only its own table
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import strategies as st
 
-from memwoven import ChatMemory, FileChatMemory, InMemoryChatMemory, Message, ToolCall
-from memwoven.backends.sql import SQLChatMemory
+from memwoven import ChatMemory, FileChatMemory, InMemoryChatMemory, InMemoryItemMemory, ItemMemory, Message, ToolCall
+from memwoven.backends.sql import SQLChatMemory, SQLItemMemory
 from memwoven.policies import SUMMARY_KEY
 from memwoven_test_support import postgres_url, redis_url, unique_name
 
@@ -81,6 +83,45 @@ def chat_memory_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Itera
     """The `chat_memory` fixture: a fresh chat memory on each of `BACKENDS`, disposed of afterwards. A test module
     uses it by importing it (`from policy_backends import chat_memory_fixture as chat_memory_fixture`)."""
     yield from backend_fixture(request, tmp_path)
+
+
+ITEM_BACKENDS = ["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.service)]
+ITEMS_BESIDE = {"memory": "memory", "file": "sqlite", "sqlite": "sqlite", "postgresql": "postgresql"}
+"""The item memory a test of a chat backend keeps working memory and facts in."""
+
+
+def open_items(kind: str, tmp_path: Path) -> ItemMemory:
+    """A fresh, empty item memory of `kind` (on PostgreSQL, tables of its own)."""
+    if kind == "memory":
+        return InMemoryItemMemory()
+    if kind == "sqlite":
+        return SQLItemMemory(f"sqlite:///{tmp_path}/items.db")
+    return SQLItemMemory(postgres_url(), table_prefix=unique_name("mwpol") + "_")
+
+
+def reopen_items(items: ItemMemory) -> ItemMemory:
+    """A second object over the same items (the object itself for the in-memory backend)."""
+    if isinstance(items, SQLItemMemory):
+        return SQLItemMemory(items.engine.url, table_prefix=items.table_prefix)
+    return items
+
+
+def items_fixture(kind: str, tmp_path: Path) -> Iterator[ItemMemory]:
+    """The body of an item memory fixture: a fresh one of `kind`, closed (its server tables dropped) afterwards."""
+    items = open_items(kind, tmp_path)
+    try:
+        yield items
+    finally:
+        if isinstance(items, SQLItemMemory) and items.engine.dialect.name != "sqlite":
+            items.drop_tables()
+        items.close()
+
+
+def run_together(workers: int, work: Callable[[int], object]) -> None:
+    """Run `work(0)`, ..., `work(workers - 1)` in threads at once; raise the first error any of them raised."""
+    with ThreadPoolExecutor(workers) as pool:
+        for future in [pool.submit(work, worker) for worker in range(workers)]:
+            future.result()
 
 
 def conversation(turns: int, *, tools_every: int = 3, start: int = 0) -> list[Message]:

@@ -1,4 +1,5 @@
-"""MemoryManager on every backend: conversation + working memory + user facts, forks, steps, prompts."""
+"""MemoryManager on every backend: conversation + working memory + user facts (in an item memory beside the
+chat backend), forks, steps, prompts."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from policy_backends import BACKENDS, backend_fixture, conversation
+from policy_backends import BACKENDS, ITEMS_BESIDE, backend_fixture, conversation, items_fixture
 
-from memwoven import ChatMemory, InvalidInputError, Message
+from memwoven import ChatMemory, InMemoryChatMemory, InvalidInputError, ItemMemory, Message
 from memwoven.policies import MemoryManager, SummarizingChatMemory, step_id
 
 
@@ -18,8 +19,14 @@ def chat_memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Chat
     yield from backend_fixture(request, tmp_path)
 
 
-def test_conversation_working_memory_and_prompt(chat_memory: ChatMemory) -> None:
-    manager = MemoryManager(chat_memory, "chat", user_id="alice", max_messages=3)
+@pytest.fixture
+def items(request: pytest.FixtureRequest, chat_memory: ChatMemory, tmp_path: Path) -> Iterator[ItemMemory]:
+    """The item memory beside the chat backend (SQLite beside files, the same server beside PostgreSQL)."""
+    yield from items_fixture(ITEMS_BESIDE[request.node.callspec.params["chat_memory"]], tmp_path)
+
+
+def test_conversation_working_memory_and_prompt(chat_memory: ChatMemory, items: ItemMemory) -> None:
+    manager = MemoryManager(chat_memory, "chat", items=items, user_id="alice", max_messages=3)
     manager.add([Message(role="system", content="Be brief."), *conversation(3, tools_every=0)])
     assert len(manager.history()) == 7
     assert [m.text for m in manager.window()] == ["Be brief.", "question 2", "answer 2"]
@@ -35,8 +42,8 @@ def test_conversation_working_memory_and_prompt(chat_memory: ChatMemory) -> None
     assert len(manager.history()) == 7  # the context message is built, not stored
 
 
-def test_fork_shares_the_conversation_and_not_the_working_memory(chat_memory: ChatMemory) -> None:
-    manager = MemoryManager(chat_memory, "chat", user_id="u")
+def test_fork_shares_the_conversation_and_not_the_working_memory(chat_memory: ChatMemory, items: ItemMemory) -> None:
+    manager = MemoryManager(chat_memory, "chat", items=items, user_id="u")
     manager.working.set("owner", "root")
     child = manager.fork("researcher")
     child.add([Message(role="user", content="from the child")])
@@ -49,8 +56,8 @@ def test_fork_shares_the_conversation_and_not_the_working_memory(chat_memory: Ch
         manager.fork(manager.scope_id)
 
 
-def test_steps_have_their_own_conversation_and_share_working_memory(chat_memory: ChatMemory) -> None:
-    manager = MemoryManager(chat_memory, "chat")
+def test_steps_have_their_own_conversation_and_share_working_memory(chat_memory: ChatMemory, items: ItemMemory) -> None:
+    manager = MemoryManager(chat_memory, "chat", items=items)
     manager.working.set("plan", ["search", "book"])
     first, second = manager.step(1), manager.step(2)
     assert (first.session_id, manager.step_id(2)) == ("chat:step-1", "chat:step-2")
@@ -68,11 +75,11 @@ def test_steps_have_their_own_conversation_and_share_working_memory(chat_memory:
     assert manager.steps() == [1, 2]
 
 
-def test_async_twins_over_a_summarizing_memory(chat_memory: ChatMemory) -> None:
+def test_async_twins_over_a_summarizing_memory(chat_memory: ChatMemory, items: ItemMemory) -> None:
     memory = SummarizingChatMemory(chat_memory, summarizer=lambda ms: "the gist", trigger=6, keep_recent=2)
 
     async def scenario() -> None:
-        manager = MemoryManager(memory, "chat", user_id="u", max_tokens=500)
+        manager = MemoryManager(memory, "chat", items=items, user_id="u", max_tokens=500)
         for number in range(4):
             await manager.aadd(conversation(1, tools_every=0, start=number))
         history = await manager.ahistory()
@@ -93,13 +100,13 @@ def test_async_twins_over_a_summarizing_memory(chat_memory: ChatMemory) -> None:
     asyncio.run(scenario())
 
 
-def test_windows_keep_what_the_summarizing_memory_pins(chat_memory: ChatMemory) -> None:
+def test_windows_keep_what_the_summarizing_memory_pins(chat_memory: ChatMemory, items: ItemMemory) -> None:
     memory = SummarizingChatMemory(
         chat_memory, summarizer=lambda ms: "the gist", trigger=8, keep_first=1, keep_recent=2
     )
-    manager = MemoryManager(memory, "chat", max_messages=3)
+    manager = MemoryManager(memory, "chat", items=items, max_messages=3)
     assert manager.keep_first == 1
-    assert MemoryManager(chat_memory, "x").keep_first == 0
+    assert MemoryManager(chat_memory, "x", items=items).keep_first == 0
     manager.add([Message(role="user", content="I am Ada")])
     for number in range(6):
         manager.add(conversation(1, tools_every=0, start=number))
@@ -108,3 +115,16 @@ def test_windows_keep_what_the_summarizing_memory_pins(chat_memory: ChatMemory) 
     for i in range(10):  # the scratchpad is not a conversation: never summarized
         manager.working.set(f"k{i}", i)
     assert len(manager.working.keys()) == 10
+    assert [m.text for m in manager.history()].count("I am Ada") == 1  # nor stored in it
+
+
+def test_working_memory_and_facts_live_in_the_item_memory(chat_memory: ChatMemory, items: ItemMemory) -> None:
+    manager = MemoryManager(chat_memory, "chat", items=items, user_id="alice")
+    manager.working.set("goal", "rest")
+    assert manager.user is not None
+    manager.user.add("Likes owls")
+    assert chat_memory.sessions() == []  # the conversation store holds conversations only
+    assert items.namespaces() == [("memwoven", "user", "alice", "facts"), ("memwoven", "working", "chat")]
+    assert manager.fork("helper").working.store is items
+    with pytest.raises(TypeError, match="ItemMemory"):
+        MemoryManager(chat_memory, "chat", items=InMemoryChatMemory())  # type: ignore[arg-type]

@@ -1,4 +1,5 @@
-"""UserMemory on every backend: dedupe, the cap (archived), delete, extraction, rendering, async twins."""
+"""UserMemory on every item memory: dedupe by key, the cap (archived), delete, extraction, rendering, the stored
+layout, users and namespaces apart, concurrent adders, async twins (through the item memory's) and damage."""
 
 from __future__ import annotations
 
@@ -7,19 +8,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from policy_backends import BACKENDS, backend_fixture, reopen
+from policy_backends import ITEM_BACKENDS, items_fixture, reopen_items, run_together
 
-from memwoven import ChatMemory, InMemoryChatMemory, InvalidInputError, Message
-from memwoven.policies import SummarizingChatMemory, TrimmingChatMemory, UserMemory, normalize_fact
-
-
-@pytest.fixture(params=BACKENDS)
-def chat_memory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChatMemory]:
-    yield from backend_fixture(request, tmp_path)
+from memwoven import CorruptMemoryError, InMemoryChatMemory, InMemoryItemMemory, InvalidInputError, ItemMemory, Message
+from memwoven.policies import USER_ROOT, UserMemory, fact_key, normalize_fact
 
 
-def test_facts_dedupe_cap_and_delete(chat_memory: ChatMemory) -> None:
-    user = UserMemory(chat_memory, "alice", max_facts=3)
+@pytest.fixture(params=ITEM_BACKENDS)
+def items(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ItemMemory]:
+    yield from items_fixture(request.param, tmp_path)
+
+
+def test_facts_dedupe_cap_and_delete(items: ItemMemory) -> None:
+    user = UserMemory(items, "alice", max_facts=3)
     assert user.add("Prefers tea over coffee")
     assert not user.add("  prefers TEA over   coffee ")  # the same fact, ignoring case and spacing
     assert user.add_many(["Lives in Lyon", "lives in lyon", "Has a cat named Miso", ""]) == [
@@ -34,15 +35,45 @@ def test_facts_dedupe_cap_and_delete(chat_memory: ChatMemory) -> None:
     assert not user.delete("nope")
     assert user.to_context_string() == "Known facts about the user:\n- Lives in Lyon\n- Works as a nurse"
     assert user.to_context_string(max_facts=1, title="About Alice:") == "About Alice:\n- Works as a nurse"
-    other = reopen(chat_memory)
+    other = reopen_items(items)
     assert UserMemory(other, "alice").facts() == ["Lives in Lyon", "Works as a nurse"]  # across sessions/objects
-    if other is not chat_memory:
+    if other is not items:
         other.close()
-    assert UserMemory(chat_memory, "bob").facts() == []  # users do not see each other
+    assert UserMemory(items, "bob").facts() == []  # users do not see each other
     user.clear()
     assert user.facts() == []
     assert user.to_context_string() == ""
     assert user.archived() == ["Prefers tea over coffee"]
+
+
+def test_one_item_per_fact_keyed_by_its_normal_form(items: ItemMemory) -> None:
+    user = UserMemory(items, "u", namespace=("tenant-1",), max_facts=1)
+    assert user.namespace == (*USER_ROOT, "tenant-1", "u", "facts") == ("memwoven", "user", "tenant-1", "u", "facts")
+    assert user.archive_namespace == ("memwoven", "user", "tenant-1", "u", "archive")
+    user.add("Likes  Jazz")
+    assert fact_key("likes jazz") == fact_key(" LIKES\tjazz ") != fact_key("likes jaz")
+    stored = items.get(user.namespace, fact_key("likes jazz"))
+    assert stored is not None
+    assert stored.value["fact"] == "Likes Jazz"  # whitespace collapsed, case kept
+    user.add("Plays chess")
+    assert [item.key for item in items.list(user.archive_namespace)] == [fact_key("likes jazz")]
+    assert items.namespaces() == [user.archive_namespace, user.namespace]
+    assert user.add("likes jazz")  # archived facts are not known ones
+    assert user.archived() == ["Likes Jazz", "Plays chess"]
+    assert user.facts() == ["likes jazz"]
+
+
+def test_users_and_namespaces_never_see_each_other(items: ItemMemory) -> None:
+    alice, bob = UserMemory(items, "alice"), UserMemory(items, "bob")
+    nested = UserMemory(items, "x", namespace=("alice", "facts"))  # its namespaces lie under alice's facts
+    tenant = UserMemory(items, "alice", namespace=("t",))
+    for user in (alice, bob, nested, tenant):
+        user.add(f"I am {user.user_id} in {user.namespace}")
+    assert [len(user.facts()) for user in (alice, bob, nested, tenant)] == [1, 1, 1, 1]
+    alice.clear()
+    assert alice.facts() == []
+    assert [len(user.facts()) for user in (bob, nested, tenant)] == [1, 1, 1]
+    assert UserMemory(items, "alice:archive").facts() == []
 
 
 def test_learning_with_an_extractor_sync_and_async() -> None:
@@ -53,19 +84,19 @@ def test_learning_with_an_extractor_sync_and_async() -> None:
         return extract(messages)
 
     chat = [Message(role="user", content="I like jazz"), Message(role="assistant", content="Noted.")]
-    user = UserMemory(InMemoryChatMemory(), "u", extractor=extract)
+    user = UserMemory(InMemoryItemMemory(), "u", extractor=extract)
     assert user.learn(chat) == ["Like jazz"]
     assert user.learn(chat) == []
     assert asyncio.run(user.alearn([Message(role="user", content="I run marathons")])) == ["Run marathons"]
-    async_user = UserMemory(InMemoryChatMemory(), "u", extractor=aextract)
+    async_user = UserMemory(InMemoryItemMemory(), "u", extractor=aextract)
     assert async_user.learn(chat) == ["Like jazz"]  # an async extractor from sync code
     with pytest.raises(InvalidInputError):
-        UserMemory(InMemoryChatMemory(), "u").learn(chat)
+        UserMemory(InMemoryItemMemory(), "u").learn(chat)
 
 
-def test_async_twins(chat_memory: ChatMemory) -> None:
+def test_async_twins(items: ItemMemory) -> None:
     async def scenario() -> None:
-        user = UserMemory(chat_memory, "carol", max_facts=2, archive=False)
+        user = UserMemory(items, "carol", max_facts=2, archive=False)
         assert await user.aadd("Speaks French")
         assert not await user.aadd("speaks french")
         assert await user.aadd_many(["Born in 1990", "Vegetarian"]) == ["Born in 1990", "Vegetarian"]
@@ -78,22 +109,73 @@ def test_async_twins(chat_memory: ChatMemory) -> None:
         assert await user.afacts() == []
 
     asyncio.run(scenario())
+    assert items.count() == 0
 
 
-def test_validation() -> None:
-    with pytest.raises(InvalidInputError):
-        UserMemory(InMemoryChatMemory(), "u", max_facts=0)
-    with pytest.raises(InvalidInputError):
-        UserMemory(InMemoryChatMemory(), "u").add_many("a single string")
-    with pytest.raises(InvalidInputError):
-        UserMemory(InMemoryChatMemory(), "u").add_many([42])  # type: ignore[list-item]
-    assert normalize_fact("  Hello\tWORLD ") == "hello world"
-
-
-def test_conversation_policies_never_rewrite_the_facts(chat_memory: ChatMemory) -> None:
-    summarizing = SummarizingChatMemory(chat_memory, summarizer=lambda ms: "gist", trigger=4, keep_recent=1)
-    user = UserMemory(TrimmingChatMemory(summarizing, max_messages=2), "dave", max_facts=6)
-    assert user.store is chat_memory
+def test_past_the_cap_in_one_call() -> None:
+    user = UserMemory(InMemoryItemMemory(), "dave", max_facts=6)
     assert user.add_many([f"fact {i}" for i in range(8)]) == [f"fact {i}" for i in range(8)]
     assert user.facts() == [f"fact {i}" for i in range(2, 8)]
     assert user.archived() == ["fact 0", "fact 1"]
+
+
+def test_concurrent_adders_store_each_fact_once(items: ItemMemory) -> None:
+    user = UserMemory(items, "shared")
+    added: list[str] = []
+
+    def work(worker: int) -> None:
+        for i in range(12):
+            added.extend(user.add_many([f"shared {i}", f"SHARED  {i + 1}", f"own {worker}-{i}"]))
+
+    run_together(4, work)
+    shared = [normalize_fact(fact) for fact in added if normalize_fact(fact).startswith("shared")]
+    assert sorted(shared) == sorted(f"shared {i}" for i in range(13))  # each added by exactly one writer
+    assert len(added) == 13 + 48
+    assert sorted(user.facts()) == sorted(added)
+    assert items.count() == 61
+
+
+def test_concurrent_adders_past_the_cap_lose_nothing(items: ItemMemory) -> None:
+    user = UserMemory(items, "capped", max_facts=10)
+    run_together(4, lambda worker: [user.add(f"fact {worker}-{i}") for i in range(10)])
+    facts, archived = user.facts(), user.archived()
+    assert 0 < len(facts) <= 10
+    assert not set(facts) & set(archived)
+    assert sorted(facts + archived) == sorted(f"fact {w}-{i}" for w in range(4) for i in range(10))
+
+
+def test_validation() -> None:
+    items = InMemoryItemMemory()
+    for bad in (0, -1, True, 1.5):
+        with pytest.raises(InvalidInputError):
+            UserMemory(items, "u", max_facts=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError):
+        UserMemory(items, "u").add_many("a single string")
+    with pytest.raises(InvalidInputError):
+        UserMemory(items, "u").add_many(["fine", 42])  # type: ignore[list-item]
+    with pytest.raises(InvalidInputError):
+        UserMemory(items, "u").add("lone \ud800 surrogate")
+    for fact in (None, 42):
+        with pytest.raises(InvalidInputError):
+            UserMemory(items, "u").has(fact)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError):
+        UserMemory(items, "")
+    with pytest.raises(InvalidInputError):
+        UserMemory(items, "u", namespace="memwoven:user:")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError):
+        UserMemory(items, "u", extractor="not callable")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="ItemMemory"):
+        UserMemory(InMemoryChatMemory(), "u")  # type: ignore[arg-type]
+    assert items.count() == 0
+    assert normalize_fact("  Hello\tWORLD ") == "hello world"
+
+
+def test_a_foreign_item_among_the_facts_is_reported() -> None:
+    items = InMemoryItemMemory()
+    user = UserMemory(items, "u")
+    user.add("fine")
+    items.put(user.namespace, "stranger", {"order": 1})
+    with pytest.raises(CorruptMemoryError):
+        user.facts()
+    user.clear()
+    assert items.count() == 0

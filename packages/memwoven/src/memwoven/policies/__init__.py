@@ -1,6 +1,7 @@
 """Memory policies: what goes into the prompt, what is stored, what expires, and agent scratch memory.
 
-Each policy works over any `ChatMemory` (every backend, or another policy), with sync methods and async twins:
+Each conversation policy works over any `ChatMemory` (every backend, or another policy); working memory and user
+facts are kept in any `ItemMemory`. Every method has an async twin:
 
 * `window` / `ContextWindow`: the messages for a prompt under a message and/or token budget.
 * `SummarizingChatMemory`: compacts long sessions into pinned + summary + recent, archiving the originals.
@@ -35,17 +36,17 @@ from memwoven.policies.tokens import (
     TokenizerUnavailableError,
     token_counter,
 )
-from memwoven.policies.user import FACT_KEY, UserMemory, normalize_fact
+from memwoven.policies.user import USER_ROOT, UserMemory, fact_key, normalize_fact
 from memwoven.policies.window import ContextWindow, OversizedTurnWarning, Window, window
-from memwoven.policies.working import WORKING_KEY, WorkingMemory
+from memwoven.policies.working import WORKING_ROOT, WorkingMemory
 
 __all__ = [
     "ARCHIVE_SUFFIX",
-    "FACT_KEY",
     "SUMMARIZER_SUFFIX",
     "SUMMARY_KEY",
     "SUMMARY_PROMPT",
-    "WORKING_KEY",
+    "USER_ROOT",
+    "WORKING_ROOT",
     "ContextWindow",
     "EstimatingTokenizer",
     "MemoryManager",
@@ -69,6 +70,7 @@ __all__ = [
     "archive_id",
     "atrim",
     "cleanup_expired",
+    "fact_key",
     "is_summary",
     "normalize_fact",
     "plan_trim",

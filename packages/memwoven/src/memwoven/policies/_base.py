@@ -1,4 +1,5 @@
-"""What the policies share: conversation structure, calling user callables, and the wrapping `ChatMemory`.
+"""What the policies share: conversation structure, calling user callables, the wrapping `ChatMemory`, and records
+kept as items.
 
 Each policy operation that does I/O is written once, as a generator of `Call`s run by the step engine
 (`memwoven._steps`): `run` drives it with the sync methods, `arun` with their async twins.
@@ -8,35 +9,40 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import random
+import threading
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from memwoven._steps import Call, Runner, Steps, twins
-from memwoven.contracts import ChatMemory, History, MessagesIn, check_id
-from memwoven.errors import ConcurrentModificationError, InvalidInputError
-from memwoven.models import Message
+from memwoven._steps import Call, Runner, Sleep, Steps, twins
+from memwoven.contracts import ChatMemory, History, ItemMemory, MessagesIn, Namespace, check_id
+from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
+from memwoven.models import Item, Message
 
 __all__ = [
     "ARCHIVE_SUFFIX",
     "INSTRUCTION_ROLES",
     "SUMMARIZER_SUFFIX",
     "SUMMARY_KEY",
-    "SessionRecords",
+    "ItemRecords",
     "UserCallable",
     "WrappingChatMemory",
     "archive_id",
     "call_async",
     "call_sync",
+    "check_items",
+    "compare_and_set",
     "group_end",
     "group_start",
     "head_end",
     "is_summary",
     "load_steps",
+    "next_order",
     "not_yet_archived",
     "pending_call_start",
     "rewrite_steps",
     "unit_before",
-    "unwrap",
     "without_orphans",
 ]
 
@@ -297,47 +303,10 @@ class WrappingChatMemory(ChatMemory):
     close, aclose = twins(_close)
 
 
-def unwrap(memory: ChatMemory) -> ChatMemory:
-    """The backend under any stack of policy wrappers (`WrappingChatMemory.inner`, followed to the end).
-
-    Working memory and user facts are stored here: a conversation policy (summarizing, trimming) must never
-    rewrite a scratchpad or a fact list as if it were a conversation.
-    """
-    while isinstance(memory, WrappingChatMemory):
-        memory = memory.inner
-    return memory
-
-
 def load_steps(memory: ChatMemory, session_id: str) -> Steps[list[Message]]:
     """Read a session of `memory` (its `load`)."""
     messages: list[Message] = yield Call(memory, "load", (session_id,))
     return messages
-
-
-class SessionRecords(Runner):
-    """What `WorkingMemory` and `UserMemory` share: records kept as the messages of one session of `store`."""
-
-    store: ChatMemory
-    session_id: str
-
-    def _messages(self) -> Steps[list[Message]]:
-        """Read the session."""
-        return (yield from load_steps(self.store, self.session_id))
-
-    def _delete_change(self, record: str) -> Callable[[list[Message]], list[Message]]:
-        """The change that removes `record` from the session's messages."""
-        raise NotImplementedError
-
-    def _delete_record(self, record: str) -> Steps[bool]:
-        """Remove `record` if `has(record)`; return whether it was there."""
-        if not (yield Call(self, "has", (record,))):
-            return False
-        yield Call(self.store, "update", (self.session_id, self._delete_change(record)))
-        return True
-
-    def _clear_session(self) -> Steps[None]:
-        """Remove the session."""
-        yield Call(self.store, "clear", (self.session_id,))
 
 
 def rewrite_steps(
@@ -373,3 +342,69 @@ def rewrite_steps(
             continue
         return saved
     raise ConcurrentModificationError(f"session {session_id!r} kept changing; gave up after {retries} tries")
+
+
+# Records kept as items (`WorkingMemory`, `UserMemory`) -------------------------------------------------------
+
+_order_lock = threading.Lock()
+_last_order = 0
+
+
+def next_order() -> int:
+    """A record's creation stamp: nanoseconds since the Unix epoch, strictly increasing within this process, so
+    records made within one clock tick (or after the clock stepped back) still list in the order they were made."""
+    global _last_order
+    with _order_lock:
+        _last_order = max(_last_order + 1, time.time_ns())
+        return _last_order
+
+
+def check_items(items: object, owner: str) -> ItemMemory:
+    """`items` if it is an `ItemMemory`, else `TypeError` (saying so when a `ChatMemory` was passed)."""
+    if isinstance(items, ItemMemory):
+        return items
+    hint = ": records are items now (InMemoryItemMemory, SQLItemMemory, open_item_memory(url))"
+    raise TypeError(
+        f"{owner} needs an ItemMemory, got {type(items).__name__}{hint if isinstance(items, ChatMemory) else ''}"
+    )
+
+
+def compare_and_set(attempt: Callable[[], Steps[_T]], what: str, retries: int = 16) -> Steps[_T]:
+    """Run `attempt()` (reads, then compare-and-set writes) until none of its writes conflicts: after a
+    `ConcurrentModificationError` it pauses a random, growing while (so colliding writers do not retry in
+    lockstep) and starts again from fresh reads."""
+    for tried in range(retries):
+        try:
+            return (yield from attempt())
+        except ConcurrentModificationError:
+            yield Sleep(random.uniform(0, min(0.2, 0.001 * 2**tried)))  # noqa: S311 - jitter, not a secret
+    raise ConcurrentModificationError(f"{what} kept changing; gave up after {retries} tries")
+
+
+class ItemRecords(Runner):
+    """What `WorkingMemory` and `UserMemory` share: records kept as the items of namespaces of `store`, each
+    value stamped with its creation `"order"` (`next_order`)."""
+
+    store: ItemMemory
+
+    def _exact(self, namespace: Namespace) -> Steps[list[Item]]:
+        """The items of exactly `namespace` (`list` also returns those of namespaces under it: others' records)."""
+        found: list[Item] = yield Call(self.store, "list", (namespace,))
+        return [item for item in found if item.namespace == namespace]
+
+    def _stored(self, namespace: Namespace) -> Steps[list[Item]]:
+        """The records of `namespace`, oldest first."""
+        return sorted((yield from self._exact(namespace)), key=lambda item: (self._order(item), item.key))
+
+    def _order(self, item: Item) -> int:
+        """The record's creation stamp; `CorruptMemoryError` if the item is not a record."""
+        order = item.value.get("order")
+        if isinstance(order, bool) or not isinstance(order, int):
+            raise CorruptMemoryError(f"{item.namespace!r} holds an item that is not a {type(self).__name__} record")
+        return order
+
+    def _delete_all(self, namespace: Namespace) -> Steps[int]:
+        """Delete every item of exactly `namespace` (records or not); return how many there were."""
+        keys = [(item.namespace, item.key) for item in (yield from self._exact(namespace))]
+        deleted: int = (yield Call(self.store, "delete_many", (keys,))) if keys else 0
+        return deleted

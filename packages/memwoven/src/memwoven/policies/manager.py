@@ -2,7 +2,8 @@
 
 ```python
 memory = SummarizingChatMemory(SQLChatMemory("sqlite:///agent.db"), summarizer=..., trigger=60)
-manager = MemoryManager(memory, "chat-42", user_id="alice", max_tokens=4000)
+items = SQLItemMemory("sqlite:///agent.db")  # working memory and user facts
+manager = MemoryManager(memory, "chat-42", items=items, user_id="alice", max_tokens=4000)
 manager.add([Message(role="user", content="Book me a table for two.")])
 manager.working.set("task", "book a restaurant", importance=0.9)
 prompt = manager.prompt()  # context (working memory + user facts) + the windowed conversation
@@ -12,8 +13,8 @@ step = manager.step(1)  # its own conversation "chat-42:step-1", the same workin
 
 A fork shares the conversation and has its own working-memory scope (``<scope>`` given); a step has its own
 conversation, ``<session_id>:step-<n>``, and shares the working memory: the usual shapes for sub-agents working
-in parallel and for the steps of a plan. Everything is stored in the memories passed in, so any backend, wrapped
-in any policy, works.
+in parallel and for the steps of a plan. Everything is stored in the memories passed in: the conversation in
+`memory` (any backend, wrapped in any policy), working memory and user facts in `items` (any `ItemMemory`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from memwoven._steps import Call, Runner, Steps, twins
-from memwoven.contracts import ChatMemory, ChatSession, MessagesIn, check_id
+from memwoven.contracts import ChatMemory, ChatSession, ItemMemory, MessagesIn, check_id
 from memwoven.errors import InvalidInputError
 from memwoven.models import Message
 from memwoven.policies._base import WrappingChatMemory, load_steps
@@ -59,10 +60,10 @@ def _steps_of(session_id: str, sessions: Sequence[str]) -> list[int]:
 
 
 class MemoryManager(Runner):
-    """A conversation (a session of `memory`), a `WorkingMemory` scope and optionally a user's `UserMemory`.
+    """A conversation (a session of `memory`), a `WorkingMemory` scope and optionally a user's `UserMemory`, both
+    stored in `items`.
 
-    `working_store` and `user_store` default to `memory` (working memory and facts are kept in the backend under
-    any policy wrapper). The window budget (`max_messages`, `max_tokens`, `tokenizer`, `keep_first`) applies to
+    The window budget (`max_messages`, `max_tokens`, `tokenizer`, `keep_first`) applies to
     `window()` and `prompt()`; `keep_first` defaults to that of a `SummarizingChatMemory` in `memory`, so the
     pinned messages and the summary stay in every window. Every method has an async twin.
     """
@@ -72,10 +73,9 @@ class MemoryManager(Runner):
         memory: ChatMemory,
         session_id: str,
         *,
+        items: ItemMemory,
         scope_id: str | None = None,
         user_id: str | None = None,
-        working_store: ChatMemory | None = None,
-        user_store: ChatMemory | None = None,
         max_messages: int | None = None,
         max_tokens: int | None = None,
         tokenizer: TokenizerLike | MessageTokenCounter = None,
@@ -84,8 +84,8 @@ class MemoryManager(Runner):
         self.memory = memory
         self.session_id = check_id(session_id)
         self.scope_id = check_id(scope_id if scope_id is not None else session_id, "scope id")
-        self.working = WorkingMemory(working_store or memory, self.scope_id)
-        self.user = UserMemory(user_store or memory, user_id) if user_id is not None else None
+        self.working = WorkingMemory(items, self.scope_id)
+        self.user = UserMemory(items, user_id) if user_id is not None else None
         self.max_messages, self.max_tokens = max_messages, max_tokens
         self.keep_first = _pinned_by(memory) if keep_first is None else keep_first
         self.counter = token_counter(tokenizer)
@@ -102,8 +102,8 @@ class MemoryManager(Runner):
         child = MemoryManager(
             self.memory,
             session_id,
+            items=self.working.store,
             scope_id=scope_id,
-            working_store=self.working.store,
             max_messages=self.max_messages,
             max_tokens=self.max_tokens,
             tokenizer=self.counter,

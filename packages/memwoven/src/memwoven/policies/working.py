@@ -1,99 +1,75 @@
-"""`WorkingMemory`: a scoped key-value scratchpad for an agent, persisted on any `ChatMemory`.
+"""`WorkingMemory`: a scoped key-value scratchpad for an agent, persisted on any `ItemMemory`.
 
-Storage rides on the chat contract, so every backend (and its atomicity, versions, TTL and conformance tests)
-serves it unchanged: a scope is one session, ``memwoven:working:<scope_id>`` by default (the scope id in the
-`namespace`, see `memwoven.namespaces`: no two scopes or namespaces share a session), holding one message per
-entry in insertion order::
+A scope is one namespace of the item memory, ``("memwoven", "working", *namespace, scope_id)`` (`namespace` is
+empty by default: labels of your own, a tenant say), and each entry one item, its key the entry's key::
 
-    Message(role="system", content="<key>: <value as JSON>",
-            metadata={"memwoven_working": {"key": ..., "value": <JSON value>, "importance": 0.5}})
+    Item(namespace=("memwoven", "working", "agent-1"), key="task",
+         value={"value": <the JSON value>, "importance": 0.9, "order": <creation stamp, ns>}, ttl=<the entry's>)
 
-The content is a readable rendering; the metadata is the source of truth. Writes are read-modify-write under the
-session's optimistic version (`ChatMemory.update`), so concurrent writers to one scope lose nothing, and scopes
-never see each other. Given a policy wrapper (`SummarizingChatMemory`, `TrimmingChatMemory`), the scratchpad is
-stored in the backend under it: conversation policies never summarize or trim entries. Values are JSON values
-(str, int, float, bool, None, lists and dicts of them); they are returned as plain, mutable copies.
+A write touches one item: `set` reads the entry, then creates it only if still absent (``expected_version=0``,
+read again on a conflict) or replaces it keeping its place, so concurrent writers to a scope lose nothing (the
+last `set` of a key wins) and never duplicate an entry; `delete` deletes one item. Listings read the scope's namespace alone (items of a namespace nested under it belong to another scope
+and are left out), in the order keys were first set (the `order` stamp). With `ttl`, each entry expires that many
+seconds after its last `set` (the item memory's expiry: it reads as absent at once, and `cleanup_expired()` of the
+item memory frees it). Values are JSON values (str, int, float, bool, None, lists and dicts of them); they are
+returned as plain, mutable copies.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 from pydantic import JsonValue, TypeAdapter, ValidationError
 
 from memwoven._steps import Call, Steps, twins
-from memwoven.contracts import ChatMemory, check_id
+from memwoven.contracts import ItemMemory, check_id, check_namespace, check_ttl
 from memwoven.errors import CorruptMemoryError, InvalidInputError
-from memwoven.models import Message, freeze_json, thaw
-from memwoven.namespaces import check_namespace, namespaced_id
-from memwoven.policies._base import SessionRecords, unwrap
+from memwoven.models import Item, freeze_json, thaw
+from memwoven.policies._base import ItemRecords, check_items, compare_and_set, next_order
 
-__all__ = ["WORKING_KEY", "WorkingMemory"]
+__all__ = ["WORKING_ROOT", "WorkingMemory"]
 
-WORKING_KEY = "memwoven_working"
-"""The `Message.metadata` key of a working-memory entry."""
+WORKING_ROOT = ("memwoven", "working")
+"""The first labels of every working-memory namespace."""
 
 _JSON = TypeAdapter(JsonValue)
-_MISSING = object()
 
 
 def _render(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
 
 
-def _entry(message: Message, session_id: str) -> tuple[str, Any, float]:
-    data: Any = message.metadata.get(WORKING_KEY)
-    if not isinstance(data, dict) or not isinstance(data.get("key"), str) or "value" not in data:
-        raise CorruptMemoryError(f"working memory {session_id!r} holds a message that is not an entry")
-    importance = data.get("importance", 0.5)
-    return data["key"], data["value"], float(importance) if isinstance(importance, (int, float)) else 0.5
+class _Entry(NamedTuple):
+    key: str
+    value: Any
+    importance: float
 
 
-def _entries(messages: Sequence[Message], session_id: str) -> dict[str, tuple[Any, float]]:
-    return {key: (value, importance) for key, value, importance in (_entry(m, session_id) for m in messages)}
+class WorkingMemory(ItemRecords):
+    """A key-value scratchpad for one scope (an agent, a task, a run), stored in an `ItemMemory`.
 
-
-def _message(key: str, value: Any, importance: float) -> Message:
-    return Message(
-        role="system",
-        content=f"{key}: {_render(value)}",
-        metadata={WORKING_KEY: {"key": key, "value": value, "importance": importance}},
-    )
-
-
-def _with(messages: list[Message], session_id: str, key: str, entry: Message) -> list[Message]:
-    """The entries with `key` set: replaced in place if present, else added at the end."""
-    keys = [_entry(m, session_id)[0] for m in messages]
-    if key in keys:
-        return [entry if k == key else m for k, m in zip(keys, messages)]
-    return [*messages, entry]
-
-
-def _without(messages: list[Message], session_id: str, key: str) -> list[Message]:
-    return [m for m in messages if _entry(m, session_id)[0] != key]
-
-
-class WorkingMemory(SessionRecords):
-    """A key-value scratchpad for one scope (an agent, a task, a run), stored in a `ChatMemory`.
-
-    Every method has an async twin (``aset``, ``aget``, ...). `importance` (0 to 1) orders
-    `to_context_string()` and lets it leave out minor entries. `store` may be a policy wrapper: entries are kept
-    in the backend under it (`store` is that backend).
+    Every method has an async twin (``aset``, ``aget``, ...), which calls the item memory's async twins.
+    `importance` (0 to 1) orders `to_context_string()` and lets it leave out minor entries. `ttl` (seconds, None:
+    never) is how long an entry lives after each `set` unless that `set` says otherwise.
     """
 
-    def __init__(self, store: ChatMemory, scope_id: str, *, namespace: str = "memwoven:working:") -> None:
-        self.store = unwrap(store)
+    def __init__(
+        self, store: ItemMemory, scope_id: str, *, namespace: Sequence[str] = (), ttl: float | None = None
+    ) -> None:
+        self.store = check_items(store, "WorkingMemory")
         self.scope_id = check_id(scope_id, "scope id")
-        self.session_id = check_id(namespaced_id(check_namespace(namespace), scope_id), "working memory session id")
+        labels = check_namespace(namespace, "namespace", prefix=True)
+        self.namespace = check_namespace((*WORKING_ROOT, *labels, self.scope_id), "working memory namespace")
+        self.ttl = check_ttl(ttl)
 
     def __repr__(self) -> str:
         return f"WorkingMemory({self.store!r}, {self.scope_id!r})"
 
-    # Validation and pure helpers -----------------------------------------------------------------------------
+    # Validation and reading ------------------------------------------------------------------------------------
 
-    def _new_entry(self, key: str, value: Any, importance: float) -> Message:
+    def _new_value(self, key: str, value: Any, importance: float) -> dict[str, Any]:
         check_id(key, "key")
         if isinstance(importance, bool) or not isinstance(importance, (int, float)) or not 0 <= importance <= 1:
             raise InvalidInputError(f"importance must be a number from 0 to 1, got {importance!r}")
@@ -101,75 +77,91 @@ class WorkingMemory(SessionRecords):
             value = freeze_json(_JSON.validate_python(value, strict=True))
         except (ValidationError, ValueError) as error:
             raise InvalidInputError(f"the value of {key!r} is not a JSON value ({error})") from None
-        return _message(key, value, float(importance))
+        return {"value": value, "importance": float(importance)}
 
-    def _set_change(self, key: str, value: Any, importance: float) -> Callable[[list[Message]], list[Message]]:
-        entry = self._new_entry(key, value, importance)
-        return lambda messages: _with(messages, self.session_id, key, entry)
+    def _entry(self, item: Item) -> _Entry:
+        importance = item.value.get("importance")
+        if isinstance(importance, bool) or not isinstance(importance, (int, float)) or "value" not in item.value:
+            raise CorruptMemoryError(f"working memory {self.namespace!r} holds an item that is not an entry")
+        self._order(item)
+        return _Entry(item.key, item.value["value"], float(importance))
 
-    def _delete_change(self, record: str) -> Callable[[list[Message]], list[Message]]:
-        return lambda messages: _without(messages, self.session_id, record)
+    def _found(self, key: str) -> Steps[_Entry | None]:
+        item: Item | None = yield Call(self.store, "get", (self.namespace, check_id(key, "key")))
+        return None if item is None else self._entry(item)
 
-    def _read(self) -> Steps[dict[str, tuple[Any, float]]]:
-        """The entries, by key: (value, importance)."""
-        return _entries((yield from self._messages()), self.session_id)
+    def _entries(self) -> Steps[list[_Entry]]:
+        """The entries in the order their keys were first set."""
+        return [self._entry(item) for item in (yield from self._stored(self.namespace))]
 
-    # Sync API (each method: one read or one read-modify-write, then a pure helper) and its async twins ---------
+    # Sync API (each method: one item read or written, or the scope listed) and its async twins ------------------
 
-    def _set(self, key: str, value: Any, importance: float = 0.5) -> Steps[None]:
-        """Set `key` to a JSON `value` (replacing any previous value) with an `importance` from 0 to 1."""
-        yield Call(self.store, "update", (self.session_id, self._set_change(key, value, importance)))
+    def _set(self, key: str, value: Any, importance: float = 0.5, *, ttl: float | None = None) -> Steps[None]:
+        """Set `key` to a JSON `value` (replacing any previous value, in place) with an `importance` from 0 to 1;
+        `ttl`: the seconds it lives from now (default: this memory's `ttl`)."""
+        new = self._new_value(key, value, importance)
+        expiry = self.ttl if ttl is None else check_ttl(ttl)
+
+        def attempt() -> Steps[None]:
+            item: Item | None = yield Call(self.store, "get", (self.namespace, key))
+            # A new entry is created only if still absent, so writers racing to create it agree on its place; a
+            # replacement keeps the place read (whoever writes last wins, as with any set).
+            order = next_order() if item is None else self._order(item)
+            options = {"ttl": expiry, "expected_version": 0 if item is None else None}
+            yield Call(self.store, "put", (self.namespace, key, {**new, "order": order}), options)
+
+        yield from compare_and_set(attempt, f"working memory entry {key!r}")
 
     set, aset = twins(_set)
 
     def _get(self, key: str, default: Any = None) -> Steps[Any]:
         """The value of `key`, or `default`."""
-        found = (yield from self._read()).get(key)
-        return default if found is None else thaw(found[0])
+        found = yield from self._found(key)
+        return default if found is None else thaw(found.value)
 
     get, aget = twins(_get)
 
     def _has(self, key: str) -> Steps[bool]:
         """True if `key` is set."""
-        return key in (yield from self._read())
+        return (yield from self._found(key)) is not None
 
     has, ahas = twins(_has)
 
     def _importance(self, key: str) -> Steps[float | None]:
         """The importance of `key`, or None if it is not set."""
-        found = (yield from self._read()).get(key)
-        return None if found is None else found[1]
+        found = yield from self._found(key)
+        return None if found is None else found.importance
 
     importance, aimportance = twins(_importance)
 
     def _delete(self, key: str) -> Steps[bool]:
         """Remove `key`; return whether it was set."""
-        return (yield from self._delete_record(key))
+        existed: bool = yield Call(self.store, "delete", (self.namespace, check_id(key, "key")))
+        return existed
 
     delete, adelete = twins(_delete)
 
     def _keys(self) -> Steps[list[str]]:
         """The keys, in the order they were first set."""
-        return list((yield from self._read()))
+        return [entry.key for entry in (yield from self._entries())]
 
     keys, akeys = twins(_keys)
 
     def _items(self) -> Steps[list[tuple[str, Any]]]:
         """(key, value) pairs, in the order the keys were first set."""
-        return [(key, thaw(value)) for key, (value, _) in (yield from self._read()).items()]
+        return [(entry.key, thaw(entry.value)) for entry in (yield from self._entries())]
 
     items, aitems = twins(_items)
 
     def _to_dict(self) -> Steps[dict[str, Any]]:
         """Every entry as a plain dict."""
-        items: list[tuple[str, Any]] = yield Call(self, "items")
-        return dict(items)
+        return dict((yield from self._items()))
 
     to_dict, ato_dict = twins(_to_dict)
 
     def _clear(self) -> Steps[None]:
         """Remove every entry of this scope."""
-        yield from self._clear_session()
+        yield from self._delete_all(self.namespace)
 
     clear, aclear = twins(_clear)
 
@@ -177,8 +169,8 @@ class WorkingMemory(SessionRecords):
         self, *, min_importance: float = 0.0, max_items: int | None = None, title: str = "Working memory:"
     ) -> Steps[str]:
         """The entries as lines for a prompt, most important first ("" when empty)."""
-        entries = sorted((yield from self._read()).items(), key=lambda item: (-item[1][1], item[0]))
-        lines = [f"- {key}: {_render(value)}" for key, (value, importance) in entries if importance >= min_importance]
+        entries = sorted((yield from self._entries()), key=lambda entry: (-entry.importance, entry.key))
+        lines = [f"- {e.key}: {_render(e.value)}" for e in entries if e.importance >= min_importance]
         lines = lines[:max_items] if max_items is not None else lines
         return "\n".join([title, *lines]) if lines else ""
 
