@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from redis_support import delete_prefix
 from sql_support import sql_place
 from sqlalchemy.engine import make_url
 
 import memwoven
-from memwoven import InMemoryItemMemory, InvalidInputError, ItemMemory, SQLItemMemory
+from memwoven import BackendUnavailableError, InMemoryItemMemory, InvalidInputError, ItemMemory, SQLItemMemory
 from memwoven.urls import ITEM_BACKENDS, ITEM_URL_VARIABLE, item_memory_class, open_item_memory
 from memwoven_test_support import postgres_url, unique_name
 
@@ -105,21 +106,28 @@ def test_the_environment_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 @pytest.mark.parametrize("scheme", ["redis", "rediss", "redis+cluster", "file"])
 def test_redis_and_file_open_their_module_or_say_it_is_missing(scheme: str, tmp_path: Path) -> None:
     kind = "file" if scheme == "file" else "redis"
-    url = f"file://{tmp_path}/items" if kind == "file" else f"{scheme}://127.0.0.1:6379/0?prefix={unique_name()}"
-    found = item_memory_class(scheme)
+    prefix = unique_name()
+    url = f"file://{tmp_path}/items" if kind == "file" else f"{scheme}://127.0.0.1:6379/0?prefix={prefix}"
+    found = item_memory_class(kind)
     if found is None:  # the backend's module is not in this memwoven (yet)
         with pytest.raises(InvalidInputError, match=f"no item memory for {kind} URLs"):
             open_item_memory(url)
         return
     assert f"{found.__module__}:{found.__name__}" == ITEM_BACKENDS[kind]
+    if scheme == "redis+cluster":  # a cluster client learns the slots when it is made, and 6379 is no cluster
+        with pytest.raises(BackendUnavailableError):
+            open_item_memory(url)
+        return
     items = open_item_memory(url)
     try:
         assert isinstance(items, found)
-        if scheme != "redis+cluster" and scheme != "rediss":  # no TLS or cluster server here
+        if scheme != "rediss":  # no TLS server here
             _round_trip(items)
             items.delete_many([(("users", "u1"), "pref")])
     finally:
         items.close()
+        if kind == "redis":
+            delete_prefix("redis://127.0.0.1:6379/0", prefix)  # the memory's version clock stays after a delete
 
 
 def test_qdrant_stores_no_items() -> None:
