@@ -5,9 +5,9 @@ Hypothesis draws pairs of distinct names a store could confuse: case twins, one 
 Unicode twins (NFC/NFD, fullwidth letters) and any two. A name the store refuses must raise `InvalidInputError`
 before anything is created; two accepted names must not share a thing. Covered: SQL `table_prefix` and `schema`,
 the Redis `prefix` (chat and vectors), vector collection names, namespaces (the LlamaIndex chat store's
-`key_prefix`, `WorkingMemory` and `UserMemory`), LangGraph store namespaces and store prefixes, and session ids
-hashed by the encryption wrapper. Server tests create few distinct names (small alphabets), so tables are reused
-across examples; everything is removed afterwards.
+`key_prefix`), the scopes of `WorkingMemory` and users of `UserMemory` over one ItemMemory, LangGraph store
+namespaces and store prefixes, and session ids hashed by the encryption wrapper. Server tests create few distinct
+names (small alphabets), so tables are reused across examples; everything is removed afterwards.
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from llama_index.core.llms import ChatMessage
 from reliability_stores import CHAT_KINDS, fresh_store
 
 from langgraph.store.memwoven import MemwovenStore
 from llama_index.storage.chat_store.memwoven import MemwovenChatStore
-from memwoven import ChatMemory, InMemoryItemMemory, InMemoryVectorMemory, Message
+from memwoven import ChatMemory, InMemoryItemMemory, InMemoryVectorMemory, ItemMemory, Message, SQLItemMemory
 from memwoven.embed import HashingEmbedFn
 from memwoven.encryption import EncryptedChatMemory, generate_key
 from memwoven.errors import InvalidInputError
@@ -366,7 +366,7 @@ def test_collections_never_share_documents(kind: str, tmp_path: Path) -> None:
         check()
 
 
-# Namespaces: the LlamaIndex chat store's key_prefix, WorkingMemory, UserMemory ---------------------------
+# Namespaces: the LlamaIndex chat store's key_prefix ---------------------------------------------------------
 
 stems = st.text(alphabet=f"aA1%:{NFC_E}", min_size=1, max_size=3)
 namespace_pairs = st.one_of(
@@ -457,40 +457,87 @@ def test_the_empty_key_prefix_is_no_namespace(isolated: ChatMemory) -> None:
     assert MemwovenChatStore(isolated).get_keys() == ["tenant1:a%3Ab"]  # every session is one of its keys
 
 
-def test_working_and_user_memory_namespaces_are_boundaries(isolated: ChatMemory) -> None:
-    memory = isolated
+# WorkingMemory and UserMemory over one ItemMemory ------------------------------------------------------------
 
-    @examples(15)
-    @given(pair=namespace_pairs, key=keys)
-    @example(pair=("memwoven:working:", "memwoven:working:x:"), key="a")
-    def check(pair: tuple[str, str], key: str) -> None:
+ITEM_KINDS = ("memory", "sqlite", "postgresql", "mariadb")
+item_labels = st.text(alphabet=f"aA1:*{NFC_E}", min_size=1, max_size=2)
+label_lists = st.lists(item_labels, max_size=2).map(tuple)
+Config = tuple[tuple[str, ...], str]
+
+
+@st.composite
+def config_pairs(draw: st.DrawFn) -> tuple[Config, Config]:
+    """Two distinct (namespace, id) configurations: ids or labels that are twins, or one configuration's
+    namespaces nested under the other's (a working scope's, a user's facts)."""
+    namespace, id_ = draw(label_lists), draw(item_labels)
+    how = draw(st.sampled_from(["twin ids", "twin labels", "under a scope", "under facts", "any"]))
+    if how == "twin ids":
+        first, second = draw(twins(item_labels, item_labels))
+        pair = ((namespace, first), (namespace, second))
+    elif how == "twin labels":
+        first, second = draw(twins(item_labels, item_labels))
+        pair = (((*namespace, first), id_), ((*namespace, second), id_))
+    elif how == "under a scope":
+        pair = ((namespace, id_), ((*namespace, id_, *draw(label_lists)), draw(item_labels)))
+    elif how == "under facts":
+        pair = ((namespace, id_), ((*namespace, id_, "facts", *draw(label_lists)), draw(item_labels)))
+    else:
+        pair = ((namespace, id_), (draw(label_lists), draw(item_labels)))
+    assume(pair[0] != pair[1])
+    return pair if draw(st.booleans()) else (pair[1], pair[0])
+
+
+@pytest.fixture(scope="module", params=ITEM_KINDS)
+def item_memory(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ItemMemory]:
+    """One item memory per backend for the module (on a server, tables of its own, dropped afterwards)."""
+    if request.param == "memory":
+        yield InMemoryItemMemory()
+        return
+    url = _sql_url(request.param, tmp_path_factory.mktemp("items"))
+    with SQLItemMemory(url, table_prefix=unique_name("mwi") + "_") as memory:
         try:
-            ids = _colliding_keys(*pair, key)
-            working = [opened(lambda n=n, i=i: WorkingMemory(memory, i, namespace=n)) for n, i in zip(pair, ids)]
-            users = [opened(lambda n=n, i=i: UserMemory(memory, i, namespace=n)) for n, i in zip(pair, ids)]
-            assert memory.sessions() == []
-            if None in working or None in users:
-                return
+            yield memory
+        finally:
+            if request.param != "sqlite":
+                memory.drop_tables()
+
+
+def _items_emptied(memory: ItemMemory) -> None:
+    memory.delete_many([(item.namespace, item.key) for item in memory.list()])
+
+
+def test_working_and_user_memory_namespaces_are_boundaries(item_memory: ItemMemory) -> None:
+    memory = item_memory
+    _items_emptied(memory)
+
+    @examples(20)
+    @given(pair=config_pairs())
+    @example(pair=(((), "a"), (("a",), "b")))
+    @example(pair=(((), "a"), (("a", "facts"), "b")))
+    @example(pair=((("t",), "a"), (("T",), "a")))
+    def check(pair: tuple[Config, Config]) -> None:
+        try:
+            working = [WorkingMemory(memory, id_, namespace=namespace) for namespace, id_ in pair]
+            users = [UserMemory(memory, id_, namespace=namespace, max_facts=1) for namespace, id_ in pair]
             working[0].set("k", "a")
+            users[0].add_many(["likes tea", "likes jazz"])  # "likes tea" goes to the archive
             assert working[1].get("k") is None
             assert working[1].keys() == []
+            assert (users[1].facts(), users[1].archived()) == ([], [])
+            assert not users[1].has("likes jazz")
             working[1].clear()
-            assert working[0].get("k") == "a"
-            working[0].clear()  # the same session as users[0]: same namespace and id
-            users[0].add("likes tea")
-            assert users[1].facts() == []
             users[1].clear()
-            assert users[0].facts() == ["likes tea"]
+            assert not users[1].delete("likes jazz")
+            working[1].set("k", "b")
+            users[1].add("likes owls")
+            assert working[0].to_dict() == {"k": "a"}
+            assert (users[0].facts(), users[0].archived()) == (["likes jazz"], ["likes tea"])
+            assert working[1].to_dict() == {"k": "b"}
+            assert users[1].facts() == ["likes owls"]
         finally:
-            _emptied(memory)
+            _items_emptied(memory)
 
     check()
-
-
-def test_user_ids_never_reach_another_users_archive(isolated: ChatMemory) -> None:
-    alice = UserMemory(isolated, "alice", max_facts=1)
-    alice.add_many(["one", "two"])  # "one" goes to alice's archive
-    assert UserMemory(isolated, "alice:archive").facts() == []
 
 
 # LangGraph store namespaces and prefixes -----------------------------------------------------------------
