@@ -189,6 +189,7 @@ def main() -> None:
     parser.add_argument("--note", default="", help="a remark written under the machine facts (e.g. other load)")
     args = parser.parse_args()
     started = time.perf_counter()
+    load_before = os.getloadavg()[0]
     report = Report()
     postgres = os.environ.get("MEMWOVEN_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/test")
     redis = os.environ.get("MEMWOVEN_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -261,6 +262,10 @@ def main() -> None:
             f"# memwoven benchmarks ({mode})",
             "",
             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {elapsed:.0f} s — {machine()}",
+            "",
+            f"Load average (1 minute) {load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end, on "
+            f"{os.cpu_count()} logical cores: above the core count, other processes were competing for the CPU and "
+            "the times are inflated and noisier (ratios of subjects timed in turns less so).",
             "",
             *([args.note, ""] if args.note else []),
             "Every time is the median of several runs, with min and max and the number of runs (n). Ratios are "

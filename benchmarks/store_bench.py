@@ -389,44 +389,49 @@ def markdown(results: StoreResults) -> str:
 # pre-selection of filters that was then being written (json_type + json_extract on SQLite, json_typeof +
 # json_extract_path_text on PostgreSQL, the exact filter re-applied in Python). Re-profile when that code changes.
 REASONS = [
-    "- LangGraph store, small searches (one namespace of 100 items, SQLite: ~0.8-1.1 ms against SqliteStore's "
-    "~0.2-0.35 ms; within the 20 ms target, not within 1.0x). cProfile of 300 calls: ~35% is turning the 10 rows "
-    "into results (json.loads, freeze_json into immutable values, memwoven's pydantic Item, then thaw back into "
-    "the dicts of LangGraph's SearchItem), ~20% building the SQLAlchemy statement on every call (the live / "
-    "namespace-range conditions as expressions, the cache key), ~15% the engine's read transaction (BEGIN, "
-    "COMMIT) and the step runner; SQLite's own execute is ~3%. SqliteStore runs one prepared SQL string on a bare "
-    "sqlite3 cursor and decodes with orjson. On PostgreSQL the same overheads are hidden by the round trip.",
+    "- LangGraph store, small searches (one namespace of 100 items; within the 20 ms target, not within 1.0x: "
+    "SQLite ~0.8-1.6 ms against SqliteStore's ~0.2-0.5 ms). cProfile of 300 calls on SQLite: ~35% is turning the "
+    "10 rows into results (json.loads, freeze_json into immutable values, memwoven's pydantic Item, then thaw "
+    "back into the dicts of LangGraph's SearchItem), ~20% building the SQLAlchemy statement on every call (the "
+    "live and namespace-range conditions as expressions, the cache key), ~15% the engine's read transaction and "
+    "the step runner; SQLite's own execute is ~3%. SqliteStore runs one SQL string on a bare sqlite3 cursor and "
+    "decodes with orjson. On PostgreSQL (0.95-2.9x between runs) a read is two server round trips (cProfile: two "
+    "waits on the socket per search: the query, then the end of its transaction) against PostgresStore's one on "
+    "an autocommit connection, plus the same Python costs.",
     "- LangGraph store on PostgreSQL right after a bulk load: memwoven's write inserts a placeholder row for each "
     "new item and then overwrites it (the row lock behind compare-and-set), so 100,000 puts leave 200,000 row "
     "versions, and with no statistics yet the planner ANDs the namespace index with a bitmap of `expires_at_ms IS "
     "NULL` over all of them (EXPLAIN ANALYZE: ~16-20 ms for a 100-item namespace against 0.22 ms once the table is "
     "analysed). The benchmark runs ANALYZE on both stores' tables after filling, as autovacuum does within about "
     "a minute; a store freshly bulk-loaded is slower until then.",
-    "- LangGraph store, filtered search over every namespace (100,000 items; target 20 ms): no store can meet it "
-    "without an index on the filtered field. The database's own scan of the same JSON filter (the 'floor' line "
-    "above: a bare count over LangGraph's table) takes longer than 20 ms on both databases, and SqliteStore and "
-    "PostgresStore are above it too. Against them (1.3x on SQLite, ~2-2.8x on PostgreSQL as measured): memwoven's "
-    "pre-selection calls two JSON functions per row (json_type and json_extract; the SQLite that Python bundles, "
-    "3.40, has no JSON parse cache, so each row is parsed twice: EXPLAIN-level timing on 100,000 rows ~600 ms with "
-    "both against ~290 ms with json_extract alone), and the prefix ('users',) covers every row yet is read through "
-    "the namespace index (random table lookups) instead of a table scan; on PostgreSQL the value column is json "
-    "(text), parsed per function call (json_typeof of json_extract_path, then json_extract_path_text), where "
-    "PostgresStore keeps jsonb. For a string equality json_extract alone is exact (it returns TEXT only for JSON "
-    "strings), so the type test can be dropped there.",
+    "- LangGraph store, filtered search over every namespace (100,000 items; target 20 ms): no store meets it "
+    "without an index on the filtered field. The database's own scan of the same JSON filter (the floor lines of "
+    "the LangGraph store section: a bare count over LangGraph's table) takes longer than 20 ms on both "
+    "databases, and SqliteStore and PostgresStore are above it too. Against them (1.3-1.8x on SQLite, 2-2.8x on "
+    "PostgreSQL): memwoven's pre-selection calls two JSON functions per row (json_type and json_extract; the "
+    "SQLite that Python bundles, 3.40, has no JSON parse cache, so each row is parsed twice: on 100,000 rows the "
+    "query takes ~600 ms with both against ~290 ms with json_extract alone, timed in the same process under "
+    "load), and the prefix ('users',), which covers every row, is read through the namespace index (random table "
+    "lookups) rather than by a table scan; on PostgreSQL the value column is json (text), parsed by each function "
+    "call (json_typeof of json_extract_path, then json_extract_path_text), where PostgresStore keeps jsonb. For a "
+    "string equality json_extract alone is exact (it returns TEXT only for JSON strings), so the type test could "
+    "be dropped there.",
     "- LangGraph store, search without query over every namespace (100,000 items, limit 10; target 20 ms): memwoven "
     "orders by key then namespace and no index holds that order (the items table indexes ns_head and expiry), "
-    "so the database sorts every live row for a top-10 (EXPLAIN: USE TEMP B-TREE FOR ORDER BY / a parallel seq "
-    "scan and top-N heapsort); LangGraph's stores order by updated_at, unindexed too, and are above 20 ms as well. "
-    "An index on (item_key, namespace) would turn it into an index scan of 10 rows.",
-    "- Batch put of 10,000 items on SQLite (target 20,000 items/s; SQLItemMemory.put_many ~8,000-18,000 items/s "
-    "depending on load, MemwovenStore.batch ~25% slower, SqliteStore ~50,000). cProfile of put_many: ~45% is the "
-    "contract's validation (_check_writes: each namespace label and key through check_id, each value through "
-    "pydantic and freeze_json, a json.dumps for its size), ~12% encoding each value to JSON again for its row, "
-    "~25% SQLAlchemy building the 500-row multi-VALUES upserts and the read of existing rows (versions for "
-    "compare-and-set), and ~12% SQLite's own executemany. MemwovenStore.batch adds its own pass over the puts "
-    "(ItemWrite per put and check_item_keys, so every key is validated twice). SqliteStore does no validation, "
-    "keeps no versions and sends orjson text through one executemany.",
-    "- The former 7 s case (store search with a filter matching nothing over 5,000 items, SQLite, target < 10 ms) "
-    "measures 6-8 ms on a quiet machine (about 1.4x SqliteStore); when other jobs load the machine its median "
-    "rises above 10 ms (19 ms at a load average of 12 on 2 cores), the same two-JSON-calls-per-row scan as above.",
+    "so the database sorts every live row for a top-10 (EXPLAIN: USE TEMP B-TREE FOR ORDER BY on SQLite, a "
+    "parallel seq scan and top-N heapsort on PostgreSQL); LangGraph's stores order by updated_at, unindexed too, "
+    "and are above 20 ms as well. An index on (item_key, namespace) would make it an index scan of 10 rows.",
+    "- Batch put of 10,000 items on SQLite (target 20,000 items/s; SQLItemMemory.put_many 5,600-18,400 items/s "
+    "between runs as the machine's load varied, MemwovenStore.batch ~0-35% slower, SqliteStore 31,000-50,000). "
+    "cProfile of put_many: ~45% is the contract's validation (_check_writes: each namespace label and key through "
+    "check_id, each value through pydantic and freeze_json, a json.dumps for its size), ~12% encoding each value "
+    "to JSON again for its row, ~25% SQLAlchemy building the 500-row multi-VALUES upserts and the read of the "
+    "existing rows (versions for compare-and-set), ~12% SQLite's own executemany. MemwovenStore.batch adds its "
+    "own pass over the puts (an ItemWrite per put and check_item_keys, so every key is validated twice). "
+    "SqliteStore validates nothing, keeps no versions and sends orjson text through one executemany.",
+    "- The former 7 s case (store search with a filter matching nothing over 5,000 items, SQLite, target < 10 ms; "
+    "7.0 s on the chat-session emulation): medians of 6.0-7.5 ms at load averages of 1-5 on the 2 cores, 15-19 ms "
+    "at 6-12 (min ~7 ms), SqliteStore 1.4-1.7x faster in the same rounds. cProfile of 50 calls: ~71% is SQLite's "
+    "own execute of the pre-selection (no row matches, so nothing reaches Python): the two JSON function calls "
+    "per row of the filtered-search item above; with json_extract alone it would take about half.",
 ]
