@@ -9,15 +9,15 @@ with MemwovenStore.from_url("sqlite:///memory.db") as store:
 ```
 """
 
+from contextlib import suppress
 from importlib import metadata
 
 from langgraph.store.memwoven.aio import AsyncMemwovenStore
 from langgraph.store.memwoven.base import DistanceType, MemwovenIndexConfig, MemwovenStore, StoreNamespaceError
 
-try:
+__version__ = ""  # when running from a source tree that is not installed
+with suppress(metadata.PackageNotFoundError):
     __version__ = metadata.version("langgraph-checkpoint-memwoven")
-except metadata.PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = ""
 
 __all__ = [
     "AsyncMemwovenStore",

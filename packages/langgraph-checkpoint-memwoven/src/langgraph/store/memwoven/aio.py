@@ -8,14 +8,12 @@ methods are coroutines. Its sync API works from other threads (run on the store'
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 from typing import Any
 
-from langgraph.store.base import IndexConfig, TTLConfig
 from langgraph.store.base.batch import AsyncBatchedBaseStore
 
-from langgraph.store.memwoven.base import MemwovenIndexConfig, MemwovenStore
-from memwoven import ItemMemory, VectorMemory
+from langgraph.store.memwoven.base import MemwovenStore
+from memwoven import ItemMemory
 
 __all__ = ["AsyncMemwovenStore"]
 
@@ -23,28 +21,9 @@ __all__ = ["AsyncMemwovenStore"]
 class AsyncMemwovenStore(AsyncBatchedBaseStore, MemwovenStore):
     """A `MemwovenStore` for one event loop: concurrent async calls batched, coroutine `setup` and sweeper."""
 
-    def __init__(
-        self,
-        items: ItemMemory,
-        *,
-        vectors: VectorMemory | None = None,
-        index: MemwovenIndexConfig | IndexConfig | None = None,
-        ttl: TTLConfig | None = None,
-        namespace: Sequence[str] = (),
-        owns_memories: bool = False,
-        **kwargs: Any,
-    ) -> None:
-        """As `MemwovenStore`, from inside a running event loop (whose calls it batches)."""
-        MemwovenStore.__init__(
-            self,
-            items,
-            vectors=vectors,
-            index=index,
-            ttl=ttl,
-            namespace=namespace,
-            owns_memories=owns_memories,
-            **kwargs,
-        )
+    def __init__(self, items: ItemMemory, **options: Any) -> None:
+        """As `MemwovenStore(items, **options)`, from inside a running event loop (whose calls it batches)."""
+        MemwovenStore.__init__(self, items, **options)
         # AsyncBatchedBaseStore.__init__ takes no arguments; these are the state it sets up.
         self._loop = asyncio.get_running_loop()
         self._aqueue = asyncio.Queue()
