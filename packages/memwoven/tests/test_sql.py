@@ -91,12 +91,10 @@ def _execute(memory: SQLChatMemory | SQLVectorMemory, statement: sa.Executable) 
 # The conformance suite on each database --------------------------------------------------------------------
 
 
-class _ChatContract(SQLHooks, ChatMemoryContract):
-    kind = "sqlite"
-
+class TestSQLChat(SQLHooks, ChatMemoryContract):
     @pytest.fixture
-    def chat_memory(self, tmp_path: Path) -> Iterator[ChatMemory]:
-        with place_for(self.kind, tmp_path) as where:
+    def chat_memory(self, sql_kind: str, tmp_path: Path) -> Iterator[ChatMemory]:
+        with place_for(sql_kind, tmp_path) as where:
             yield where.chat()
 
     def corrupt_session(self, memory: ChatMemory, session_id: str) -> None:
@@ -107,12 +105,10 @@ class _ChatContract(SQLHooks, ChatMemoryContract):
         )
 
 
-class _VectorContract(VectorMemoryContract):
-    kind = "sqlite"
-
+class TestSQLVector(VectorMemoryContract):
     @pytest.fixture
-    def vector_memory_factory(self, tmp_path: Path) -> Iterator[Callable[..., VectorMemory]]:
-        with place_for(self.kind, tmp_path) as where:
+    def vector_memory_factory(self, sql_kind: str, tmp_path: Path) -> Iterator[Callable[..., VectorMemory]]:
+        with place_for(sql_kind, tmp_path) as where:
             yield lambda dimension, metric: where.vector(
                 collection=unique_name("c"), dimension=dimension, metric=metric
             )
@@ -130,34 +126,6 @@ class _VectorContract(VectorMemoryContract):
             memory.engine.url, table_prefix=memory.table_prefix, collection=memory.collection + "s"
         ) as neighbour:
             yield neighbour
-
-
-class TestSQLiteChat(_ChatContract):
-    kind = "sqlite"
-
-
-class TestSQLiteVector(_VectorContract):
-    kind = "sqlite"
-
-
-@pytest.mark.service
-class TestPostgresChat(_ChatContract):
-    kind = "postgresql"
-
-
-@pytest.mark.service
-class TestPostgresVector(_VectorContract):
-    kind = "postgresql"
-
-
-@pytest.mark.service
-class TestMariaDBChat(_ChatContract):
-    kind = "mariadb"
-
-
-@pytest.mark.service
-class TestMariaDBVector(_VectorContract):
-    kind = "mariadb"
 
 
 # Construction, URLs and errors -----------------------------------------------------------------------------

@@ -12,17 +12,12 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sql_support import sql_place
+from sql_support import KINDS, sql_place
 
 from memwoven import Item, SQLItemMemory
 from memwoven.backends.sql._filters import prefilter
 from memwoven.filters import compile_filter
 
-KINDS = [
-    "sqlite",
-    pytest.param("postgresql", marks=pytest.mark.service),
-    pytest.param("mariadb", marks=pytest.mark.service),
-]
 FIELDS = ["a", "b", "a.b", "c d", 'q"uote', "n"]
 SCALARS: list[Any] = [
     0, 1, -1, 2, 1.0, 1.5, -2.25, 2**53, 2**53 + 1, 2**63 + 5, 1e300,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypedDict, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
@@ -13,9 +13,19 @@ from memwoven._steps import Runner, Steps, aexecute, arun, execute, run
 from memwoven.backends.sql._engine import Database, Work
 from memwoven.backends.sql._schema import Tables, check_identifier, create_tables
 
-__all__ = ["SQLBackend"]
+__all__ = ["SQLBackend", "SQLOptions"]
 
 T = TypeVar("T")
+
+
+class SQLOptions(TypedDict, total=False):
+    """The connection options every SQL backend takes (keyword arguments; see `SQLBackend`)."""
+
+    table_prefix: str
+    schema: str | None
+    pool_size: int
+    pool_timeout: float
+    async_engine: AsyncEngine | None
 
 
 class SQLBackend(Runner):

@@ -29,7 +29,7 @@ import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timezone
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -39,7 +39,7 @@ from sqlalchemy.util import await_only
 
 import memwoven._clock as _clock
 from memwoven._steps import Steps, twins
-from memwoven.backends.sql._base import SQLBackend
+from memwoven.backends.sql._base import SQLBackend, SQLOptions
 from memwoven.backends.sql._engine import Work
 from memwoven.backends.sql._schema import insert_ignoring, key_of
 from memwoven.contracts import ChatMemory, History, MessagesIn, check_id, next_version
@@ -56,6 +56,9 @@ from memwoven.history import (
     prepare_edit,
 )
 from memwoven.models import Message, coerce_messages, same_prefix
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["SQLChatMemory"]
 
@@ -86,22 +89,11 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         self,
         url_or_engine: str | URL | Engine | AsyncEngine,
         *,
-        table_prefix: str = "memwoven_",
-        schema: str | None = None,
-        pool_size: int = 5,
-        pool_timeout: float = 30.0,
-        async_engine: AsyncEngine | None = None,
         cache_size: int = 256,
         ttl: float | None = None,
+        **options: Unpack[SQLOptions],
     ) -> None:
-        super().__init__(
-            url_or_engine,
-            table_prefix=table_prefix,
-            schema=schema,
-            pool_size=pool_size,
-            pool_timeout=pool_timeout,
-            async_engine=async_engine,
-        )
+        super().__init__(url_or_engine, **options)
         self._cache = SnapshotCache(cache_size)
         if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0):
             raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
 import sqlalchemy as sa
@@ -21,7 +21,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memwoven._steps import Steps, twins
-from memwoven.backends.sql._base import SQLBackend
+from memwoven.backends.sql._base import SQLBackend, SQLOptions
 from memwoven.backends.sql._engine import Database, Work
 from memwoven.backends.sql._schema import Tables, check_identifier, insert_ignoring, key_of, upsert
 from memwoven.contracts import CollectionInfo, DocumentsIn, Metric, check_collection, check_ids
@@ -37,6 +37,9 @@ from memwoven.vector_index import (
     check_stored_dimension,
     require_utf8,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["SQLVectorMemory", "list_collections"]
 
@@ -80,23 +83,12 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         collection: str = "default",
         dimension: int | None = None,
         metric: Metric = "cosine",
-        table_prefix: str = "memwoven_",
-        schema: str | None = None,
-        pool_size: int = 5,
-        pool_timeout: float = 30.0,
-        async_engine: AsyncEngine | None = None,
+        **options: Unpack[SQLOptions],
     ) -> None:
         self.collection = check_collection(collection)  # stored as data, keyed by its hash
         self.metric = check_metric(metric)
         self._wanted_dimension = check_dimension(dimension)
-        super().__init__(
-            url_or_engine,
-            table_prefix=table_prefix,
-            schema=schema,
-            pool_size=pool_size,
-            pool_timeout=pool_timeout,
-            async_engine=async_engine,
-        )
+        super().__init__(url_or_engine, **options)
         self._key = key_of(self.collection)
         self._collections = self._tables.collections
         self._vectors = self._tables.vectors
