@@ -385,9 +385,9 @@ def markdown(results: StoreResults) -> str:
     return "\n".join(lines)
 
 
-# Profiled (cProfile, EXPLAIN / EXPLAIN QUERY PLAN) on the code of 2026-11-23 evening: SQLItemMemory with the SQL
-# pre-selection of filters that was then being written (json_type + json_extract on SQLite, json_typeof +
-# json_extract_path_text on PostgreSQL, the exact filter re-applied in Python). Re-profile when that code changes.
+# Profiled (cProfile, EXPLAIN / EXPLAIN QUERY PLAN) on SQLItemMemory as of commit c2b9fc7, the SQL pre-selection of
+# filters (json_type + json_extract on SQLite, json_typeof + json_extract_path_text on PostgreSQL, the exact filter
+# re-applied in Python). Profile again when that code changes.
 REASONS = [
     "- LangGraph store, small searches (one namespace of 100 items; within the 20 ms target, not within 1.0x: "
     "SQLite ~0.8-1.6 ms against SqliteStore's ~0.2-0.5 ms). cProfile of 300 calls on SQLite: ~35% is turning the "
