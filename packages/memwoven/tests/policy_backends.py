@@ -16,6 +16,7 @@ import pytest
 from hypothesis import strategies as st
 
 from memwoven import ChatMemory, FileChatMemory, InMemoryChatMemory, InMemoryItemMemory, ItemMemory, Message, ToolCall
+from memwoven._steps import Steps
 from memwoven.backends.sql import SQLChatMemory, SQLItemMemory
 from memwoven.policies import SUMMARY_KEY
 from memwoven_test_support import postgres_url, redis_url, unique_name
@@ -97,6 +98,15 @@ def open_items(kind: str, tmp_path: Path) -> ItemMemory:
     if kind == "sqlite":
         return SQLItemMemory(f"sqlite:///{tmp_path}/items.db")
     return SQLItemMemory(postgres_url(), table_prefix=unique_name("mwpol") + "_")
+
+
+class AsyncOnly(InMemoryItemMemory):
+    """An in-memory item memory whose sync methods fail: code under test from async code must call its async
+    twins only."""
+
+    def _run(self, steps: Steps[Any]) -> Any:
+        steps.close()
+        raise AssertionError("a sync method of the item memory was called from async code")
 
 
 def reopen_items(items: ItemMemory) -> ItemMemory:

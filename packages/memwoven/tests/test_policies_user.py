@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from policy_backends import ITEM_BACKENDS, items_fixture, reopen_items, run_together
+from policy_backends import ITEM_BACKENDS, AsyncOnly, items_fixture, reopen_items, run_together
 
 from memwoven import CorruptMemoryError, InMemoryChatMemory, InMemoryItemMemory, InvalidInputError, ItemMemory, Message
 from memwoven.policies import USER_ROOT, UserMemory, fact_key, normalize_fact
@@ -112,6 +112,24 @@ def test_async_twins(items: ItemMemory) -> None:
     assert items.count() == 0
 
 
+def test_the_async_twins_use_the_item_memorys_async_twins() -> None:
+    async def aextract(messages: list[Message]) -> list[str]:
+        return [m.text for m in messages]
+
+    user = UserMemory(AsyncOnly(), "u", max_facts=2, extractor=aextract)
+
+    async def scenario() -> tuple[list[str], list[str]]:
+        assert await user.aadd_many(["a", "b", "c"]) == ["a", "b", "c"]
+        assert await user.alearn([Message(role="user", content="d")]) == ["d"]
+        assert await user.ahas("c")
+        assert await user.adelete("c")
+        return await user.afacts(), await user.aarchived()
+
+    assert asyncio.run(scenario()) == (["d"], ["a", "b"])
+    with pytest.raises(AssertionError):
+        user.facts()
+
+
 def test_past_the_cap_in_one_call() -> None:
     user = UserMemory(InMemoryItemMemory(), "dave", max_facts=6)
     assert user.add_many([f"fact {i}" for i in range(8)]) == [f"fact {i}" for i in range(8)]
@@ -161,7 +179,7 @@ def test_validation() -> None:
     with pytest.raises(InvalidInputError):
         UserMemory(items, "")
     with pytest.raises(InvalidInputError):
-        UserMemory(items, "u", namespace="memwoven:user:")  # type: ignore[arg-type]
+        UserMemory(items, "u", namespace="memwoven:user:")  # a str is a Sequence[str], and refused
     with pytest.raises(InvalidInputError):
         UserMemory(items, "u", extractor="not callable")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="ItemMemory"):

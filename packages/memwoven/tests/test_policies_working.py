@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from clock_support import Clock
-from policy_backends import ITEM_BACKENDS, items_fixture, reopen_items, run_together
+from policy_backends import ITEM_BACKENDS, AsyncOnly, items_fixture, reopen_items, run_together
 
 from memwoven import (
     CorruptMemoryError,
@@ -20,7 +20,6 @@ from memwoven import (
     ItemMemory,
     SQLItemMemory,
 )
-from memwoven._steps import Steps
 from memwoven.policies import WORKING_ROOT, WorkingMemory
 
 
@@ -121,14 +120,6 @@ def test_async_twins(items: ItemMemory) -> None:
     asyncio.run(scenario())
 
 
-class AsyncOnly(InMemoryItemMemory):
-    """An in-memory item memory whose sync methods fail: the async twins must never reach them."""
-
-    def _run(self, steps: Steps[Any]) -> Any:
-        steps.close()
-        raise AssertionError("a sync method of the item memory was called from async code")
-
-
 def test_the_async_twins_use_the_item_memorys_async_twins() -> None:
     working = WorkingMemory(AsyncOnly(), "s")
 
@@ -209,7 +200,7 @@ def test_values_keys_importance_and_options_are_validated() -> None:
     with pytest.raises(InvalidInputError):
         WorkingMemory(items, "")
     with pytest.raises(InvalidInputError):
-        WorkingMemory(items, "s", namespace="memwoven:working:")  # type: ignore[arg-type]  # labels, not a string
+        WorkingMemory(items, "s", namespace="memwoven:working:")  # labels, not a string
     with pytest.raises(InvalidInputError):
         WorkingMemory(items, "s", namespace=("",))
     with pytest.raises(TypeError, match="ItemMemory"):
