@@ -63,9 +63,9 @@ class MemoryManager(Runner):
     """A conversation (a session of `memory`), a `WorkingMemory` scope and optionally a user's `UserMemory`, both
     stored in `items`.
 
-    The window budget (`max_messages`, `max_tokens`, `tokenizer`, `keep_first`) applies to
-    `window()` and `prompt()`; `keep_first` defaults to that of a `SummarizingChatMemory` in `memory`, so the
-    pinned messages and the summary stay in every window. Every method has an async twin.
+    The window budget (`max_messages`, `max_tokens`, `tokenizer`, `keep_first`) applies to `window()` and
+    `prompt()`; `keep_first` defaults to that of a `SummarizingChatMemory` in `memory`, so the pinned messages and
+    the summary stay in every window. Every method has an async twin.
     """
 
     def __init__(

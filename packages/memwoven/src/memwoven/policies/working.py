@@ -8,11 +8,12 @@ empty by default: labels of your own, a tenant say), and each entry one item, it
 
 A write touches one item: `set` reads the entry, then creates it only if still absent (``expected_version=0``,
 read again on a conflict) or replaces it keeping its place, so concurrent writers to a scope lose nothing (the
-last `set` of a key wins) and never duplicate an entry; `delete` deletes one item. Listings read the scope's namespace alone (items of a namespace nested under it belong to another scope
-and are left out), in the order keys were first set (the `order` stamp). With `ttl`, each entry expires that many
-seconds after its last `set` (the item memory's expiry: it reads as absent at once, and `cleanup_expired()` of the
-item memory frees it). Values are JSON values (str, int, float, bool, None, lists and dicts of them); they are
-returned as plain, mutable copies.
+last `set` of a key wins) and never duplicate an entry; `delete` deletes one item. Listings read the scope's
+namespace alone (items of a namespace nested under it belong to another scope and are left out), in the order
+keys were first set (the `order` stamp). With `ttl`, each entry expires that many seconds after its last `set`
+(the item memory's expiry: it reads as absent at once, and `cleanup_expired()` of the item memory frees it).
+Values are JSON values (str, int, float, bool, None, lists and dicts of them); they are returned as plain, mutable
+copies.
 """
 
 from __future__ import annotations
