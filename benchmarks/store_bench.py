@@ -390,12 +390,12 @@ def markdown(results: StoreResults) -> str:
 # re-applied in Python). Profile again when that code changes.
 REASONS = [
     "- LangGraph store, small searches (one namespace of 100 items; within the 20 ms target, not within 1.0x: "
-    "SQLite ~0.8-1.6 ms against SqliteStore's ~0.2-0.5 ms). cProfile of 300 calls on SQLite: ~35% is turning the "
+    "SQLite ~0.8-3 ms against SqliteStore's ~0.2-0.5 ms). cProfile of 300 calls on SQLite: ~35% is turning the "
     "10 rows into results (json.loads, freeze_json into immutable values, memwoven's pydantic Item, then thaw "
     "back into the dicts of LangGraph's SearchItem), ~20% building the SQLAlchemy statement on every call (the "
     "live and namespace-range conditions as expressions, the cache key), ~15% the engine's read transaction and "
     "the step runner; SQLite's own execute is ~3%. SqliteStore runs one SQL string on a bare sqlite3 cursor and "
-    "decodes with orjson. On PostgreSQL (0.95-2.9x between runs) a read is two server round trips (cProfile: two "
+    "decodes with orjson. On PostgreSQL (0.6-2.9x between runs) a read is two server round trips (cProfile: two "
     "waits on the socket per search: the query, then the end of its transaction) against PostgresStore's one on "
     "an autocommit connection, plus the same Python costs.",
     "- LangGraph store on PostgreSQL right after a bulk load: memwoven's write inserts a placeholder row for each "
@@ -407,7 +407,7 @@ REASONS = [
     "- LangGraph store, filtered search over every namespace (100,000 items; target 20 ms): no store meets it "
     "without an index on the filtered field. The database's own scan of the same JSON filter (the floor lines of "
     "the LangGraph store section: a bare count over LangGraph's table) takes longer than 20 ms on both "
-    "databases, and SqliteStore and PostgresStore are above it too. Against them (1.3-1.8x on SQLite, 2-2.8x on "
+    "databases, and SqliteStore and PostgresStore are above it too. Against them (1.2-1.8x on SQLite, 1.6-3x on "
     "PostgreSQL): memwoven's pre-selection calls two JSON functions per row (json_type and json_extract; the "
     "SQLite that Python bundles, 3.40, has no JSON parse cache, so each row is parsed twice: on 100,000 rows the "
     "query takes ~600 ms with both against ~290 ms with json_extract alone, timed in the same process under "
@@ -422,7 +422,7 @@ REASONS = [
     "parallel seq scan and top-N heapsort on PostgreSQL); LangGraph's stores order by updated_at, unindexed too, "
     "and are above 20 ms as well. An index on (item_key, namespace) would make it an index scan of 10 rows.",
     "- Batch put of 10,000 items on SQLite (target 20,000 items/s; SQLItemMemory.put_many 5,600-18,400 items/s "
-    "between runs as the machine's load varied, MemwovenStore.batch ~0-35% slower, SqliteStore 31,000-50,000). "
+    "between runs as the machine's load varied, MemwovenStore.batch 0-40% slower, SqliteStore 31,000-77,000). "
     "cProfile of put_many: ~45% is the contract's validation (_check_writes: each namespace label and key through "
     "check_id, each value through pydantic and freeze_json, a json.dumps for its size), ~12% encoding each value "
     "to JSON again for its row, ~25% SQLAlchemy building the 500-row multi-VALUES upserts and the read of the "
