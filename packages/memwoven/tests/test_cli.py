@@ -112,9 +112,9 @@ def test_export_then_import_is_lossless(store: str, kind: str, tmp_path: Path) -
         "collection"
     ] + ["document"] * 3 + ["end"]
     assert lines[0]["format"] == "memwoven-export"
-    assert lines[0]["version"] == 1
-    assert lines[-1] == {"type": "end", "sessions": 2, "messages": 6, "collections": 2, "documents": 5}
-    assert "exported 2 sessions (6 messages) and 2 collections (5 documents)" in exported.stderr
+    assert lines[0]["version"] == VERSION == 2
+    assert lines[-1] == {"type": "end", "sessions": 2, "messages": 6, "collections": 2, "documents": 5, "items": 0}
+    assert "exported 2 sessions (6 messages), 0 items and 2 collections (5 documents)" in exported.stderr
     with place(kind, tmp_path, "copy") as copy:
         imported = memwoven("import", copy, stdin=exported.stdout.encode())
         assert imported.returncode == 0, imported.stderr

@@ -20,19 +20,29 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskProgressC
 from rich.table import Table
 from rich.text import Text
 
-from memwoven.cli._render import human_size, messages_table, plural, search_table, sessions_table, stdout_console
-from memwoven.cli._stores import Failure, Store, summarize
+from memwoven.cli._render import (
+    human_size,
+    item_table,
+    items_table,
+    messages_table,
+    plural,
+    search_table,
+    sessions_table,
+    stdout_console,
+)
+from memwoven.cli._stores import NAMESPACE_SYNTAX, Failure, Store, parse_namespace, summarize
 from memwoven.cli._transfer import Counts, dump_record, export_records, import_records, migrate, plan_migration
+from memwoven.contracts import Namespace
 from memwoven.embed import EmbedFn, HashingEmbedFn
 from memwoven.errors import MemwovenError
 from memwoven.models import Message
-from memwoven.urls import redact_text
+from memwoven.urls import ITEM_URL_VARIABLE, redact_text
 
 __all__ = ["app", "run"]
 
 app = typer.Typer(
     name="memwoven",
-    help="Inspect, export, import and migrate memwoven memory: chat sessions and vector collections, by URL.",
+    help="Inspect, export, import and migrate memwoven memory: chat sessions, items and vector collections, by URL.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -41,7 +51,13 @@ app = typer.Typer(
 )
 sessions_app = typer.Typer(help="Chat sessions: list, show, delete.", no_args_is_help=True, rich_markup_mode=None)
 vectors_app = typer.Typer(help="Vector collections: stats, search.", no_args_is_help=True, rich_markup_mode=None)
+items_app = typer.Typer(
+    help=f"Items (JSON objects by namespace and key): list, show. NAMESPACE is {NAMESPACE_SYNTAX}.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 app.add_typer(sessions_app, name="sessions")
+app.add_typer(items_app, name="items")
 app.add_typer(vectors_app, name="vectors")
 
 URL_HELP = (
@@ -219,6 +235,95 @@ def sessions_delete(
     stdout_console().print(Text(f"deleted session {session_id!r} ({len(messages)} messages) from {store.shown}"))
 
 
+# items ---------------------------------------------------------------------------------------------------------
+
+
+def _namespace(text: str, *, prefix: bool = False, hint: str = "NAMESPACE") -> Namespace:
+    try:
+        return parse_namespace(text, prefix=prefix)
+    except ValueError as error:
+        raise typer.BadParameter(f"{error}; write {NAMESPACE_SYNTAX}", param_hint=hint) from None
+
+
+@items_app.command("list")
+def items_list(
+    url: Annotated[
+        str | None,
+        typer.Argument(metavar="URL", help=f"{URL_HELP}; default: ${ITEM_URL_VARIABLE}", show_default=False),
+    ] = None,
+    prefix: Annotated[
+        str,
+        typer.Option(
+            "--prefix",
+            "-p",
+            metavar="NAMESPACE",
+            help=f"Only items whose namespace starts with this one: {NAMESPACE_SYNTAX}.",
+        ),
+    ] = "",
+    filter_json: Annotated[
+        str | None, typer.Option("--filter", metavar="JSON", help='A filter on the values, e.g. {"kind": "fact"}.')
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", metavar="N", min=0, help="Show at most N items (0: all).")] = 100,
+    as_json: Json = False,
+) -> None:
+    """List the items of a store, sorted by key, then namespace.
+
+    For each: its namespace, key, version, last update, expiry, size (the UTF-8 bytes of its value's JSON) and the
+    start of its value. --json prints the items as stored.
+    """
+    namespace = _namespace(prefix, prefix=True, hint="--prefix")
+    where = _filter(filter_json)
+    url = url or os.environ.get(ITEM_URL_VARIABLE, "").strip()
+    if not url:
+        raise click.UsageError(f"give the store's URL, or set {ITEM_URL_VARIABLE}")
+    store = Store(url)
+    store.check_exists()
+    store.require_items()
+    found, total = [], 0
+    if store.holds_items():
+        with store.items() as memory:
+            found = memory.list(namespace, filter=where, limit=limit or None)
+            total = memory.count(namespace, filter=where) if limit and len(found) == limit else len(found)
+    if as_json:
+        _print_json([item.model_dump(mode="json") for item in found])
+        return
+    console = stdout_console()
+    if found:
+        console.print(items_table(found))
+    shown = f"{len(found)} of {total} items" if total > len(found) else plural(total, "item")
+    more = " (--limit 0 shows all)" if total > len(found) else ""
+    console.print(Text(f"{shown} at {store.shown}{more}", style="dim"))
+
+
+@items_app.command("show")
+def items_show(
+    url: Url,
+    namespace_text: Annotated[
+        str, typer.Argument(metavar="NAMESPACE", help=f"The item's namespace: {NAMESPACE_SYNTAX}.", show_default=False)
+    ],
+    key: Annotated[str, typer.Argument(metavar="KEY", help="The item's key.", show_default=False)],
+    as_json: Json = False,
+) -> None:
+    """Show one item: its value, version, times and expiry.
+
+    --json prints the item as stored.
+    """
+    namespace = _namespace(namespace_text)
+    store = Store(url)
+    store.check_exists()
+    store.require_items()
+    item = None
+    if store.holds_items():
+        with store.items() as memory:
+            item = memory.get(namespace, key)
+    if item is None:
+        raise Failure(f"no item {key!r} in namespace {namespace_text!r} at {store.shown}")
+    if as_json:
+        _print_json(item.model_dump(mode="json"))
+        return
+    stdout_console().print(item_table(item))
+
+
 # export / import -----------------------------------------------------------------------------------------------
 
 
@@ -240,7 +345,8 @@ def _output(path: Path | None) -> Iterator[BinaryIO]:
 
 def _counts(counts: Counts) -> str:
     return (
-        f"{plural(counts.sessions, 'session')} ({plural(counts.messages, 'message')}) and "
+        f"{plural(counts.sessions, 'session')} ({plural(counts.messages, 'message')}), "
+        f"{plural(counts.items, 'item')} and "
         f"{plural(counts.collections, 'collection')} ({plural(counts.documents, 'document')})"
     )
 
@@ -256,20 +362,32 @@ def export_command(
         list[str] | None,
         typer.Option("--collection", "-c", metavar="NAME", help="Export only this vector collection (repeatable)."),
     ] = None,
+    items_prefix: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--items",
+            metavar="NAMESPACE",
+            help=f"Export only the items under this namespace (repeatable): {NAMESPACE_SYNTAX}; '' for all items.",
+        ),
+    ] = None,
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.", dir_okay=False)
     ] = None,
 ) -> None:
     """Export a store as JSON Lines.
 
-    Everything, or only the sessions and collections named, in the versioned memwoven export format (see
+    Everything, or only the sessions, collections and items named, in the versioned memwoven export format (see
     docs/export-format.md), embeddings included; to stdout unless --output is given.
     """
+    namespaces = [_namespace(text, prefix=True, hint="--items") for text in items_prefix or ()]
     store = Store(url)
     store.check_exists()
     counts = Counts()
     with _output(output) as stream:
-        for record in export_records(store, sessions=session or (), collections=collection or (), counts=counts):
+        records = export_records(
+            store, sessions=session or (), collections=collection or (), namespaces=namespaces, counts=counts
+        )
+        for record in records:
             stream.write(dump_record(record))
     _note(f"exported {_counts(counts)} from {store.shown}")
 
@@ -285,7 +403,8 @@ def import_command(
     """Import an export into a store.
 
     Reads memwoven export JSON Lines from stdin (or --input): each session in it replaces the stored one, each
-    document is upserted into its collection. Importing the same file again changes nothing.
+    item and document is upserted (items with their ttl; versions are the store's; items expired meanwhile are
+    skipped). Importing the same file again changes nothing.
     """
     store = Store(url)
     store.scheme  # noqa: B018 - validates the URL before reading any input
@@ -319,13 +438,14 @@ def migrate_command(
     source: Annotated[str, typer.Argument(metavar="FROM", help="The store to copy from.", show_default=False)],
     target: Annotated[str, typer.Argument(metavar="TO", help="The store to copy into.", show_default=False)],
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would be copied; write nothing.")] = False,
-    batch_size: Annotated[int, typer.Option(min=1, help="Documents per read and write.")] = 1000,
+    batch_size: Annotated[int, typer.Option(min=1, help="Documents or items per read and write.")] = 1000,
 ) -> None:
     """Copy a whole store into another.
 
-    Every chat session and vector collection of FROM is copied into TO with a progress bar, then the counts are
-    verified. Resumable: what TO already holds identically is skipped, so after an interruption the same command
-    carries on. --dry-run shows what would be copied and writes nothing.
+    Every chat session, item and vector collection of FROM is copied into TO with a progress bar, then the counts
+    are verified (items keep their value and ttl; their versions are TO's). Resumable: what TO already holds
+    identically is skipped, so after an interruption the same command carries on. --dry-run shows what would be
+    copied and writes nothing.
     """
     origin, into = Store(source), Store(target)
     into.scheme  # noqa: B018 - validates the URL first
@@ -340,11 +460,14 @@ def migrate_command(
         table.add_column("items", justify="right")
         messages = sum(plan.sessions.values())
         table.add_row("sessions", plural(len(plan.sessions), "session"), plural(messages, "message"))
+        table.add_row("items", plural(plan.item_namespaces, "namespace"), plural(plan.items, "item"))
         for info, size in plan.collections:
             detail = f"{plural(size, 'document')} ({info.metric}, dimension {info.dimension})"
             table.add_row("collection", Text(info.name), detail)
         if plan.sessions and not into.has_chat:
             raise Failure(f"{origin.shown} has chat sessions but {into.shown} stores vectors only")
+        if plan.items and not into.has_items:
+            into.require_items()
         console = stdout_console()
         console.print(table)
         console.print(Text("dry run: nothing was written (the target was not contacted)", style="dim"))
@@ -362,6 +485,7 @@ def migrate_command(
         Text(
             f"migrated {origin.shown} -> {into.shown}: {plural(report.sessions, 'session')} "
             f"({plural(report.messages, 'message')}; {report.sessions_copied} written), "
+            f"{plural(report.items, 'item')} ({report.items_copied} written), "
             f"{plural(report.collections, 'collection')} ({plural(report.documents, 'document')}; "
             f"{report.documents_copied} written); counts verified"
         )

@@ -11,12 +11,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from memwoven.cli._stores import SessionSummary
-from memwoven.models import ImagePart, Message, OpaquePart, ScoredDocument, TextPart
+from memwoven.cli._stores import SessionSummary, item_size, show_namespace
+from memwoven.models import ImagePart, Item, Message, OpaquePart, ScoredDocument, TextPart
 
 __all__ = [
     "ROLE_STYLES",
     "human_size",
+    "item_table",
+    "items_table",
     "message_text",
     "messages_table",
     "plural",
@@ -114,6 +116,54 @@ def sessions_table(summaries: list[SessionSummary]) -> Table:
     table.add_column("size", justify="right", no_wrap=True)
     for summary in summaries:
         table.add_row(Text(summary.id), str(summary.messages), when(summary.last_activity), human_size(summary.size))
+    return table
+
+
+def _preview(value: object, width: int = 80) -> str:
+    text = json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def items_table(items: list[Item]) -> Table:
+    """Items, one row each: address, version, times, size and the start of the value."""
+    table = Table()
+    table.add_column("namespace", overflow="fold")
+    table.add_column("key", overflow="fold")
+    table.add_column("version", justify="right", no_wrap=True)
+    table.add_column("updated", no_wrap=True)
+    table.add_column("expires", no_wrap=True)
+    table.add_column("size", justify="right", no_wrap=True)
+    table.add_column("value", overflow="fold", style="dim")
+    for item in items:
+        table.add_row(
+            Text(show_namespace(item.namespace)),
+            Text(item.key),
+            str(item.version),
+            when(item.updated_at),
+            when(item.expires_at),
+            human_size(item_size(item.value)),
+            Text(_preview(item.value)),
+        )
+    return table
+
+
+def item_table(item: Item) -> Table:
+    """One item: its fields, then its value as indented JSON."""
+    table = Table(show_header=False, title=Text(f"{show_namespace(item.namespace)}  ·  {item.key}"))
+    table.title_justify = "left"
+    table.add_column("field", style="dim", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    ttl = "-" if item.ttl is None else f"{item.ttl:g} s"
+    for name, shown in (
+        ("version", str(item.version)),
+        ("created", when(item.created_at)),
+        ("updated", when(item.updated_at)),
+        ("expires", when(item.expires_at)),
+        ("ttl", ttl),
+        ("size", human_size(item_size(item.value))),
+        ("value", json.dumps(item.value, ensure_ascii=False, indent=2)),
+    ):
+        table.add_row(name, Text(shown))
     return table
 
 

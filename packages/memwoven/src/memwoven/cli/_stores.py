@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import json
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, closing, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -11,20 +12,38 @@ from urllib.parse import unquote, urlsplit
 
 from sqlalchemy.engine import make_url
 
-from memwoven.contracts import ChatMemory, CollectionInfo, VectorMemory
+from memwoven.contracts import ChatMemory, CollectionInfo, ItemMemory, Namespace, VectorMemory, check_namespace
 from memwoven.errors import MemwovenError
 from memwoven.history import encode_message
 from memwoven.models import Message
 from memwoven.urls import (
     SQL_SCHEMES,
     _resolve,
+    item_memory_class,
     open_chat_memory,
+    open_item_memory,
     open_vector_memory,
     redact_url,
     vector_collections,
 )
 
-__all__ = ["Failure", "SessionSummary", "Store", "last_activity", "session_size", "summarize"]
+__all__ = [
+    "NAMESPACE_SYNTAX",
+    "Failure",
+    "SessionSummary",
+    "Store",
+    "item_size",
+    "last_activity",
+    "parse_namespace",
+    "session_size",
+    "show_namespace",
+    "summarize",
+]
+
+NAMESPACE_SYNTAX = (
+    "a namespace: its labels joined by '/' (users/u1/facts), or a JSON array of strings when a label holds a '/' "
+    "or the first starts with '[' ('[\"users\", \"a/b\"]')"
+)
 
 
 class Failure(MemwovenError):
@@ -70,14 +89,16 @@ class Store:
         The SQL backends create their tables when first used, so on SQL their tables are looked up first,
         read-only: reading with a mistyped `?table_prefix=` finds no session instead of creating empty tables.
         """
-        if not self.has_chat:
-            return False
+        return self.has_chat and self._stored(self.chat)
+
+    def _stored(self, opener: Callable[[], AbstractContextManager[ChatMemory | ItemMemory]]) -> bool:
+        """Whether the memory `opener` opens may hold anything: on SQL, whether its tables exist (else opened not)."""
         if self.scheme not in SQL_SCHEMES:
             return True
-        from memwoven.backends.sql import SQLChatMemory  # on first use: the CLI starts without the SQL backend
+        from memwoven.backends.sql import SQLChatMemory, SQLItemMemory  # on first use: the CLI starts without SQL
 
-        with self.chat() as memory:
-            return not isinstance(memory, SQLChatMemory) or memory.has_tables()
+        with opener() as memory:
+            return not isinstance(memory, (SQLChatMemory, SQLItemMemory)) or memory.has_tables()
 
     def require_chat(self) -> None:
         """Refuse a store that cannot hold chat sessions."""
@@ -97,6 +118,31 @@ class Store:
             yield memory
         finally:
             memory.close()
+
+    @property
+    def has_items(self) -> bool:
+        """Whether this kind of store keeps items (not Qdrant; not a backend without an item memory yet)."""
+        return item_memory_class(self.scheme) is not None
+
+    def holds_items(self) -> bool:
+        """Whether items can be read here, found out without creating any storage (as `holds_chat`)."""
+        return self.has_items and self._stored(self.items)
+
+    def require_items(self) -> None:
+        """Refuse a store that cannot hold items."""
+        if self.scheme == "qdrant":
+            raise Failure(f"{self.shown} stores vectors only (Qdrant); items live in SQL (or memory://)")
+        if not self.has_items:
+            raise Failure(f"{self.shown}: this memwoven keeps no items in {self.scheme} stores yet")
+
+    def open_items(self) -> ItemMemory:
+        """The store's item memory (the caller closes it)."""
+        self.require_items()
+        return open_item_memory(self.url)
+
+    def items(self) -> AbstractContextManager[ItemMemory]:
+        """The store's item memory, closed afterwards."""
+        return closing(self.open_items())
 
     def collections(self) -> list[CollectionInfo]:
         """The vector collections stored here, with their metric and dimension."""
@@ -154,6 +200,33 @@ def last_activity(messages: list[Message], version: int) -> datetime | None:
     if not stamps:
         return None
     return max(s if s.tzinfo is not None else s.replace(tzinfo=timezone.utc) for s in stamps)
+
+
+def parse_namespace(text: str, *, prefix: bool = False) -> Namespace:
+    """A namespace written on the command line (`NAMESPACE_SYNTAX`); ValueError says what is wrong. A `prefix`
+    may be empty (every namespace)."""
+    if text.startswith("["):
+        try:
+            labels = json.loads(text)
+        except ValueError as error:
+            raise ValueError(f"not a JSON array of strings ({error})") from None
+        if not isinstance(labels, list) or not all(isinstance(label, str) for label in labels):
+            raise ValueError("a namespace in JSON is an array of strings")
+    else:
+        labels = text.split("/") if text else []
+    return check_namespace(labels, "namespace prefix" if prefix else "namespace", prefix=prefix)
+
+
+def show_namespace(namespace: Namespace) -> str:
+    """A namespace as `parse_namespace` reads it back: labels joined by '/', or JSON when that would be ambiguous."""
+    if any("/" in label for label in namespace) or (namespace and namespace[0].startswith("[")):
+        return json.dumps(list(namespace), ensure_ascii=False)
+    return "/".join(namespace)
+
+
+def item_size(value: object) -> int:
+    """The UTF-8 bytes of an item value's compact JSON."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
 
 
 def summarize(memory: ChatMemory, session_id: str) -> SessionSummary:

@@ -1,14 +1,19 @@
-"""Export, import and migration: the memwoven export format (JSON Lines, version 1) and store-to-store copies.
+"""Export, import and migration: the memwoven export format (JSON Lines, version 2) and store-to-store copies.
 
 No typer or rich here: progress goes through a `Reporter`. The format is specified in docs/export-format.md:
 
-    {"type": "header", "format": "memwoven-export", "version": 1, "exported_at": ..., "source": ..., "memwoven": ...}
+    {"type": "header", "format": "memwoven-export", "version": 2, "exported_at": ..., "source": ..., "memwoven": ...}
     {"type": "session", "id": ..., "messages": [<Message JSON>, ...]}
+    {"type": "item", "namespace": [...], "key": ..., "value": {...}, "version": ..., "created_at": ...,
+     "updated_at": ..., "expires_at": <time> | null, "ttl": <seconds> | null}
     {"type": "collection", "name": ..., "metric": "cosine" | "dot", "dimension": <int> | null}
     {"type": "document", "collection": ..., "id": ..., "content": ..., "metadata": {...}, "embedding": <base64>}
-    {"type": "end", "sessions": S, "messages": M, "collections": C, "documents": D}
+    {"type": "end", "sessions": S, "messages": M, "collections": C, "documents": D, "items": I}
 
 Embeddings are the base64 of their little-endian float32 bytes, which is exactly what every backend stores.
+Version 1 (no items, no `items` count) is read too. An item is written with its value and its `ttl` (so a sliding
+expiry keeps its window); its version and times are the target's, its expiry restarts at the write; an item
+already expired when an export is imported is not written.
 """
 
 from __future__ import annotations
@@ -18,13 +23,25 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from itertools import islice
 from typing import Any, Protocol
 
 import numpy as np
+from pydantic import TypeAdapter
 
 from memwoven.cli._stores import Failure, Store
-from memwoven.contracts import ChatMemory, CollectionInfo, VectorMemory
-from memwoven.models import VectorDocument, coerce_messages
+from memwoven.contracts import (
+    ChatMemory,
+    CollectionInfo,
+    ItemMemory,
+    ItemWrite,
+    Namespace,
+    VectorMemory,
+    check_item_key,
+    check_item_value,
+    check_ttl,
+)
+from memwoven.models import Item, UtcDatetime, VectorDocument, coerce_messages
 from memwoven.vector_index import check_metric
 
 __all__ = [
@@ -42,8 +59,9 @@ __all__ = [
 ]
 
 FORMAT = "memwoven-export"
-VERSION = 1
+VERSION = 2
 BATCH = 1000
+_MOMENT: TypeAdapter[datetime | None] = TypeAdapter(UtcDatetime | None)
 
 
 class Reporter(Protocol):
@@ -67,6 +85,7 @@ class Counts:
     messages: int = 0
     collections: int = 0
     documents: int = 0
+    items: int = 0
 
 
 def encode_embedding(embedding: Sequence[float]) -> str:
@@ -107,6 +126,59 @@ def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
         yield items[start : start + size]
 
 
+def _batches(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
+    iterator = iter(items)
+    while batch := list(islice(iterator, size)):
+        yield batch
+
+
+def stored_items(memory: ItemMemory, namespaces: Iterable[Namespace]) -> Iterator[Item]:
+    """Every live item of each namespace (exactly that namespace, not those under it), by key, read in pages."""
+    for namespace in namespaces:
+        after = None
+        while True:
+            page = memory.list(namespace, after=after, limit=BATCH)
+            # Sorted by key, then namespace: of one key, this namespace's item comes first, so a page cut inside a
+            # run of one key has already yielded it, and `after` that key loses nothing of this namespace.
+            yield from (item for item in page if item.namespace == namespace)
+            if len(page) < BATCH:
+                break
+            after = page[-1].key
+
+
+def item_namespaces(memory: ItemMemory, prefixes: Sequence[Namespace] = ()) -> list[Namespace]:
+    """The namespaces holding items, sorted: all, or those under one of `prefixes` (labels taken literally)."""
+    if not prefixes:
+        return memory.namespaces()
+    found = {ns for prefix in prefixes for ns in memory.namespaces(prefix=prefix) if ns[: len(prefix)] == prefix}
+    return sorted(found)
+
+
+def _expiry_seconds(ttl: float | None, expires_at: datetime | None) -> float | None:
+    """The ttl to write an item with: its own (keeping its sliding window), else what is left of its expiry."""
+    if ttl is not None or expires_at is None:
+        return ttl
+    return max((expires_at - datetime.now(timezone.utc)).total_seconds(), 0.001)
+
+
+def write_changed(into: ItemMemory, writes: Sequence[ItemWrite]) -> int:
+    """Put the `writes` whose item the target does not hold with the same value and ttl (one `put_many`); return
+    how many were written. So writing the same items again changes nothing, versions and expiries included."""
+    present = into.get_many([(write.namespace, write.key) for write in writes])
+    changed = [
+        write
+        for write, item in zip(writes, present)
+        if item is None or item.value != write.value or item.ttl != write.ttl
+    ]
+    if changed:
+        into.put_many(changed)
+    return len(changed)
+
+
+def _write_of(item: Item) -> ItemWrite:
+    return ItemWrite(item.namespace, item.key, item.value, _expiry_seconds(item.ttl, item.expires_at))
+
+
 # Export -------------------------------------------------------------------------------------------------------
 
 
@@ -115,13 +187,15 @@ def export_records(
     *,
     sessions: Sequence[str] = (),
     collections: Sequence[str] = (),
+    namespaces: Sequence[Namespace] = (),
     counts: Counts | None = None,
 ) -> Iterator[dict[str, Any]]:
-    """The records of an export of `store`: everything, or only the sessions and collections named."""
+    """The records of an export of `store`: everything, or only the sessions, collections and the items under the
+    namespace prefixes named."""
     from memwoven import __version__
 
     counts = counts if counts is not None else Counts()
-    everything = not sessions and not collections
+    everything = not sessions and not collections and not namespaces
     yield {
         "type": "header",
         "format": FORMAT,
@@ -146,6 +220,13 @@ def export_records(
                         "id": session_id,
                         "messages": [m.model_dump(mode="json") for m in messages],
                     }
+    if namespaces and not store.has_items:
+        store.require_items()
+    if (everything or namespaces) and store.holds_items():
+        with store.items() as memory:
+            for item in stored_items(memory, item_namespaces(memory, namespaces)):
+                counts.items += 1
+                yield {"type": "item", **item.model_dump(mode="json")}
     infos = store.collections() if everything else [store.collection(name) for name in collections]
     for info in infos:
         with store.vectors(info) as memory:
@@ -179,6 +260,11 @@ class _Importer:
     store: Store
     counts: Counts = field(default_factory=Counts)
     chat: ChatMemory | None = None
+    items: ItemMemory | None = None
+    item_writes: list[ItemWrite] = field(default_factory=list)
+    item_lines: list[int] = field(default_factory=list)
+    item_addresses: set[tuple[Namespace, str]] = field(default_factory=set)
+    expired: int = 0
     collection: CollectionInfo | None = None
     vectors: VectorMemory | None = None
     pending: list[VectorDocument] = field(default_factory=list)
@@ -189,6 +275,8 @@ class _Importer:
         """Open the store before the first record, so that a URL it refuses is not blamed on a line."""
         if self.store.has_chat:
             self.chat = self.store.open_chat()
+        if self.store.has_items:
+            self.items = self.store.open_items()
 
     def session(self, record: dict[str, Any]) -> None:
         session_id = _field(record, "id", str)
@@ -198,6 +286,34 @@ class _Importer:
         self.chat.save(session_id, messages)  # replace-all: importing again gives the same history
         self.counts.sessions += 1
         self.counts.messages += len(messages)
+
+    def item(self, record: dict[str, Any], line: int) -> None:
+        namespace, key = check_item_key(_field(record, "namespace", list), _field(record, "key", str))
+        value = check_item_value(_field(record, "value", dict))
+        ttl = check_ttl(record.get("ttl"))
+        expires_at = _MOMENT.validate_python(record.get("expires_at"))
+        if (namespace, key) in self.item_addresses:
+            raise _BadRecord(f"item {key!r:.200} of namespace {list(namespace)!r:.200} appears twice")
+        if self.items is None:
+            self.store.require_items()
+        self.item_addresses.add((namespace, key))
+        self.counts.items += 1
+        seconds = _expiry_seconds(ttl, expires_at)
+        if expires_at is not None and expires_at <= datetime.now(timezone.utc):
+            self.expired += 1  # it would read as absent at the source by now
+            return
+        self.item_writes.append(ItemWrite(namespace, key, value, seconds))
+        self.item_lines.append(line)
+        if len(self.item_writes) >= BATCH:
+            self.flush_items()
+
+    def flush_items(self) -> None:
+        if self.item_writes and self.items is not None:
+            try:
+                write_changed(self.items, self.item_writes)
+            except ValueError as error:  # the store refused an item of the batch (InvalidInputError)
+                raise Failure(f"{_lines(self.item_lines)}: {error}") from None
+            self.item_writes, self.item_lines = [], []
 
     def start_collection(self, record: dict[str, Any]) -> None:
         self.flush()
@@ -233,9 +349,7 @@ class _Importer:
             try:
                 self.vectors.store(self.pending)
             except ValueError as error:  # the store refused a document of the batch (InvalidInputError)
-                first, last = self.lines[0], self.lines[-1]
-                where = f"line {first}" if first == last else f"a document on lines {first}-{last}"
-                raise Failure(f"{where}: {error}") from None
+                raise Failure(f"{_lines(self.lines, 'a document')}: {error}") from None
             self.counts.documents += len(self.pending)
             self.pending, self.lines = [], []
 
@@ -249,6 +363,15 @@ class _Importer:
         if self.chat is not None:
             self.chat.close()
             self.chat = None
+        if self.items is not None:
+            self.items.close()
+            self.items = None
+
+
+def _lines(lines: list[int], what: str = "an item") -> str:
+    """Where a batch's failure comes from: its one line, or `what` on the lines of the batch."""
+    first, last = lines[0], lines[-1]
+    return f"line {first}" if first == last else f"{what} on lines {first}-{last}"
 
 
 def _parse_json(number: int, line: bytes) -> Any:
@@ -270,7 +393,7 @@ def _parse(number: int, line: bytes) -> dict[str, Any] | None:
     return record
 
 
-def _check_header(number: int, record: Any) -> None:
+def _check_header(number: int, record: Any) -> int:
     if not isinstance(record, dict) or record.get("type") != "header" or record.get("format") != FORMAT:
         raise Failure(f"line {number}: not a memwoven export (the first line must be its header record)")
     version = record.get("version")
@@ -278,6 +401,7 @@ def _check_header(number: int, record: Any) -> None:
         raise Failure(f"line {number}: the header has no valid format version")
     if version > VERSION:
         raise Failure(f"the export is in format version {version}; this memwoven reads version {VERSION} at most")
+    return version
 
 
 def import_records(store: Store, lines: Iterable[bytes]) -> Counts:
@@ -287,11 +411,11 @@ def import_records(store: Store, lines: Iterable[bytes]) -> Counts:
     stays written (importing the same file again is harmless: every write is idempotent).
     """
     importer = _Importer(store)
-    number, header, end = 0, False, None
+    number, header, end, version = 0, False, None, VERSION
     try:
         for number, line in enumerate(lines, 1):
             if not header:
-                _check_header(number, _parse_json(number, line))
+                version = _check_header(number, _parse_json(number, line))
                 header = True
                 importer.open()
                 continue
@@ -308,14 +432,18 @@ def import_records(store: Store, lines: Iterable[bytes]) -> Counts:
                     importer.start_collection(record)
                 elif kind == "document":
                     importer.document(record, number)
+                elif kind == "item" and version >= 2:
+                    importer.item(record, number)
                 elif kind == "end":
                     importer.flush()
+                    importer.flush_items()
                     end = record
                 else:
                     raise _BadRecord(f"unknown record type {kind!r}")
             except ValueError as error:  # the line's content is at fault; a failing store is not the line's
                 raise Failure(f"line {number}: {error}") from None
         importer.flush()
+        importer.flush_items()
     finally:
         importer.close()
     if not header:
@@ -325,7 +453,8 @@ def import_records(store: Store, lines: Iterable[bytes]) -> Counts:
             f"the export is truncated after line {number} (no end record); what it held was imported: "
             "import the complete file again"
         )
-    expected = {name: end.get(name) for name in asdict(importer.counts)}
+    absent = {"items": 0} if version < 2 else {}  # version 1 has no items, nor their count
+    expected = {name: end.get(name, absent.get(name)) for name in asdict(importer.counts)}
     if expected != asdict(importer.counts):
         raise Failure(f"the end record counts {expected} but the file held {asdict(importer.counts)}")
     return importer.counts
@@ -340,14 +469,18 @@ class MigrationReport(Counts):
 
     sessions_copied: int = 0
     documents_copied: int = 0
+    items_copied: int = 0
 
 
 @dataclass(frozen=True)
 class Plan:
-    """What a migration would copy: sessions with their message counts, collections with their sizes."""
+    """What a migration would copy: sessions with their message counts, collections with their sizes, the number
+    of item namespaces and items."""
 
     sessions: dict[str, int]
     collections: list[tuple[CollectionInfo, int]]
+    item_namespaces: int = 0
+    items: int = 0
 
 
 def plan_migration(source: Store) -> Plan:
@@ -357,20 +490,25 @@ def plan_migration(source: Store) -> Plan:
         with source.chat() as chat:
             for session_id in chat.sessions():
                 sessions[session_id] = len(chat.load(session_id))
+    namespaces = items = 0
+    if source.holds_items():
+        with source.items() as memory:
+            namespaces, items = len(memory.namespaces()), memory.count()
     collections = []
     for info in source.collections():
         with source.vectors(info) as memory:
             collections.append((info, memory.count()))
-    return Plan({k: v for k, v in sessions.items() if v}, collections)
+    return Plan({k: v for k, v in sessions.items() if v}, collections, namespaces, items)
 
 
 def migrate(
     source: Store, target: Store, *, reporter: Reporter | None = None, batch_size: int = BATCH
 ) -> MigrationReport:
-    """Copy every session and collection of `source` into `target`, then verify the counts.
+    """Copy every session, item and collection of `source` into `target`, then verify the counts.
 
     Resumable: what the target already holds identically is not written again, so after an interruption the
-    same command carries on. Target sessions and documents the source does not have are left alone.
+    same command carries on. Target sessions, items and documents the source does not have are left alone. Items
+    keep their value and ttl; their versions and times are the target's.
     """
     reporter = reporter or _Silent()
     report = MigrationReport()
@@ -392,6 +530,20 @@ def migrate(
                                 report.sessions_copied += 1
                         advance(1)
     report.sessions, report.messages = len(expected), sum(expected.values())
+    addresses: list[tuple[Namespace, str]] = []
+    if source.holds_items():
+        with source.items() as memory:
+            namespaces = memory.namespaces()
+            if namespaces and not target.has_items:
+                target.require_items()
+            if namespaces:
+                with target.items() as into:
+                    advance = reporter.task("items", memory.count())
+                    for page in _batches(stored_items(memory, namespaces), batch_size):
+                        report.items_copied += write_changed(into, [_write_of(item) for item in page])
+                        addresses += [(item.namespace, item.key) for item in page]
+                        advance(len(page))
+    report.items = len(addresses)
     sizes: dict[str, int] = {}
     for info in source.collections():
         with source.vectors(info) as memory, target.vectors(info) as into:
@@ -409,7 +561,23 @@ def migrate(
             sizes[info.name] = memory.count()
     report.collections, report.documents = len(sizes), sum(sizes.values())
     _verify(target, expected, sizes)
+    _verify_items(target, addresses)
     return report
+
+
+def _verify_items(target: Store, addresses: list[tuple[Namespace, str]]) -> None:
+    """Check the target holds every item copied."""
+    if not addresses:
+        return
+    with target.items() as into:
+        for start in range(0, len(addresses), BATCH):
+            wanted = addresses[start : start + BATCH]
+            for (namespace, key), item in zip(wanted, into.get_many(wanted)):
+                if item is None:
+                    raise Failure(
+                        f"verification failed: item {key!r} of namespace {list(namespace)!r} is not in "
+                        f"{target.shown} (did it expire meanwhile?)"
+                    )
 
 
 def _verify(target: Store, sessions: dict[str, int], sizes: dict[str, int]) -> None:
