@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sql_support import KINDS, sql_place
 
-from memwoven import Item, SQLItemMemory
+from memwoven import CorruptMemoryError, Item, SQLItemMemory
 from memwoven.backends.sql._filters import prefilter
 from memwoven.filters import compile_filter
 
@@ -137,3 +137,30 @@ def test_what_cannot_be_translated_selects_nothing(tmp_path: Path) -> None:
     assert prefilter({'q"uote': 1}, value, "postgresql") is not None  # a bound parameter
     assert prefilter({"a": {"$gt": "x"}}, value, "mariadb") is None  # collation order is not code point order
     assert prefilter({"a": 2**60}, value, "sqlite") is None  # beyond float precision
+
+
+def test_a_filter_value_holding_nul_is_answered_exactly(sql_kind: str, tmp_path: Path) -> None:
+    with sql_place(sql_kind, tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
+        memory.put(("t",), "a", {"s": "public\x00' OR '1'='1"})
+        memory.put(("t",), "b", {"s": "public"})
+        assert [i.key for i in memory.list(("t",), filter={"s": "public\x00' OR '1'='1"})] == ["a"]
+        assert [i.key for i in memory.list(("t",), filter={"s": {"$in": ["x\x00", "public"]}})] == ["b"]
+        memory.drop_tables()
+
+
+@pytest.mark.parametrize("damage", ["[1]", '"text"', "not json", '{"s": "x"'])
+def test_a_filter_never_passes_over_a_damaged_value(sql_kind: str, tmp_path: Path, damage: str) -> None:
+    if sql_kind == "postgresql" and damage in ("not json", '{"s": "x"'):
+        pytest.skip("PostgreSQL's json column refuses text that is not JSON")
+    with sql_place(sql_kind, tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
+        memory.put(("t",), "a", {"s": "x"})
+        memory.put(("t",), "b", {"s": "y"})
+        items = memory._items
+        with memory.engine.begin() as connection:
+            connection.execute(sa.update(items).where(items.c.item_key == "b").values(value=damage))
+        for spec in [{"s": "x"}, {"s": {"$gt": "a"}}, {"n": {"$exists": True}}]:
+            with pytest.raises(CorruptMemoryError):
+                memory.list(("t",), filter=spec)
+            with pytest.raises(CorruptMemoryError):
+                memory.count(("t",), filter=spec)
+        memory.drop_tables()

@@ -14,7 +14,11 @@ meaning is at least as wide as the filter's, and everything else becomes "no con
   include it, so a float rounding cannot drop a match) and, on SQLite and PostgreSQL, with strings (code point
   order: SQLite's BINARY, PostgreSQL ``COLLATE "C"``);
 * ``$exists: true``; ``$and`` (any part that translates), ``$or`` (only if every branch translates);
-* not ``$ne``, ``$nin``, ``$exists: false``, ``$not``, ``$contains``, null, objects or lists: they select nothing.
+* not ``$ne``, ``$nin``, ``$exists: false``, ``$not``, ``$contains``, null, objects or lists, nor anything
+  holding NUL (PostgreSQL text cannot): they select nothing.
+
+A stored value that is not a JSON object (damaged storage) is always selected, so that reading it raises
+`CorruptMemoryError` rather than the filter passing over it.
 
 A dotted field matches the literal key or the nested path (`memwoven.filters`: the literal key wins), so its
 condition is the OR of both. Field names are put into (quoted) JSON paths only if made of letters, digits, ``_``,
@@ -43,7 +47,20 @@ Condition = sa.ColumnElement[bool]
 def prefilter(spec: Mapping[str, Any], value: sa.ColumnElement[Any], dialect: str) -> Condition | None:
     """A condition on the JSON text `value` kept by every value matching the (validated) filter `spec`, or
     None when nothing of it translates on `dialect` ("sqlite", "postgresql", "mysql" or "mariadb")."""
-    return _Translator(value, dialect).filter(spec)
+    translator = _Translator(value, dialect)
+    condition = translator.filter(spec)
+    if condition is None:
+        return None
+    # A damaged value (not JSON, or JSON but not an object) is selected, not skipped, so that reading it raises
+    # CorruptMemoryError; CASE tests in order, which also keeps SQLite's JSON functions off malformed text.
+    if translator.dialect == "postgresql":  # its json column holds valid JSON only
+        return sa.case((sa.func.json_typeof(value) != "object", sa.true()), else_=condition)
+    whole = sa.func.json_type(value)
+    return sa.case(
+        (sa.func.json_valid(value) != 1, sa.true()),
+        (sa.func.upper(whole) != "OBJECT", sa.true()),
+        else_=condition,
+    )
 
 
 class _Translator:
@@ -79,6 +96,8 @@ class _Translator:
 
     def test(self, path: Sequence[str], op: str, operand: Any) -> Condition | None:
         if self.dialect != "postgresql" and not all(_SIMPLE_NAME.fullmatch(name) for name in path):
+            return None
+        if _holds_nul(operand) or any("\x00" in name for name in path):  # PostgreSQL text cannot hold NUL
             return None
         if op == "$eq":
             return self.equals(path, operand)
@@ -160,6 +179,12 @@ class _Translator:
 def _all(parts: list[Condition | None]) -> Condition | None:
     known = [part for part in parts if part is not None]
     return None if not known else known[0] if len(known) == 1 else sa.and_(*known)
+
+
+def _holds_nul(operand: Any) -> bool:
+    if isinstance(operand, list):
+        return any(_holds_nul(item) for item in operand)
+    return isinstance(operand, str) and "\x00" in operand
 
 
 def _text_path(path: Sequence[str]) -> str:
