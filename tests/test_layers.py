@@ -1,7 +1,7 @@
 """The import contract: data flows one way through memwoven's layers, and private modules stay private.
 
-    errors, _redact, _steps, _cache, _clock -> models, filters -> contracts -> helpers -> backends -> policies, encryption
-    -> urls -> testing, cli, adapters
+    errors, _redact, _steps, _cache, _clock -> models, filters -> contracts -> helpers -> backends
+    -> policies, encryption -> urls -> testing, cli, adapters
 
 A module imports only from its own layer or the layers below; a backend never imports another backend (shared
 pieces live in a private module of `memwoven.backends`); a private module (`_name`) is imported only from inside
