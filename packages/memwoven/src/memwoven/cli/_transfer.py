@@ -23,8 +23,9 @@ import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from itertools import islice
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 from pydantic import TypeAdapter
@@ -61,6 +62,7 @@ __all__ = [
 FORMAT = "memwoven-export"
 VERSION = 2
 BATCH = 1000
+_T = TypeVar("_T")
 _MOMENT: TypeAdapter[datetime | None] = TypeAdapter(UtcDatetime | None)
 
 
@@ -254,6 +256,35 @@ def _field(record: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> 
 
 
 @dataclass
+class _Pending(Generic[_T]):
+    """Records waiting to be written in one batch, with the input line of each (to name where a refusal is)."""
+
+    what: str
+    values: list[_T] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+
+    def add(self, value: _T, line: int) -> bool:
+        """Add a record's value; return whether the batch is full."""
+        self.values.append(value)
+        self.lines.append(line)
+        return len(self.values) >= BATCH
+
+    def write(self, writer: Callable[[list[_T]], object]) -> int:
+        """Write the batch with `writer` (a refusal, InvalidInputError, names its lines); return its size."""
+        if not self.values:
+            return 0
+        try:
+            writer(self.values)
+        except ValueError as error:
+            first, last = self.lines[0], self.lines[-1]
+            where = f"line {first}" if first == last else f"{self.what} on lines {first}-{last}"
+            raise Failure(f"{where}: {error}") from None
+        written = len(self.values)
+        self.values, self.lines = [], []
+        return written
+
+
+@dataclass
 class _Importer:
     """Writes the records of an export into a store, one collection's documents in batches."""
 
@@ -261,14 +292,12 @@ class _Importer:
     counts: Counts = field(default_factory=Counts)
     chat: ChatMemory | None = None
     items: ItemMemory | None = None
-    item_writes: list[ItemWrite] = field(default_factory=list)
-    item_lines: list[int] = field(default_factory=list)
+    item_writes: _Pending[ItemWrite] = field(default_factory=lambda: _Pending("an item"))
     item_addresses: set[tuple[Namespace, str]] = field(default_factory=set)
     expired: int = 0
     collection: CollectionInfo | None = None
     vectors: VectorMemory | None = None
-    pending: list[VectorDocument] = field(default_factory=list)
-    lines: list[int] = field(default_factory=list)  # the input line of each pending document
+    documents: _Pending[VectorDocument] = field(default_factory=lambda: _Pending("a document"))
     seen: set[str] = field(default_factory=set)
 
     def open(self) -> None:
@@ -302,18 +331,12 @@ class _Importer:
         if expires_at is not None and expires_at <= datetime.now(timezone.utc):
             self.expired += 1  # it would read as absent at the source by now
             return
-        self.item_writes.append(ItemWrite(namespace, key, value, seconds))
-        self.item_lines.append(line)
-        if len(self.item_writes) >= BATCH:
+        if self.item_writes.add(ItemWrite(namespace, key, value, seconds), line):
             self.flush_items()
 
     def flush_items(self) -> None:
-        if self.item_writes and self.items is not None:
-            try:
-                write_changed(self.items, self.item_writes)
-            except ValueError as error:  # the store refused an item of the batch (InvalidInputError)
-                raise Failure(f"{_lines(self.item_lines)}: {error}") from None
-            self.item_writes, self.item_lines = [], []
+        if self.items is not None:
+            self.item_writes.write(partial(write_changed, self.items))
 
     def start_collection(self, record: dict[str, Any]) -> None:
         self.flush()
@@ -339,19 +362,12 @@ class _Importer:
         document = VectorDocument(
             id=_field(record, "id", str), content=record.get("content", ""), embedding=embedding, metadata=metadata
         )
-        self.pending.append(document)
-        self.lines.append(line)
-        if len(self.pending) >= BATCH:
+        if self.documents.add(document, line):
             self.flush()
 
     def flush(self) -> None:
-        if self.pending and self.vectors is not None:
-            try:
-                self.vectors.store(self.pending)
-            except ValueError as error:  # the store refused a document of the batch (InvalidInputError)
-                raise Failure(f"{_lines(self.lines, 'a document')}: {error}") from None
-            self.counts.documents += len(self.pending)
-            self.pending, self.lines = [], []
+        if self.vectors is not None:
+            self.counts.documents += self.documents.write(self.vectors.store)
 
     def close_collection(self) -> None:
         if self.vectors is not None:
@@ -366,12 +382,6 @@ class _Importer:
         if self.items is not None:
             self.items.close()
             self.items = None
-
-
-def _lines(lines: list[int], what: str = "an item") -> str:
-    """Where a batch's failure comes from: its one line, or `what` on the lines of the batch."""
-    first, last = lines[0], lines[-1]
-    return f"line {first}" if first == last else f"{what} on lines {first}-{last}"
 
 
 def _parse_json(number: int, line: bytes) -> Any:
