@@ -4,7 +4,6 @@ import asyncio
 import hashlib
 import itertools
 import json
-import multiprocessing
 import os
 import random
 import signal
@@ -18,6 +17,7 @@ from typing import Any
 import filelock
 import numpy as np
 import pytest
+from process_support import process_context, start
 
 from memwoven import Message, VectorDocument
 from memwoven.backends.file import FileChatMemory, FileVectorMemory
@@ -97,22 +97,6 @@ def _generation(tag: str, size: int = 6) -> list[VectorDocument]:
     return [
         VectorDocument(id=f"d{i}", content=tag, embedding=_axis(i + shift), metadata={"g": tag}) for i in range(size)
     ]
-
-
-def _process_context() -> Any:
-    """Forkserver where available (fast: memwoven and pytest are imported once, children fork from it), else spawn."""
-    if "forkserver" not in multiprocessing.get_all_start_methods():
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(["memwoven.backends.file", "memwoven.testing"])
-    return context
-
-
-def _start(context: Any, script: str, **variables: Any) -> Any:
-    """Run `script` in a child process with `variables` as its globals (exec needs no importable test module)."""
-    process = context.Process(target=exec, args=(script, {"__name__": "__child__", **variables}), daemon=True)
-    process.start()
-    return process
 
 
 # Chat: ids and files ---------------------------------------------------------------------------------------------
@@ -391,7 +375,7 @@ for i in itertools.count():
 
 
 def test_a_writer_killed_at_random_moments_leaves_a_complete_state(tmp_path: Path) -> None:
-    context = _process_context()
+    context = process_context()
     histories = [_history("long", 60), _history("short", 9)]
     generations = [_generation("A"), _generation("B")]
     vector_path = tmp_path / "vectors" / "v.npz"
@@ -401,7 +385,7 @@ def test_a_writer_killed_at_random_moments_leaves_a_complete_state(tmp_path: Pat
     kills = 30
     for _ in range(kills):
         running = context.Event()
-        child = _start(
+        child = start(
             context,
             CRASH_WRITER,
             directory=str(tmp_path),
@@ -442,10 +426,10 @@ for i in range(count):
 
 
 def test_processes_appending_to_one_session_lose_nothing(tmp_path: Path) -> None:
-    context = _process_context()
+    context = process_context()
     ready = context.Event()
     names = [f"proc{n}" for n in range(4)]
-    children = [_start(context, APPENDER, directory=str(tmp_path), ready=ready, name=n, count=25) for n in names]
+    children = [start(context, APPENDER, directory=str(tmp_path), ready=ready, name=n, count=25) for n in names]
     ready.set()
     for child in children:
         child.join(60)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     __version__: str
-    from memwoven.backends.file import FileChatMemory, FileVectorMemory
+    from memwoven.backends.file import FileChatMemory, FileItemMemory, FileVectorMemory
     from memwoven.backends.memory import InMemoryChatMemory, InMemoryItemMemory, InMemoryVectorMemory
     from memwoven.backends.sql import SQLChatMemory, SQLItemMemory, SQLVectorMemory
     from memwoven.contracts import ChatMemory, ChatSession, History, ItemMemory, ItemWrite, Metric, VectorMemory
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 # public name -> the module that defines it
 _EXPORTS: dict[str, str] = {
-    **dict.fromkeys(["FileChatMemory", "FileVectorMemory"], "memwoven.backends.file"),
+    **dict.fromkeys(["FileChatMemory", "FileItemMemory", "FileVectorMemory"], "memwoven.backends.file"),
     **dict.fromkeys(["InMemoryChatMemory", "InMemoryItemMemory", "InMemoryVectorMemory"], "memwoven.backends.memory"),
     **dict.fromkeys(["SQLChatMemory", "SQLItemMemory", "SQLVectorMemory"], "memwoven.backends.sql"),
     **dict.fromkeys(
@@ -117,6 +117,7 @@ __all__ = [
     "EmbedFn",
     "EmbeddingError",
     "FileChatMemory",
+    "FileItemMemory",
     "FileVectorMemory",
     "HashingEmbedFn",
     "History",

@@ -1,4 +1,5 @@
-"""Embedded file backends: one crash-safe file per chat session, one `.npz` file per vector collection.
+"""Embedded file backends: one crash-safe file per chat session, one `.npz` file per vector collection, one file
+per item namespace (`FileItemMemory`, layout and format in `memwoven.backends.file.items`).
 
 Every write goes to a temporary file in the target's directory, is flushed and fsynced, atomically renamed over
 the target, and the directory is fsynced: a reader (or the next process after a crash) sees the old or the new
@@ -18,6 +19,7 @@ every member is verified on read.
 """
 
 from memwoven.backends.file.chat import FileChatMemory
+from memwoven.backends.file.items import FileItemMemory
 from memwoven.backends.file.vector import FileVectorMemory, list_collections
 
-__all__ = ["FileChatMemory", "FileVectorMemory", "list_collections"]
+__all__ = ["FileChatMemory", "FileItemMemory", "FileVectorMemory", "list_collections"]

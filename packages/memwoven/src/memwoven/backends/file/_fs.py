@@ -1,14 +1,17 @@
-"""What both file backends share: atomic replacement, writer locks, strict JSON, file identity."""
+"""What the file backends share: atomic replacement (one file, or several staged then committed), writer locks,
+strict JSON, file identity."""
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
+import re
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import IO, Any, NamedTuple, NoReturn
 
@@ -21,19 +24,25 @@ from memwoven.errors import (
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT",
     "FORMAT",
+    "Staged",
     "StatKey",
     "atomic_write",
     "awaited",
+    "checksum",
     "dumps",
     "is_int",
     "loads",
+    "open_versioned",
+    "parse_header",
     "remove",
     "short",
     "stat_key",
     "write_lock",
+    "write_locks",
 ]
 
 FORMAT = 1
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 _LOCK_POLL_SECONDS = 0.002
 DEFAULT_LOCK_TIMEOUT = 60.0
 
@@ -62,22 +71,43 @@ _THREAD_LOCKS = tuple(threading.Lock() for _ in range(64))
 @contextmanager
 def write_lock(lock_path: Path, timeout: float | None, what: str) -> Iterator[None]:
     """Hold the exclusive writer lock of one file, in this process and across processes."""
+    with write_locks([lock_path], timeout, what):
+        yield
+
+
+@contextmanager
+def write_locks(lock_paths: Sequence[Path], timeout: float | None, what: str) -> Iterator[None]:
+    """Hold the writer locks of several files at once, taken in a fixed order so that writers never deadlock.
+
+    The thread locks come first, in slot order (two paths may share a slot: it is taken once), then the file
+    locks, in the order of `lock_paths` (every caller must sort them the same way). `timeout` bounds each wait.
+    """
     wait = -1.0 if timeout is None else timeout
-    thread_lock = _THREAD_LOCKS[hash(str(lock_path)) % len(_THREAD_LOCKS)]
-    if not thread_lock.acquire(timeout=wait):
-        raise BackendUnavailableError(f"{what} is locked by another writer (waited {timeout} s)")
+    slots = sorted({hash(str(path)) % len(_THREAD_LOCKS) for path in lock_paths})
+    with ExitStack() as held:
+        for slot in slots:
+            thread_lock = _THREAD_LOCKS[slot]
+            if not thread_lock.acquire(timeout=wait):
+                raise BackendUnavailableError(f"{what} is locked by another writer (waited {timeout} s)")
+            held.callback(thread_lock.release)
+        for path in lock_paths:
+            file_lock = filelock.FileLock(str(path))
+            try:
+                file_lock.acquire(timeout=wait, poll_interval=_LOCK_POLL_SECONDS)
+            except filelock.Timeout:
+                raise BackendUnavailableError(f"{what} is locked by another process (waited {timeout} s)") from None
+            held.callback(file_lock.release)
+        yield
+
+
+def open_versioned(path: str | Path) -> tuple[IO[bytes], StatKey] | None:
+    """Open `path` for reading, with the stat key of the version opened (None if there is no file). Files are only
+    ever replaced whole, so what the stream reads is that version, whatever writers do meanwhile."""
     try:
-        file_lock = filelock.FileLock(str(lock_path))
-        try:
-            file_lock.acquire(timeout=wait, poll_interval=_LOCK_POLL_SECONDS)
-        except filelock.Timeout:
-            raise BackendUnavailableError(f"{what} is locked by another process (waited {timeout} s)") from None
-        try:
-            yield
-        finally:
-            file_lock.release()
-    finally:
-        thread_lock.release()
+        stream = open(path, "rb")  # noqa: SIM115 (the caller closes it)
+    except FileNotFoundError:
+        return None
+    return stream, stat_key(os.fstat(stream.fileno()))
 
 
 def _fsync_directory(directory: Path) -> None:
@@ -124,23 +154,53 @@ def atomic_write(target: Path, write: Callable[[IO[bytes]], None], *, mtime_afte
     temp file, which the next writer truncates. With `mtime_after`, the new file's mtime is made strictly later,
     so every version of the file has its own stat key. Returns the stat key of the new file.
     """
-    temp = target.with_name(target.name + ".tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
-    try:
-        with os.fdopen(os.open(temp, flags, 0o666), "wb") as stream:
-            write(stream)
-            stream.flush()
-            if mtime_after is not None:
-                _set_mtime_after(temp, mtime_after)
-            os.fsync(stream.fileno())
-            key = stat_key(os.fstat(stream.fileno()))
-        _replace(temp, target)
-    except BaseException:
+    staged = Staged.write(target, write, mtime_after=mtime_after)
+    staged.commit()
+    return staged.key
+
+
+class Staged(NamedTuple):
+    """A replacement of `target` written in full and fsynced to its temp file, not yet renamed over it: a writer
+    of several files stages them all, then commits them, so that a failure to write any leaves every file as it
+    was (`discard`)."""
+
+    target: Path
+    temp: Path
+    key: StatKey
+    """The stat key the target will have once committed."""
+
+    @classmethod
+    def write(cls, target: Path, write: Callable[[IO[bytes]], None], *, mtime_after: int | None = None) -> Staged:
+        """Write the temp file of `target` (see `atomic_write`; the caller holds the target's write lock)."""
+        temp = target.with_name(target.name + ".tmp")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOFOLLOW", 0)
+        try:
+            with os.fdopen(os.open(temp, flags, 0o666), "wb") as stream:
+                write(stream)
+                stream.flush()
+                if mtime_after is not None:
+                    _set_mtime_after(temp, mtime_after)
+                os.fsync(stream.fileno())
+                key = stat_key(os.fstat(stream.fileno()))
+        except BaseException:
+            with suppress(OSError):
+                os.unlink(temp)
+            raise
+        return cls(target, temp, key)
+
+    def commit(self) -> None:
+        """Rename the temp file over the target and make the rename durable."""
+        try:
+            _replace(self.temp, self.target)
+        except BaseException:
+            self.discard()
+            raise
+        _fsync_directory(self.target.parent)
+
+    def discard(self) -> None:
+        """Delete the temp file (the target stays as it was)."""
         with suppress(OSError):
-            os.unlink(temp)
-        raise
-    _fsync_directory(target.parent)
-    return key
+            os.unlink(self.temp)
 
 
 def remove(target: Path) -> None:
@@ -152,6 +212,35 @@ def remove(target: Path) -> None:
     except FileNotFoundError:
         return
     _fsync_directory(target.parent)
+
+
+def checksum(fields: Mapping[str, Any], chunks: Iterable[bytes]) -> str:
+    """The digest a checksummed file's header holds: SHA-256 of its other header fields (compact JSON, in order),
+    a newline, then the body's chunks."""
+    digest = hashlib.sha256(dumps(fields))
+    digest.update(b"\n")
+    for chunk in chunks:
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def parse_header(line: bytes, fields: Collection[str], damaged: Callable[[str], Exception]) -> dict[str, Any]:
+    """Decode the JSON header line of a checksummed file, checking its frame: a whole line holding an object with
+    exactly `fields` and ``sha256`` (a SHA-256 hex digest), ``format`` being `FORMAT`. On failure, raises
+    `damaged(reason)` (a `CorruptMemoryError` naming the file)."""
+    if not line.endswith(b"\n"):
+        raise damaged("the header line is truncated or missing")
+    try:
+        raw = loads(line)
+    except ValueError as error:
+        raise damaged(f"the header is not JSON ({error})") from None
+    if not isinstance(raw, dict) or raw.keys() != {*fields, "sha256"}:
+        raise damaged("the header does not have the expected fields")
+    if raw.get("format") != FORMAT or type(raw["format"]) is not int:
+        raise damaged(f"unknown format {raw.get('format')!r:.80}")
+    if not isinstance(raw["sha256"], str) or not _DIGEST.fullmatch(raw["sha256"]):
+        raise damaged("the header has a bad checksum field")
+    return raw
 
 
 def _reject_constant(name: str) -> NoReturn:

@@ -26,12 +26,13 @@ from memwoven.backends.file._fs import (
     StatKey,
     atomic_write,
     awaited,
+    checksum,
     dumps,
     is_int,
-    loads,
+    open_versioned,
+    parse_header,
     remove,
     short,
-    stat_key,
     write_lock,
 )
 from memwoven.contracts import (
@@ -111,21 +112,12 @@ def _session_error(session_id: str | None, path: Path, reason: str) -> CorruptMe
 
 def _parse_header(line: bytes, session_id: str | None, path: Path) -> _Header:
     """Decode and check a session file's header line (against `session_id` when given)."""
-    if not line.endswith(b"\n"):
-        raise _session_error(session_id, path, "the header line is truncated or missing")
-    try:
-        raw = loads(line)
-    except ValueError as error:
-        raise _session_error(session_id, path, f"the header is not JSON ({error})") from None
-    if not isinstance(raw, dict) or raw.keys() != {"format", "session_id", "version", "count", "sha256"}:
-        raise _session_error(session_id, path, "the header does not have the expected fields")
-    if raw["format"] != FORMAT or type(raw["format"]) is not int:
-        raise _session_error(session_id, path, f"unknown format {raw['format']!r}")
+    raw = parse_header(
+        line, ("format", "session_id", "version", "count"), lambda reason: _session_error(session_id, path, reason)
+    )
     stored_id, version, count, digest = raw["session_id"], raw["version"], raw["count"], raw["sha256"]
     if not isinstance(stored_id, str) or not is_int(version, 1) or not is_int(count, 1):
         raise _session_error(session_id, path, "the header has a bad id, version or count")
-    if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
-        raise _session_error(session_id, path, "the header has a bad checksum field")
     if session_id is not None and stored_id != session_id:
         raise _session_error(session_id, path, f"the file holds session {short(stored_id)}")
     if path.name != _file_stem(stored_id) + _SUFFIX:
@@ -134,12 +126,8 @@ def _parse_header(line: bytes, session_id: str | None, path: Path) -> _Header:
 
 
 def _session_digest(session_id: str, version: int, count: int, chunks: Iterable[bytes]) -> str:
-    """The checksum of a session file: SHA-256 of its other header fields (as one JSON line), then the body."""
-    digest = hashlib.sha256(dumps({"format": FORMAT, "session_id": session_id, "version": version, "count": count}))
-    digest.update(b"\n")
-    for chunk in chunks:
-        digest.update(chunk)
-    return digest.hexdigest()
+    """The checksum of a session file (`checksum` of its other header fields and its body)."""
+    return checksum({"format": FORMAT, "session_id": session_id, "version": version, "count": count}, chunks)
 
 
 def _check_body(body: bytes, header: _Header, path: Path) -> None:
@@ -354,12 +342,11 @@ class FileChatMemory(ChatMemory):
         The snapshot comes from the cache when the file's stat key and header line are unchanged (the header holds
         the version, unique per write, and the checksum), so an unchanged file is not parsed again.
         """
-        try:
-            stream = open(path, "rb")  # noqa: SIM115 (a `with` follows at once)
-        except FileNotFoundError:
+        opened = open_versioned(path)
+        if opened is None:
             return None
+        stream, key = opened
         with stream:
-            key = stat_key(os.fstat(stream.fileno()))
             if self._expired(key.mtime_ns):
                 return None
             line = _read_header_line(stream)
