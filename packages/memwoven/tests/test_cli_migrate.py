@@ -11,18 +11,21 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from cli_support import ENV, PNG, command, memwoven, place
 
-from memwoven import ImagePart, Message, OpaquePart, TextPart, ToolCall, VectorDocument
+from memwoven import ImagePart, ItemWrite, Message, OpaquePart, TextPart, ToolCall, VectorDocument
 from memwoven.contracts import CollectionInfo
-from memwoven.urls import open_chat_memory, open_vector_memory, vector_collections
+from memwoven.urls import open_chat_memory, open_item_memory, open_vector_memory, vector_collections
 
 pytestmark = pytest.mark.slow
 
-Snapshot = tuple[dict[str, list[Message]], dict[CollectionInfo, dict[str, VectorDocument]]]
+Snapshot = tuple[
+    dict[str, list[Message]], dict[CollectionInfo, dict[str, VectorDocument]], dict[tuple[Any, str], tuple[Any, Any]]
+]
 
 
 def conversation(i: int) -> list[Message]:
@@ -72,17 +75,28 @@ def seed_big(url: str, *, sessions: int, documents: int) -> None:
         )
     with open_vector_memory(url, collection="dots", metric="dot") as dots:
         dots.store([VectorDocument(id=f"d{i}", embedding=[float(i), -0.25, 1e-3]) for i in range(3)])
+    with open_item_memory(url) as items:  # 1,500 items in 30 namespaces, a third with a ttl
+        items.put_many(
+            [
+                ItemWrite(("users", f"u{i % 30}", "facts"), f"fact {i // 30} ✓", {"i": i, "deep": {"ok": [i]}}, ttl)
+                for i in range(1500)
+                for ttl in [3600.0 if i % 3 == 0 else None]
+            ]
+        )
 
 
 def snapshot(url: str) -> Snapshot:
-    """Every session, message by message, and every collection (metric, dimension) with its documents by id."""
+    """Every session, message by message, every collection (metric, dimension) with its documents by id, and every
+    item's value and ttl by address."""
     with open_chat_memory(url) as chat:
         sessions = {session_id: chat.load(session_id) for session_id in chat.sessions()}
     collections = {}
     for info in vector_collections(url):
         with open_vector_memory(url, collection=info.name, dimension=info.dimension, metric=info.metric) as memory:
             collections[info] = {document.id: document for document in memory.get(memory.ids())}
-    return sessions, collections
+    with open_item_memory(url) as items:
+        stored = {(item.namespace, item.key): (item.value, item.ttl) for item in items.list()}
+    return sessions, collections, stored
 
 
 def written(stdout: str) -> tuple[int, int]:
@@ -103,6 +117,7 @@ def test_round_trip_sqlite_postgresql_redis_sqlite(tmp_path: Path) -> None:
         expected = snapshot(origin)
         assert len(expected[0]) == 100
         assert sorted(len(c) for c in expected[1].values()) == [3, 10_000]
+        assert len(expected[2]) == 1500
 
         dry = memwoven("migrate", origin, postgresql, "--dry-run")
         assert dry.returncode == 0, dry.stderr
@@ -119,6 +134,7 @@ def test_round_trip_sqlite_postgresql_redis_sqlite(tmp_path: Path) -> None:
             assert result.returncode == 0, result.stderr
             assert "100 sessions" in result.stdout
             assert "10003 documents" in result.stdout
+            assert "1500 items (1500 written)" in result.stdout
             assert written(result.stdout) == (100, 10_003)
             if number == 0:
                 assert "100/100" in result.stderr, result.stderr[-500:]
@@ -130,6 +146,7 @@ def test_round_trip_sqlite_postgresql_redis_sqlite(tmp_path: Path) -> None:
         again = memwoven("migrate", redis, back)  # everything already there: nothing written, counts verified
         assert again.returncode == 0, again.stderr
         assert written(again.stdout) == (0, 0)
+        assert "1500 items (0 written)" in again.stdout
 
 
 def _stderr_reader(process: subprocess.Popen[bytes]) -> list[bytes]:
