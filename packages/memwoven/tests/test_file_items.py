@@ -370,12 +370,12 @@ while done < count:
 """
 
 
-def test_processes_incrementing_one_counter_lose_nothing(tmp_path: Path) -> None:
+def test_eight_processes_incrementing_one_counter_lose_nothing(tmp_path: Path) -> None:
     FileItemMemory(tmp_path).put(("counters",), "c", {"n": 0})
     context = process_context()
     ready = context.Event()
-    names = [f"proc{n}" for n in range(4)]
-    children = [start(context, INCREMENTER, directory=str(tmp_path), ready=ready, name=n, count=25) for n in names]
+    names = [f"proc{n}" for n in range(8)]
+    children = [start(context, INCREMENTER, directory=str(tmp_path), ready=ready, name=n, count=15) for n in names]
     started = time.monotonic()
     ready.set()
     for child in children:
@@ -383,7 +383,7 @@ def test_processes_incrementing_one_counter_lose_nothing(tmp_path: Path) -> None
         assert child.exitcode == 0
     assert time.monotonic() - started < 120
     memory = FileItemMemory(tmp_path)
-    assert memory.get(("counters",), "c").value["n"] == 100  # type: ignore[union-attr]
+    assert memory.get(("counters",), "c").value["n"] == 120  # type: ignore[union-attr]
     seen = sorted(item.value["n"] for item in memory.list(("log",)))
-    assert seen == list(range(1, 101))  # every increment saw a distinct value: none was lost
+    assert seen == list(range(1, 121))  # every increment saw a distinct value: none was lost
     assert memory.namespaces(prefix=("log",)) == [("log", name) for name in names]
