@@ -264,8 +264,8 @@ def main() -> None:
             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {elapsed:.0f} s — {machine()}",
             "",
             f"Load average (1 minute) {load_before:.1f} at the start and {os.getloadavg()[0]:.1f} at the end, on "
-            f"{os.cpu_count()} logical cores: above the core count, other processes were competing for the CPU and "
-            "the times are inflated and noisier (ratios of subjects timed in turns less so).",
+            f"{os.cpu_count()} logical cores (where it exceeds the core count, other processes were competing for the "
+            "CPU: times are inflated and noisier, ratios of subjects timed in turns less so).",
             "",
             *([args.note, ""] if args.note else []),
             "Every time is the median of several runs, with min and max and the number of runs (n). Ratios are "

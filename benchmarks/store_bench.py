@@ -430,8 +430,9 @@ REASONS = [
     "own pass over the puts (an ItemWrite per put and check_item_keys, so every key is validated twice). "
     "SqliteStore validates nothing, keeps no versions and sends orjson text through one executemany.",
     "- The former 7 s case (store search with a filter matching nothing over 5,000 items, SQLite, target < 10 ms; "
-    "7.0 s on the chat-session emulation): medians of 6.0-7.5 ms at load averages of 1-5 on the 2 cores, 15-19 ms "
-    "at 6-12 (min ~7 ms), SqliteStore 1.4-1.7x faster in the same rounds. cProfile of 50 calls: ~71% is SQLite's "
+    "7.0 s on the chat-session emulation): medians between 6.0 and 19 ms over seven runs (6.0-7.5 ms in three, "
+    "11-19 ms in four, the higher ones while other jobs loaded the 2 cores), SqliteStore 1.2-2x faster in the same "
+    "rounds. cProfile of 50 calls: ~71% is SQLite's "
     "own execute of the pre-selection (no row matches, so nothing reaches Python): the two JSON function calls "
     "per row of the filtered-search item above; with json_extract alone it would take about half.",
 ]
