@@ -9,7 +9,7 @@ others, so a search that matches a few items of many reads a few rows.
 The condition must never drop a match (it may keep non-matches). So it is built only from tests whose SQL
 meaning is at least as wide as the filter's, and everything else becomes "no condition":
 
-* equality and ``$in`` with strings, numbers and booleans (the JSON type tested too where the database can);
+* equality and ``$in`` with strings, numbers and booleans;
 * ``$gt``/``$gte``/``$lt``/``$lte`` with numbers (integers within 2**53, compared with the bound widened to
   include it, so a float rounding cannot drop a match) and, on SQLite and PostgreSQL, with strings (code point
   order: SQLite's BINARY, PostgreSQL ``COLLATE "C"``);
@@ -17,8 +17,14 @@ meaning is at least as wide as the filter's, and everything else becomes "no con
 * not ``$ne``, ``$nin``, ``$exists: false``, ``$not``, ``$contains``, null, objects or lists, nor anything
   holding NUL (PostgreSQL text cannot): they select nothing.
 
-A stored value that is not a JSON object (damaged storage) is always selected, so that reading it raises
-`CorruptMemoryError` rather than the filter passing over it.
+Damaged storage: text that is not JSON is never passed over (SQLite's JSON functions raise on it, and the
+caller then reads without the pre-selection; MariaDB/MySQL select it by ``JSON_VALID``), so reading it raises
+`CorruptMemoryError`. A value that is valid JSON but no object is never returned, but a filter it cannot match
+may pass over it, as an index would; a read without a filter raises on it.
+
+Only one JSON function runs per tested field where the database allows (SQLite: ``json_extract``, whose result
+compares as the filter needs, numbers below text; PostgreSQL: ``json_extract_path_text`` for strings): Python's
+bundled SQLite parses the value again for every call.
 
 A dotted field matches the literal key or the nested path (`memwoven.filters`: the literal key wins), so its
 condition is the OR of both. Field names are put into (quoted) JSON paths only if made of letters, digits, ``_``,
@@ -49,18 +55,12 @@ def prefilter(spec: Mapping[str, Any], value: sa.ColumnElement[Any], dialect: st
     None when nothing of it translates on `dialect` ("sqlite", "postgresql", "mysql" or "mariadb")."""
     translator = _Translator(value, dialect)
     condition = translator.filter(spec)
-    if condition is None:
-        return None
-    # A damaged value (not JSON, or JSON but not an object) is selected, not skipped, so that reading it raises
-    # CorruptMemoryError; CASE tests in order, which also keeps SQLite's JSON functions off malformed text.
-    if translator.dialect == "postgresql":  # its json column holds valid JSON only
-        return sa.case((sa.func.json_typeof(value) != "object", sa.true()), else_=condition)
-    whole = sa.func.json_type(value)
-    return sa.case(
-        (sa.func.json_valid(value) != 1, sa.true()),
-        (sa.func.upper(whole) != "OBJECT", sa.true()),
-        else_=condition,
-    )
+    if condition is None or translator.dialect != "mysql":
+        return condition
+    # MariaDB/MySQL's JSON functions read damaged text as NULL: select it, so that reading it raises
+    # CorruptMemoryError. (SQLite's raise on it, and the caller then reads without the pre-selection;
+    # PostgreSQL's json column holds valid JSON only.)
+    return sa.case((sa.func.json_valid(value) != 1, sa.true()), else_=condition)
 
 
 class _Translator:
@@ -137,9 +137,8 @@ class _Translator:
             if self.dialect == "postgresql":
                 return sa.and_(kind == "boolean", self.scalar(path) == word)
             return kind == "BOOLEAN"  # true or false: wider is allowed
-        if isinstance(operand, str):
-            string = {"postgresql": "string", "sqlite": "text", "mysql": "STRING"}[self.dialect]
-            return sa.and_(kind == string, self.scalar(path) == operand)
+        if isinstance(operand, str):  # no type test: a number or `true` written alike is a wider selection
+            return self.scalar(path) == operand
         if isinstance(operand, (int, float)) and _exact_number(operand):
             return self.compare(path, "__ge__", operand, also="__le__")
         return None
@@ -149,12 +148,10 @@ class _Translator:
         if isinstance(operand, str):
             if self.dialect == "mysql":  # its text comparison follows the column's collation, not code points
                 return None
-            string = "string" if self.dialect == "postgresql" else "text"
-            text = self.scalar(path)
+            text = self.scalar(path)  # no type test: other values compared as text only widen the selection
             if self.dialect == "postgresql":
                 text = text.collate("C")
-            bound = getattr(text, method)(operand)
-            return sa.and_(kind == string, bound)
+            return getattr(text, method)(operand)  # type: ignore[no-any-return]
         if isinstance(operand, bool) or not isinstance(operand, (int, float)) or not _exact_number(operand):
             return None
         numbers = {"postgresql": ("number",), "sqlite": ("integer", "real"), "mysql": ("INTEGER", "DOUBLE")}
@@ -167,10 +164,10 @@ class _Translator:
     def _number(self, path: Sequence[str], kind: sa.ColumnElement[str], names: tuple[str, ...]) -> Any:
         """The value at `path` as an SQL number where it is a JSON number, else NULL (never a failed cast)."""
         as_number: sa.ColumnElement[Any]
+        if self.dialect == "sqlite":  # numbers compare as numbers, text above every number: no type test needed
+            return self.scalar(path)
         if self.dialect == "postgresql":
             as_number = sa.cast(self.scalar(path), sa.Numeric)
-        elif self.dialect == "sqlite":
-            as_number = self.scalar(path)
         else:
             as_number = sa.cast(sa.func.json_extract(self.value, _text_path(path)), sa.Double)
         return sa.case((kind.in_(names), as_number), else_=None)

@@ -43,8 +43,9 @@ absent everywhere, version 0 included, until `cleanup_expired()` deletes it.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping, Sequence
-from typing import Any
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.mysql import insert as mysql_insert
@@ -66,6 +67,9 @@ __all__ = ["SQLItemMemory", "decode_namespace", "encode_namespace"]
 _IN_CHUNK = 500  # addresses per IN (...): far below every driver's parameter limit
 _MYSQL = ("mysql", "mariadb")
 _COLUMNS = ("namespace", "item_key", "value", "version", "created_ms", "updated_ms", "expires_at_ms", "ttl")
+
+_T = TypeVar("_T")
+logger = logging.getLogger(__name__)
 
 
 def _address(encoded_namespace: str, key: str) -> str:
@@ -190,8 +194,8 @@ class SQLItemMemory(SQLBackend, ItemMemory):
     def _select(self, query: ItemQuery) -> Steps[builtins.list[Item]]:
         items = self._items
 
-        def body(connection: Connection) -> builtins.list[Item]:
-            statement = sa.select(*(items.c[name] for name in _COLUMNS)).where(*self._matching(connection, query))
+        def read(connection: Connection, conditions: builtins.list[sa.ColumnElement[bool]]) -> builtins.list[Item]:
+            statement = sa.select(*(items.c[name] for name in _COLUMNS)).where(*conditions)
             if query.after is not None:
                 statement = statement.where(items.c.item_key > query.after)
             if query.before is not None:
@@ -216,22 +220,21 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                         break
             return query.page(found)
 
-        listed: builtins.list[Item] = yield Work(body)
+        listed: builtins.list[Item] = yield Work(lambda connection: self._filtered(connection, query, read))
         return listed
 
     def _count_matching(self, query: ItemQuery) -> Steps[int]:
         items = self._items
         predicate = query.predicate
 
-        def body(connection: Connection) -> int:
-            conditions = self._matching(connection, query)
+        def read(connection: Connection, conditions: builtins.list[sa.ColumnElement[bool]]) -> int:
             if predicate is None:
                 statement = sa.select(sa.func.count()).select_from(items).where(*conditions)
                 return int(connection.execute(statement).scalar_one())
             values = connection.execute(sa.select(items.c.value).where(*conditions)).scalars()
             return sum(1 for value in values if predicate(decode_value(value)))
 
-        counted: int = yield Work(body)
+        counted: int = yield Work(lambda connection: self._filtered(connection, query, read))
         return counted
 
     def _stored_namespaces(self, prefix: Namespace) -> Steps[builtins.list[Namespace]]:
@@ -258,13 +261,28 @@ class SQLItemMemory(SQLBackend, ItemMemory):
 
     # Helpers ------------------------------------------------------------------------------------------------
 
-    def _matching(self, connection: Connection, query: ItemQuery) -> builtins.list[sa.ColumnElement[bool]]:
-        """SQL: the item is live, under the query's prefix and kept by its filter's pre-selection (`_filters`)."""
+    def _filtered(
+        self,
+        connection: Connection,
+        query: ItemQuery,
+        read: Callable[[Connection, builtins.list[sa.ColumnElement[bool]]], _T],
+    ) -> _T:
+        """`read` the live items under the query's prefix kept by its filter's pre-selection (`_filters`). SQLite's
+        JSON functions raise on a damaged (malformed) value: then the rows are read without it, so that decoding
+        the damaged one raises `CorruptMemoryError`."""
         conditions = self._live_in(query.prefix)
-        if query.filter is not None:
-            selected = prefilter(query.filter, self._items.c.value, connection.dialect.name)
-            conditions += [] if selected is None else [selected]
-        return conditions
+        selected = (
+            None if query.filter is None else prefilter(query.filter, self._items.c.value, connection.dialect.name)
+        )
+        if selected is None:
+            return read(connection, conditions)
+        try:
+            return read(connection, [*conditions, selected])
+        except sa.exc.OperationalError as error:
+            if "malformed JSON" not in str(error):
+                raise
+            logger.warning("a stored item's value is not JSON: reading %s without the filter's pre-selection", self)
+            return read(connection, conditions)
 
     def _live_in(self, prefix: Namespace) -> builtins.list[sa.ColumnElement[bool]]:
         """SQL: the item is live and its namespace starts with `prefix`, label by label."""
