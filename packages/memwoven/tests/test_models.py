@@ -17,12 +17,13 @@ from memwoven.testing import sample_conversation
 def test_public_api_is_exactly_this() -> None:
     expected = """
         BackendUnavailableError ChatMemory ChatSession ConcurrentModificationError ContentPart CorruptMemoryError
-        DimensionMismatchError EmbedFn EmbeddingError FileChatMemory FileVectorMemory HashingEmbedFn History ImagePart
+        DimensionMismatchError EmbedFn EmbeddingError FileChatMemory FileItemMemory FileVectorMemory HashingEmbedFn History
+        ImagePart
         InMemoryChatMemory InMemoryItemMemory InMemoryVectorMemory InvalidInputError Item ItemMemory ItemWrite
         MemwovenError Message Metric OpaquePart Role
         SQLChatMemory SQLItemMemory SQLVectorMemory ScoredDocument TextPart ToolCall VectorDocument VectorMemory
         __version__
-        open_chat_memory open_vector_memory
+        open_chat_memory open_item_memory open_vector_memory
     """
     assert memwoven.__all__ == sorted(memwoven.__all__) == sorted(expected.split())
     for name in memwoven.__all__:
