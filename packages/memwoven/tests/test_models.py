@@ -17,8 +17,8 @@ from memwoven.testing import sample_conversation
 def test_public_api_is_exactly_this() -> None:
     expected = """
         BackendUnavailableError ChatMemory ChatSession ConcurrentModificationError ContentPart CorruptMemoryError
-        DimensionMismatchError EmbedFn EmbeddingError FileChatMemory FileItemMemory FileVectorMemory HashingEmbedFn History
-        ImagePart
+        DimensionMismatchError EmbedFn EmbeddingError FileChatMemory FileItemMemory FileVectorMemory HashingEmbedFn
+        History ImagePart
         InMemoryChatMemory InMemoryItemMemory InMemoryVectorMemory InvalidInputError Item ItemMemory ItemWrite
         MemwovenError Message Metric OpaquePart Role
         SQLChatMemory SQLItemMemory SQLVectorMemory ScoredDocument TextPart ToolCall VectorDocument VectorMemory
