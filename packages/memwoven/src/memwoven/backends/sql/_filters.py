@@ -36,7 +36,9 @@ page is full (MariaDB/MySQL: all the selected rows, which are sorted in Python).
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
 
 import sqlalchemy as sa
@@ -47,6 +49,7 @@ _SIMPLE_NAME = re.compile(r"[A-Za-z0-9_\-. ]+")
 _EXACT_FLOAT_INT = 2**53
 _COMPARISONS = {"$gt": "__ge__", "$gte": "__ge__", "$lt": "__le__", "$lte": "__le__"}  # widened: never drops a match
 
+_FLOAT_MAX = sa.literal(Decimal(sys.float_info.max), sa.Numeric)
 Condition = sa.ColumnElement[bool]
 
 
@@ -55,8 +58,12 @@ def prefilter(spec: Mapping[str, Any], value: sa.ColumnElement[Any], dialect: st
     None when nothing of it translates on `dialect` ("sqlite", "postgresql", "mysql" or "mariadb")."""
     translator = _Translator(value, dialect)
     condition = translator.filter(spec)
-    if condition is None or translator.dialect != "mysql":
+    if condition is None or translator.dialect == "sqlite":
         return condition
+    if translator.dialect == "postgresql":
+        # Its JSON functions refuse a value holding an escaped NUL anywhere (even in another field): such rows are
+        # selected as they are, and Python decides.
+        return sa.case((sa.func.strpos(sa.cast(value, sa.Text), "\\u0000") > 0, sa.true()), else_=condition)
     # MariaDB/MySQL's JSON functions read damaged text as NULL: select it, so that reading it raises
     # CorruptMemoryError. (SQLite's raise on it, and the caller then reads without the pre-selection;
     # PostgreSQL's json column holds valid JSON only.)
@@ -167,7 +174,8 @@ class _Translator:
         if self.dialect == "sqlite":  # numbers compare as numbers, text above every number: no type test needed
             return self.scalar(path)
         if self.dialect == "postgresql":
-            as_number = sa.cast(self.scalar(path), sa.Numeric)
+            # clamped into float8's range: compared with a float operand, a huge integer would overflow
+            as_number = sa.func.least(sa.func.greatest(sa.cast(self.scalar(path), sa.Numeric), -_FLOAT_MAX), _FLOAT_MAX)
         else:
             as_number = sa.cast(sa.func.json_extract(self.value, _text_path(path)), sa.Double)
         return sa.case((kind.in_(names), as_number), else_=None)
