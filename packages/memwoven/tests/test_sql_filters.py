@@ -22,6 +22,7 @@ FIELDS = ["a", "b", "a.b", "c d", 'q"uote', "n"]
 SCALARS: list[Any] = [
     0, 1, -1, 2, 1.0, 1.5, -2.25, 2**53, 2**53 + 1, 2**63 + 5, 1e300, 10**400, -(10**400), "nul\x00inside",
     "", "x", "X", "xy", "é", "É", "z\u00e9", "\U0001f600", "1", "true", "null",
+    'q"x', "back\\slash", "tab\there", "\x1f", "</",
     True, False, None,
 ]  # fmt: skip
 
