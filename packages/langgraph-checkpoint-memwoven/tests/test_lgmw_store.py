@@ -238,17 +238,27 @@ async def test_a_batch_reads_the_state_before_it_and_its_last_put_of_a_key_wins(
         (SearchOp(NS, filter={"v": {"$bogus": 1}}), InvalidInputError),
         (SearchOp(NS, limit=-1), InvalidInputError),
         (PutOp(NS, "k", {"v": math.nan}), InvalidInputError),
+        (PutOp(NS, "k", {"text": "a set", "v": {1, 2}}), InvalidInputError),
+        (PutOp(NS, "k", {"text": "\ud800"}), InvalidInputError),  # a lone surrogate
         (PutOp(NS, "k", {"v": 1}, ttl="soon"), InvalidInputError),  # type: ignore[arg-type]
         (PutOp(NS, "k", {"v": 1}, ttl=-1), InvalidInputError),
+        (PutOp(NS, "k", {"v": 1}, ttl=1e307), InvalidInputError),  # finite minutes, infinite seconds
     ],
 )
 async def test_a_batch_is_validated_before_anything_is_written(
-    memwoven_backend: Backend, mode: str, bad: Op, error: type[Exception]
+    memwoven_backend: Backend, clock: Clock, mode: str, bad: Op, error: type[Exception]
 ) -> None:
     store = memwoven_backend.open(MemwovenStore, index=INDEX)
+    store.put(NS, "lasting", {"v": 0}, ttl=10)
+    before = store.items.get(NS, "lasting")
+    clock.advance(60)  # a refresh now would move the expiry a minute on
     with pytest.raises(error):
-        await run(store, mode, [PutOp(NS, "written", {"text": "no"}), bad])
+        await run(store, mode, [GetOp(NS, "lasting", refresh_ttl=True), PutOp(NS, "written", {"text": "no"}), bad])
     assert store.get(NS, "written") is None
+    after = store.items.get(NS, "lasting")
+    assert before is not None
+    assert after is not None
+    assert after.expires_at == before.expires_at  # the batch's refreshing read did not run
     assert store.vectors is not None
     assert store.vectors.count() == 0
     if error is StoreNamespaceError:

@@ -75,7 +75,9 @@ from memwoven.contracts import (
     ItemWrite,
     Namespace,
     check_item_keys,
+    check_item_value,
     check_namespace,
+    check_ttl,
 )
 from memwoven.embed import EmbedFn
 from memwoven.filters import compile_filter
@@ -482,16 +484,16 @@ class MemwovenStore(BaseStore, Runner):
     # --- writes ----------------------------------------------------------------------------------------------
 
     def _writes(self, ops: list[PutOp]) -> list[ItemWrite]:
-        """The item writes of the puts (deletes excluded); their values are validated by `put_many`, before it
-        writes anything."""
+        """The item writes of the puts (deletes excluded), their keys, values and ttls validated as `put_many`
+        validates them, so that a bad put fails the batch before it refreshes a ttl or writes anything."""
         writes = []
         for op in ops:
             if op.value is None:
                 continue
             if op.ttl is not None and not isinstance(op.ttl, (int, float)):
                 raise InvalidInputError(f"ttl must be a number of minutes or None, got {op.ttl!r:.80}")
-            ttl = _minutes_to_seconds(op.ttl, "ttl")
-            writes.append(ItemWrite(self._full(op.namespace), op.key, op.value, ttl))
+            ttl = check_ttl(_minutes_to_seconds(op.ttl, "ttl"))  # a huge number of minutes is infinite seconds
+            writes.append(ItemWrite(self._full(op.namespace), op.key, check_item_value(op.value), ttl))
         check_item_keys([(write.namespace, write.key) for write in writes])
         check_item_keys([(self._full(op.namespace), op.key) for op in ops if op.value is None])
         return writes
