@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -92,12 +93,12 @@ def test_memories_spread_over_the_cluster_and_keep_their_keys_in_one_slot(cluste
 
 @pytest.mark.parametrize(
     "damage",
-    ["not-json", "not-an-object", "bad-header", "no-record", "stray-member", "wrong-type"],
+    ["not-json", "not-an-object", "bad-header", "no-record", "stray-member", "wrong-type", "no-expiry", "stray-expiry"],
 )
 def test_damaged_items_raise_corrupt_memory_error(memory: RedisItemMemory, damage: str) -> None:
-    memory.put(("n",), "k", {"v": 1})
+    memory.put(("n",), "k", {"v": 1}, ttl=None if damage == "stray-expiry" else 60)
     memory.put(("m",), "k", {"v": 2})
-    client, (data, index, _, _) = memory._client, memory._keys
+    client, (data, index, expiry, _) = memory._client, memory._keys
     member = redis_items._member(("n",), "k")
     version, rest = client.hget(data, member).split(b",", 1)
     if damage == "not-json":
@@ -110,6 +111,10 @@ def test_damaged_items_raise_corrupt_memory_error(memory: RedisItemMemory, damag
         client.hdel(data, member)
     elif damage == "stray-member":
         client.zadd(index, {b"n\x01k": 0})  # no NUL between the namespace and the key
+    elif damage == "no-expiry":  # the item would read as never expiring
+        client.zrem(expiry, member)
+    elif damage == "stray-expiry":  # the item would read as expiring without a ttl
+        client.zadd(expiry, {member: time.time_ns() // 1_000_000 + 60_000})
     else:
         client.delete(data)
         client.set(data, b"not a hash")
@@ -119,9 +124,9 @@ def test_damaged_items_raise_corrupt_memory_error(memory: RedisItemMemory, damag
         with pytest.raises(CorruptMemoryError):
             memory.namespaces()
         return
-    if damage != "no-record":
+    for refresh in (False, True):  # a damaged item is never read as absent, nor repaired by a refresh
         with pytest.raises(CorruptMemoryError, match="item"):
-            memory.get(("n",), "k")
+            memory.get(("n",), "k", refresh_ttl=refresh)
     if damage == "bad-header":
         with pytest.raises(CorruptMemoryError, match="expected_version"):
             memory.put(("n",), "k", {"v": 3}, expected_version=int(version))

@@ -71,16 +71,18 @@ end
 """
 
 SCRIPTS = {
-    # ARGV: now (ms), refresh ('1' or '0'), members. -> per member: its record and expires_at ('' never), or
-    # nil and nil if absent or expired. With refresh, an item with a ttl expires ttl ms from now.
+    # ARGV: now (ms), refresh ('1' or '0'), members. -> per member: its record ('' if the index holds it without
+    # one) and expires_at ('' never), or nil and nil if absent or expired. With refresh, an item with a ttl
+    # expires ttl ms from now.
     "read": _COMMON
     + """
 local now, out = tonumber(ARGV[1]), {}
 for i = 3, #ARGV do
   local member = ARGV[i]
   local record, at = redis.call('HGET', KEYS[1], member), redis.call('ZSCORE', KEYS[3], member)
+  if not record and redis.call('ZSCORE', KEYS[2], member) then record = '' end -- indexed, no record: damaged
   if record and at and tonumber(at) <= now then record = false end
-  if record and ARGV[2] == '1' then
+  if record and at and ARGV[2] == '1' then -- an item with a ttl has an expiry (else it is damaged: left as is)
     local ttl_ms = string.match(record, '^%d+,%d+,%d+,(%d+),')
     if ttl_ms then
       at = string.format('%.0f', now + tonumber(ttl_ms))
@@ -154,8 +156,8 @@ end
 return {1, existed}
 """,
     # ARGV: from, to (ZRANGEBYLEX bounds), how many members at most, now (ms), '1' for the records, '0' a count.
-    # -> {how many members were scanned, the last one, {member, expires_at ('' never), record} of each live one,
-    # flattened, or how many are live}
+    # -> {how many members were scanned, the last one, {member, expires_at ('' never), record (nil if none)} of
+    # each live one, flattened, or how many are live}
     "range": _COMMON
     + """
 local now = tonumber(ARGV[4])
@@ -377,11 +379,13 @@ def _address(member: bytes | str) -> ItemAddress:
 
 def _item(address: ItemAddress, record: bytes | str | None, expires: bytes | str) -> Item:
     """The `Item` at `address` from its stored record and expiry ('' never)."""
-    if record is None:
+    if not record:
         raise _corrupt(address, "it is in the index but has no record")
     try:
         version, created, updated, ttl_ms, ttl, value = as_text(record).split(",", 5)
         expires_at = as_text(expires)
+        if bool(expires_at) != bool(ttl_ms):  # every write and refresh keeps them together
+            raise ValueError("an expiry without a ttl, or a ttl without an expiry")
         item = Item.model_construct(
             namespace=address[0],
             key=address[1],
