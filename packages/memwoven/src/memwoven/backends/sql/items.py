@@ -43,9 +43,10 @@ absent everywhere, version 0 included, until `cleanup_expired()` deletes it.
 from __future__ import annotations
 
 import builtins
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.mysql import insert as mysql_insert
@@ -92,6 +93,57 @@ class _Row:
     ttl: float | None
 
 
+class _Scope(NamedTuple):
+    """The live items under a namespace prefix: SQL conditions (one of `_Statements.scopes`) and their values."""
+
+    shape: str
+    conditions: tuple[sa.ColumnElement[bool], ...]
+    params: dict[str, Any]
+
+
+class _Statements:
+    """The statements of one items table, built once with bound parameters: building and keying a statement costs
+    SQLAlchemy more than SQLite takes to run a one-row read."""
+
+    def __init__(self, items: sa.Table) -> None:
+        self.items = items
+        by_address = sa.select(items.c.address, *(items.c[name] for name in _COLUMNS)).where(
+            items.c.address.in_(sa.bindparam("addresses", expanding=True))
+        )
+        self.at = by_address
+        self.locked = by_address.order_by(items.c.address).with_for_update()
+        alive = sa.or_(items.c.expires_at_ms.is_(None), items.c.expires_at_ms > sa.bindparam("now"))
+        low: sa.BindParameter[str] = sa.bindparam("low")
+        high: sa.BindParameter[str] = sa.bindparam("high")
+        self.scopes: dict[str, tuple[sa.ColumnElement[bool], ...]] = {
+            "all": (alive,),
+            "head": (alive, items.c.ns_head >= low, items.c.ns_head < high),
+            "long": (
+                alive,
+                items.c.ns_head == sa.bindparam("head"),
+                items.c.namespace >= low,
+                items.c.namespace < high,
+            ),
+        }
+        self._listings: dict[tuple[str, bool, bool, bool], sa.Select[Any]] = {}
+
+    def listing(self, scope: _Scope, query: ItemQuery) -> sa.Select[Any]:
+        """The rows of `scope` in the query's order, after/before its keys (parameters ``after``, ``before``)."""
+        shape = (scope.shape, query.after is not None, query.before is not None, query.descending)
+        statement = self._listings.get(shape)
+        if statement is None:
+            items = self.items
+            statement = sa.select(*(items.c[name] for name in _COLUMNS)).where(*scope.conditions)
+            if query.after is not None:
+                statement = statement.where(items.c.item_key > sa.bindparam("after"))
+            if query.before is not None:
+                statement = statement.where(items.c.item_key < sa.bindparam("before"))
+            columns = (items.c.item_key, items.c.namespace)
+            statement = statement.order_by(*(column.desc() if query.descending else column for column in columns))
+            self._listings[shape] = statement
+        return statement
+
+
 class SQLItemMemory(SQLBackend, ItemMemory):
     """Items in an SQL database, one row each (see the module's documentation for the layout).
 
@@ -105,6 +157,10 @@ class SQLItemMemory(SQLBackend, ItemMemory):
     @property
     def _items(self) -> sa.Table:
         return self._tables.items
+
+    @functools.cached_property
+    def _statements(self) -> _Statements:
+        return _Statements(self._items)
 
     def __repr__(self) -> str:
         return f"SQLItemMemory({self._options_repr()})"
@@ -192,27 +248,22 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         return existed
 
     def _select(self, query: ItemQuery) -> Steps[builtins.list[Item]]:
-        items = self._items
-
-        def read(connection: Connection, conditions: builtins.list[sa.ColumnElement[bool]]) -> builtins.list[Item]:
-            statement = sa.select(*(items.c[name] for name in _COLUMNS)).where(*conditions)
-            if query.after is not None:
-                statement = statement.where(items.c.item_key > query.after)
-            if query.before is not None:
-                statement = statement.where(items.c.item_key < query.before)
-            columns = (items.c.item_key, items.c.namespace)
-            statement = statement.order_by(*(column.desc() if query.descending else column for column in columns))
+        def read(connection: Connection, scope: _Scope, selected: sa.ColumnElement[bool] | None) -> builtins.list[Item]:
+            statement = self._statements.listing(scope, query)
+            if selected is not None:
+                statement = statement.where(selected)
+            params = {**scope.params, "after": query.after, "before": query.before}
             exact = connection.dialect.name not in _MYSQL
             if query.predicate is None and exact:  # no filter: the page too is SQL's
                 statement = statement.offset(query.offset) if query.offset else statement
                 statement = statement.limit(query.limit) if query.limit is not None else statement
-                return [_item(row) for row in connection.execute(statement)]
+                return [_item(row) for row in connection.execute(statement, params)]
             if not exact:  # MariaDB/MySQL sort BLOBs on their first `max_sort_length` bytes: make it exact
-                rows = sorted(connection.execute(statement), key=_order, reverse=query.descending)
+                rows = sorted(connection.execute(statement, params), key=_order, reverse=query.descending)
                 return query.page([item for item in map(_item, rows) if _matches(query, item)])
             wanted = None if query.limit is None else query.offset + query.limit
             found = []
-            for row in connection.execute(statement):  # in order: stop once the page is full
+            for row in connection.execute(statement, params):  # in order: stop once the page is full
                 item = _item(row)
                 if _matches(query, item):
                     found.append(item)
@@ -227,11 +278,12 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         items = self._items
         predicate = query.predicate
 
-        def read(connection: Connection, conditions: builtins.list[sa.ColumnElement[bool]]) -> int:
+        def read(connection: Connection, scope: _Scope, selected: sa.ColumnElement[bool] | None) -> int:
+            conditions = scope.conditions if selected is None else (*scope.conditions, selected)
             if predicate is None:
                 statement = sa.select(sa.func.count()).select_from(items).where(*conditions)
-                return int(connection.execute(statement).scalar_one())
-            values = connection.execute(sa.select(items.c.value).where(*conditions)).scalars()
+                return int(connection.execute(statement, scope.params).scalar_one())
+            values = connection.execute(sa.select(items.c.value).where(*conditions), scope.params).scalars()
             return sum(1 for value in values if predicate(decode_value(value)))
 
         counted: int = yield Work(lambda connection: self._filtered(connection, query, read))
@@ -241,10 +293,11 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         items = self._items
 
         def body(connection: Connection) -> builtins.list[str]:
-            statement = sa.select(items.c.namespace).distinct().where(*self._live_in(prefix))
+            scope = self._live_in(prefix)
+            statement = sa.select(items.c.namespace).distinct().where(*scope.conditions)
             if connection.dialect.name in _MYSQL:  # their DISTINCT compares BLOBs on the first `max_sort_length` bytes
                 statement = statement.add_columns(sa.func.sha2(items.c.namespace, 256))
-            return builtins.list(connection.execute(statement).scalars())
+            return builtins.list(connection.execute(statement, scope.params).scalars())
 
         stored: builtins.list[str] = yield Work(body)
         return [decode_namespace(encoded) for encoded in stored]
@@ -265,50 +318,42 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         self,
         connection: Connection,
         query: ItemQuery,
-        read: Callable[[Connection, builtins.list[sa.ColumnElement[bool]]], _T],
+        read: Callable[[Connection, _Scope, sa.ColumnElement[bool] | None], _T],
     ) -> _T:
         """`read` the live items under the query's prefix kept by its filter's pre-selection (`_filters`). SQLite's
         JSON functions raise on a damaged (malformed) value: then the rows are read without it, so that decoding
         the damaged one raises `CorruptMemoryError`."""
-        conditions = self._live_in(query.prefix)
+        scope = self._live_in(query.prefix)
         selected = (
             None if query.filter is None else prefilter(query.filter, self._items.c.value, connection.dialect.name)
         )
         if selected is None:
-            return read(connection, conditions)
+            return read(connection, scope, None)
         try:
-            return read(connection, [*conditions, selected])
+            return read(connection, scope, selected)
         except sa.exc.OperationalError as error:
             if "malformed JSON" not in str(error):
                 raise
             logger.warning("a stored item's value is not JSON: reading %s without the filter's pre-selection", self)
-            return read(connection, conditions)
+            return read(connection, scope, None)
 
-    def _live_in(self, prefix: Namespace) -> builtins.list[sa.ColumnElement[bool]]:
+    def _live_in(self, prefix: Namespace) -> _Scope:
         """SQL: the item is live and its namespace starts with `prefix`, label by label."""
-        items = self._items
         now = _clock.wall_ms()
-        conditions = [sa.or_(items.c.expires_at_ms.is_(None), items.c.expires_at_ms > now)]
         if not prefix:
-            return conditions
+            return _Scope("all", self._statements.scopes["all"], {"now": now})
         low, high = prefix_range(prefix)  # the strings starting with `low` are exactly [low, high)
         if len(low) <= HEAD_CHARS:
-            conditions += [items.c.ns_head >= low, items.c.ns_head < high]
-        else:
-            conditions += [items.c.ns_head == low[:HEAD_CHARS], items.c.namespace >= low, items.c.namespace < high]
-        return conditions
+            return _Scope("head", self._statements.scopes["head"], {"now": now, "low": low, "high": high})
+        params = {"now": now, "low": low, "high": high, "head": low[:HEAD_CHARS]}
+        return _Scope("long", self._statements.scopes["long"], params)
 
     def _rows_at(self, connection: Connection, addresses: Sequence[str], *, lock: bool) -> dict[str, _Row]:
         """The rows at `addresses` (locked `FOR UPDATE` where the database has row locks and `lock` is set)."""
-        items = self._items
+        statement = self._statements.locked if lock and connection.dialect.name != "sqlite" else self._statements.at
         rows: dict[str, _Row] = {}
         for start in range(0, len(addresses), _IN_CHUNK):
-            query = sa.select(items.c.address, *(items.c[name] for name in _COLUMNS)).where(
-                items.c.address.in_(addresses[start : start + _IN_CHUNK])
-            )
-            if lock and connection.dialect.name != "sqlite":
-                query = query.order_by(items.c.address).with_for_update()
-            for found in connection.execute(query):
+            for found in connection.execute(statement, {"addresses": addresses[start : start + _IN_CHUNK]}):
                 row = _Row()
                 for name in _COLUMNS:
                     setattr(row, name, getattr(found, name))
@@ -346,6 +391,9 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         return self._rows_at(connection, addresses, lock=True)
 
 
+_decoded_namespace = functools.lru_cache(maxsize=4096)(decode_namespace)  # a page's rows share few namespaces
+
+
 def _matches(query: ItemQuery, item: Item) -> bool:
     return query.predicate is None or query.predicate(item.value)
 
@@ -367,7 +415,7 @@ def _current(row: _Row | None, now: int) -> int:
 
 def _item(row: Any, address: tuple[Namespace, str] | None = None) -> Item:
     """The `Item` of a row (`address`: its namespace and key when known, saving the decoding)."""
-    namespace, key = address if address is not None else (decode_namespace(row.namespace), row.item_key)
+    namespace, key = address if address is not None else (_decoded_namespace(row.namespace), row.item_key)
     return Item.model_construct(
         namespace=namespace,
         key=key,
