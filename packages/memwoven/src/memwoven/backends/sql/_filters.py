@@ -185,7 +185,11 @@ class _Translator:
             return getattr(text, method)(operand)  # type: ignore[no-any-return]
         if isinstance(operand, bool) or not isinstance(operand, (int, float)) or not _exact_number(operand):
             return None
-        numbers = {"postgresql": ("number",), "sqlite": ("integer", "real"), "mysql": ("INTEGER", "DOUBLE")}
+        numbers = {
+            "postgresql": ("number",),
+            "sqlite": ("integer", "real"),
+            "mysql": ("INTEGER", "UNSIGNED INTEGER", "DOUBLE", "DECIMAL"),
+        }
         number = self._number(path, kind, numbers[self.dialect])
         condition = getattr(number, method)(operand)
         if also is not None:

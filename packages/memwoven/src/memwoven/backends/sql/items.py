@@ -181,12 +181,14 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                 if not _alive(row.expires_at_ms, now):
                     continue
                 if refresh and row.ttl is not None:
-                    row.expires_at_ms = now + round(row.ttl * 1000)
-                    connection.execute(
+                    refreshed = now + round(row.ttl * 1000)
+                    result = connection.execute(
                         sa.update(items)
                         .where(items.c.address == address, items.c.version == row.version)
-                        .values(expires_at_ms=row.expires_at_ms)
+                        .values(expires_at_ms=refreshed)
                     )
+                    if result.rowcount:  # else a concurrent write replaced the item (and set its own expiry)
+                        row.expires_at_ms = refreshed
                 found[address] = _item(row, wanted[address])
             return found
 
