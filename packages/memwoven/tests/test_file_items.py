@@ -21,6 +21,7 @@ from clock_support import Clock
 from process_support import process_context, start
 
 import memwoven
+import memwoven._clock as _clock
 from memwoven import FileItemMemory, ItemMemory
 from memwoven.backends.file import _fs
 from memwoven.errors import (
@@ -287,6 +288,22 @@ def test_cleanup_rewrites_only_namespaces_with_expired_items(tmp_path: Path, clo
     assert memory.namespaces() == [("n",), ("plain",)]
     assert memory.cleanup_expired() == 1
     assert memory.namespaces() == [("n",), ("plain",)]
+
+
+def test_a_ttl_under_half_a_millisecond_lives_one_millisecond(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    memory = FileItemMemory(tmp_path)
+    now = time.time_ns() // 1_000_000
+    monkeypatch.setattr(_clock, "wall_ms", lambda: now)  # time stands still: rounded to 0 ms it expired at once
+    memory.put(("n",), "k", {"v": 1}, ttl=1e-6)
+    assert [json.loads(line)["expires_ms"] for line in memory.path_of(("n",)).read_bytes().splitlines()[1:]] == [
+        now + 1
+    ]
+    assert memory.get(("n",), "k", refresh_ttl=True) is not None  # a refresh, too, moves it 1 ms on
+    item = memory.get(("n",), "k")
+    assert item is not None
+    assert (item.ttl, item.expires_at) == (1e-6, _clock.utc(now + 1))
+    monkeypatch.setattr(_clock, "wall_ms", lambda: now + 1)
+    assert memory.get(("n",), "k") is None
 
 
 # Locks and processes ---------------------------------------------------------------------------------------------

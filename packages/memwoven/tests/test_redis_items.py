@@ -15,6 +15,7 @@ import redis_support
 from clock_support import Clock
 from redis_support import RedisHooks, delete_prefix
 
+import memwoven._clock as _clock
 from memwoven import ItemWrite
 from memwoven.backends import redis_items
 from memwoven.backends.redis import RedisChatMemory
@@ -202,6 +203,20 @@ def test_the_async_twins_work_from_one_event_loop_after_another(memory: RedisIte
     assert asyncio.run(read()) == asyncio.run(read()) == 1
     assert repr(memory).startswith("RedisItemMemory(")
     assert memory.prefix in repr(memory)
+
+
+def test_a_ttl_under_half_a_millisecond_lives_one_millisecond(
+    memory: RedisItemMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = time.time_ns() // 1_000_000
+    monkeypatch.setattr(_clock, "wall_ms", lambda: now)  # time stands still: rounded to 0 ms it expired at once
+    memory.put(("n",), "k", {"v": 1}, ttl=1e-6)
+    for refresh in (False, True):
+        item = memory.get(("n",), "k", refresh_ttl=refresh)
+        assert item is not None
+        assert (item.ttl, item.expires_at) == (1e-6, _clock.utc(now + 1))
+    monkeypatch.setattr(_clock, "wall_ms", lambda: now + 1)
+    assert memory.get(("n",), "k") is None
 
 
 def test_refresh_moves_only_the_expiry(memory: RedisItemMemory, clock: Clock) -> None:

@@ -1,4 +1,5 @@
-"""What the item backends that store namespaces as text share: the namespace encoding and the value codec.
+"""What the item backends share: the namespace encoding and the value codec (of those that store namespaces as
+text), and how a ttl becomes milliseconds.
 
 A namespace is stored as one string: each label, escaped, followed by ``\\x01``::
 
@@ -22,7 +23,14 @@ from memwoven.contracts import Namespace
 from memwoven.errors import CorruptMemoryError
 from memwoven.models import FrozenDict, freeze_json
 
-__all__ = ["decode_namespace", "decode_value", "encode_namespace", "encode_value", "prefix_range"]
+__all__ = [
+    "decode_namespace",
+    "decode_value",
+    "encode_namespace",
+    "encode_value",
+    "prefix_range",
+    "ttl_milliseconds",
+]
 
 _SEPARATOR = "\x01"
 _ESCAPE = "\x02"
@@ -68,3 +76,9 @@ def decode_value(text: str | bytes) -> FrozenDict:
     except (ValueError, RecursionError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise CorruptMemoryError(f"a stored item's value is unreadable ({error})") from None
     return frozen
+
+
+def ttl_milliseconds(ttl: float) -> int:
+    """A ttl in seconds (positive, `check_ttl`) as the whole milliseconds an item lives, at least 1: an item expires
+    once ``now >= expires``, so a ttl rounded to 0 would be gone as it is written."""
+    return max(1, round(ttl * 1000))

@@ -49,7 +49,14 @@ import redis.cluster
 
 import memwoven._clock as _clock
 from memwoven._steps import Steps
-from memwoven.backends._items import decode_namespace, decode_value, encode_namespace, encode_value, prefix_range
+from memwoven.backends._items import (
+    decode_namespace,
+    decode_value,
+    encode_namespace,
+    encode_value,
+    prefix_range,
+    ttl_milliseconds,
+)
 from memwoven.backends._redis import RedisBackend, Script, as_text, check_prefix, logger, redis_errors
 from memwoven.contracts import CheckedWrite, ItemAddress, ItemMemory, ItemQuery, Namespace, check_expected
 from memwoven.errors import CorruptMemoryError
@@ -264,7 +271,7 @@ class RedisItemMemory(RedisBackend, ItemMemory):
         with self._errors():
             args: builtins.list[str | bytes | int] = [_clock.wall_ms(), len(writes)]
             for namespace, key, value, ttl, expected in writes:
-                timing = ["", ""] if ttl is None else [str(round(ttl * 1000)), repr(ttl)]
+                timing = ["", ""] if ttl is None else [str(ttl_milliseconds(ttl)), repr(ttl)]
                 args += [_member(namespace, key), "" if expected is None else str(expected), *timing]
                 args.append(encode_value(value))
             reply = yield Script("write", self._keys, args)

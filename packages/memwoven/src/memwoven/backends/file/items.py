@@ -61,6 +61,7 @@ from typing import IO, Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 import memwoven._clock as _clock
 from memwoven._cache import LRUCache
 from memwoven._steps import Call, Steps, async_twin
+from memwoven.backends._items import ttl_milliseconds
 from memwoven.backends.file._fs import (
     DEFAULT_LOCK_TIMEOUT,
     FORMAT,
@@ -304,7 +305,7 @@ class FileItemMemory(ItemMemory):
                     floor = next_version(floor)  # beyond every version this namespace gave: never reused
                     found = _live(snapshot, key, now)
                     created = now if found is None else found.created_ms
-                    expires = None if ttl is None else now + round(ttl * 1000)
+                    expires = None if ttl is None else now + ttl_milliseconds(ttl)
                     entries[key] = _entry(namespace, key, value, floor, created, now, expires, ttl)
                     versions[namespace, key] = floor
                 changes[namespace] = (floor, entries)
@@ -497,7 +498,7 @@ class FileItemMemory(ItemMemory):
                 for key, entry in snapshot.entries.items():
                     item, ttl = entry.item, entry.item.ttl
                     if (namespace, key) in addresses and ttl is not None and entry.alive(now):
-                        expires = now + round(ttl * 1000)
+                        expires = now + ttl_milliseconds(ttl)
                         entries[key] = _entry(
                             namespace, key, item.value, item.version, entry.created_ms, entry.updated_ms, expires, ttl
                         )
