@@ -8,9 +8,6 @@
 | `redis://`, `rediss://`, `redis+cluster://` | `RedisChatMemory` | `RedisVectorMemory` | `RedisItemMemory` |
 | `qdrant://host:6333`, `qdrants://`, `qdrant+local:///dir`, `qdrant+memory://` | - | `QdrantVectorMemory` | - |
 
-The item memories of `file:` and `redis` URLs open once their modules (`ITEM_BACKENDS`) are installed with this
-memwoven; until then such a URL is refused with `InvalidInputError`.
-
 A few backend options can ride in the URL's query string, so that a URL alone (an environment variable, a CLI
 argument) can name any store: `table_prefix` and `schema` on SQL URLs
 (``postgresql://host/db?table_prefix=app_``), `prefix` on Redis URLs (``redis://host:6379/0?prefix=app``). They
@@ -213,25 +210,21 @@ def open_vector_memory(
 
 
 def _kind(scheme: str) -> str:
-    """The kind of backend (`BACKENDS`) of a scheme `_resolve` returned."""
-    return "sql" if scheme in SQL_SCHEMES else scheme
+    """The kind of backend (`BACKENDS`) of a URL scheme (``rediss``, ``postgresql+psycopg``) or of a scheme
+    `_resolve` returned; an unknown scheme as it is."""
+    base = scheme.split("+", 1)[0]
+    return BACKENDS.get(scheme) or ("sql" if BACKENDS.get(base) == "sql" else scheme)
 
 
 def item_memory_class(scheme: str) -> type[ItemMemory] | None:
-    """The `ItemMemory` class that opens URLs of `scheme` (a scheme or a kind of `BACKENDS`), or None when there is
-    none: a vectors-only backend, or one whose item module is not part of this memwoven. Imports the class's module
-    (a missing extra's package raises `ModuleNotFoundError` naming it)."""
+    """The `ItemMemory` class that opens URLs of `scheme` (a scheme or a kind of `BACKENDS`), or None for a
+    vectors-only backend (Qdrant). Imports the class's module (a missing extra's package raises
+    `ModuleNotFoundError` naming it)."""
     spec = ITEM_BACKENDS.get(_kind(scheme))
     if spec is None:
         return None
     module_name, _, class_name = spec.partition(":")
-    try:
-        module = import_module(module_name)
-    except ModuleNotFoundError as error:
-        if error.name is None or not f"{module_name}.".startswith(f"{error.name}."):
-            raise  # the module is here but needs a package (an extra) that is not installed
-        return None
-    found: type[ItemMemory] = getattr(module, class_name)
+    found: type[ItemMemory] = getattr(import_module(module_name), class_name)
     return found
 
 
@@ -243,17 +236,15 @@ def open_item_memory(url: str | URL | None = None, **options: Any) -> ItemMemory
     """
     scheme, resolved = _resolve(url, ITEM_URL_VARIABLE)
     resolved, options = _with_url_options(scheme, resolved, options)
-    if scheme == "qdrant":
-        raise InvalidInputError("Qdrant stores vectors only; keep items in memory, SQL, files or Redis")
     kind = _kind(scheme)
+    memory_class = item_memory_class(kind)
+    if memory_class is None:
+        raise InvalidInputError(f"{scheme} URLs store vectors only; keep items in memory, SQL, files or Redis")
     location: tuple[Any, ...] = ()
     if kind == "file":
         location = (_file_path(str(resolved)),)
     elif kind != "memory":
         location = (str(resolved) if kind == "redis" else resolved,)
-    memory_class = item_memory_class(kind)
-    if memory_class is None:
-        raise InvalidInputError(f"this memwoven has no item memory for {kind} URLs yet; use memory:// or SQL")
     try:
         inspect.signature(memory_class).bind(*location, **options)
     except TypeError as error:  # an unknown or missing option: refused as input, before any connection
