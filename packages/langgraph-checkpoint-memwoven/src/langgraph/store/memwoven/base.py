@@ -3,9 +3,13 @@
 Storage design
 --------------
 * **Items are ItemMemory items.** A LangGraph namespace is an ItemMemory namespace, under the store's own
-  `namespace` prefix (default none), so stores with different prefixes share a backend without ever seeing each
-  other's items; keys, values, `created_at` / `updated_at` and expiry are the item's. Puts are one `put_many` (all
-  or nothing), deletes one `delete_many`.
+  `namespace` prefix (default none); keys, values, `created_at` / `updated_at` and expiry are the item's. Puts are
+  one `put_many` (all or nothing), deletes one `delete_many`. A store reads and writes only under its prefix, label
+  by label, so stores whose prefixes are siblings (``("t", "1")`` and ``("t", "12")``) share a backend without ever
+  seeing each other's items or vectors. A store whose prefix begins another's (``("t",)``, or the default ``()``)
+  sees, writes and deletes that store's items as its own namespaces (``("1", ...)``): nest stores for an
+  administrative view only. `sweep_ttl` deletes every expired item in the backend, whichever store put it (they
+  read as absent already), and the stale vectors under its prefix only.
 * **Search without a query** is `ItemMemory.list` of the namespace prefix (a label boundary: ``("a",)`` never
   matches ``("ab",)``) with the filter, ordered by key, then namespace; `list_namespaces` is
   `ItemMemory.namespaces` (LangGraph's prefix / suffix / `"*"` / `max_depth` semantics).
