@@ -390,14 +390,14 @@ def markdown(results: StoreResults) -> str:
 # re-applied in Python). Profile again when that code changes.
 REASONS = [
     "- LangGraph store, small searches (one namespace of 100 items; within the 20 ms target, not within 1.0x: "
-    "SQLite ~0.8-3 ms against SqliteStore's ~0.2-0.5 ms). cProfile of 300 calls on SQLite: ~35% is turning the "
-    "10 rows into results (json.loads, freeze_json into immutable values, memwoven's pydantic Item, then thaw "
-    "back into the dicts of LangGraph's SearchItem), ~20% building the SQLAlchemy statement on every call (the "
-    "live and namespace-range conditions as expressions, the cache key), ~15% the engine's read transaction and "
-    "the step runner; SQLite's own execute is ~3%. SqliteStore runs one SQL string on a bare sqlite3 cursor and "
-    "decodes with orjson. On PostgreSQL (0.3-2.9x between runs) a read is two server round trips (cProfile: two "
-    "waits on the socket per search: the query, then the end of its transaction) against PostgresStore's one on "
-    "an autocommit connection, plus the same Python costs.",
+    "SQLite ~0.6 ms against SqliteStore's ~0.23 ms at 100,000 items, 2.6x; PostgreSQL 1.0-1.5x). cProfile of "
+    "3,000 filtered 1-namespace lists on SQLite, after the statements were built once per table (which took a get "
+    "from 430 to 230 us): ~45% is turning the 10 rows into results (json.loads, freeze_json into immutable values, "
+    "memwoven's pydantic Item with two datetimes, then thaw back into the dicts of LangGraph's SearchItem), ~30% "
+    "SQLAlchemy's execution (cache key, execution context, result, the read transaction's BEGIN and COMMIT), ~10% "
+    "the step runner and the contract's validation; SQLite's own execute is ~6%. SqliteStore runs one SQL string "
+    "on a bare sqlite3 cursor and decodes with orjson. On PostgreSQL a read is two server round trips (the query, "
+    "then the end of its transaction) against PostgresStore's one on an autocommit connection.",
     "- LangGraph store on PostgreSQL right after a bulk load: memwoven's write inserts a placeholder row for each "
     "new item and then overwrites it (the row lock behind compare-and-set), so 100,000 puts leave 200,000 row "
     "versions, and with no statistics yet the planner ANDs the namespace index with a bitmap of `expires_at_ms IS "
@@ -405,35 +405,30 @@ REASONS = [
     "analysed). The benchmark runs ANALYZE on both stores' tables after filling, as autovacuum does within about "
     "a minute; a store freshly bulk-loaded is slower until then.",
     "- LangGraph store, filtered search over every namespace (100,000 items; target 20 ms): no store meets it "
-    "without an index on the filtered field. The database's own scan of the same JSON filter (the floor lines of "
-    "the LangGraph store section: a bare count over LangGraph's table) takes longer than 20 ms on both "
-    "databases at 100,000 rows (not at the 10,000 of --quick), and SqliteStore and PostgresStore are above 20 ms "
-    "too. Against them (the ratios in the table): "
-    "memwoven's pre-selection calls two JSON functions per row (json_type and json_extract; the "
-    "SQLite that Python bundles, 3.40, has no JSON parse cache, so each row is parsed twice: on 100,000 rows the "
-    "query takes ~600 ms with both against ~290 ms with json_extract alone, timed in the same process under "
-    "load), and the prefix ('users',), which covers every row, is read through the namespace index (random table "
-    "lookups) rather than by a table scan; on PostgreSQL the value column is json (text), parsed by each function "
-    "call (json_typeof of json_extract_path, then json_extract_path_text), where PostgresStore keeps jsonb. For a "
-    "string equality json_extract alone is exact (it returns TEXT only for JSON strings), so the type test could "
-    "be dropped there.",
-    "- LangGraph store, search without query over every namespace (100,000 items, limit 10; target 20 ms): memwoven "
-    "orders by key then namespace and no index holds that order (the items table indexes ns_head and expiry), "
-    "so the database sorts every live row for a top-10 (EXPLAIN: USE TEMP B-TREE FOR ORDER BY on SQLite, a "
-    "parallel seq scan and top-N heapsort on PostgreSQL); LangGraph's stores order by updated_at, unindexed too, "
-    "and are above 20 ms as well. An index on (item_key, namespace) would make it an index scan of 10 rows.",
-    "- Batch put of 10,000 items on SQLite (target 20,000 items/s; SQLItemMemory.put_many 5,600-18,500 items/s "
-    "over seven runs as the machine's load varied, MemwovenStore.batch up to 40% slower, SqliteStore 3-8x faster). "
-    "cProfile of put_many: ~45% is the contract's validation (_check_writes: each namespace label and key through "
-    "check_id, each value through pydantic and freeze_json, a json.dumps for its size), ~12% encoding each value "
-    "to JSON again for its row, ~25% SQLAlchemy building the 500-row multi-VALUES upserts and the read of the "
-    "existing rows (versions for compare-and-set), ~12% SQLite's own executemany. MemwovenStore.batch adds its "
-    "own pass over the puts (an ItemWrite per put and check_item_keys, so every key is validated twice). "
-    "SqliteStore validates nothing, keeps no versions and sends orjson text through one executemany.",
+    "without an index on the filtered field; the database's own scan of the same JSON filter (the floor lines) "
+    "takes longer than 20 ms on both databases at 100,000 rows. SQLite: within 1.0x of SqliteStore (one "
+    "json_extract per row). PostgreSQL, 1.9x of PostgresStore: memwoven's value column is json, text that each "
+    "JSON function parses again, where PostgresStore's jsonb is read in binary; a string equality now first looks "
+    "for the string's JSON in the text (strpos: 18.6 -> 8.8 ms at 10,000 items), and EXPLAIN ANALYZE at 100,000 "
+    "shows the remaining time in the parallel scan's per-row conditions (the substring test ~50%, the namespace "
+    "range ~25%) and the sort of the 1,000 candidates. jsonb itself cannot hold a string with NUL, which memwoven "
+    "accepts; a jsonb copy of the NUL-free values (a generated column) is the next step, at a cost to writes.",
+    "- LangGraph store, search without query over every namespace (100,000 items, limit 10; target 20 ms): SQLite "
+    "within 1.0x; PostgreSQL 2.0x: memwoven orders by key then namespace, C-collated text, and no index holds that "
+    "order, so PostgreSQL sorts every live row for a top-10 (parallel seq scan, top-N heapsort) where "
+    "PostgresStore's sort key is a bigint (updated_at, unindexed too). An index on (item_key, namespace) answers "
+    "it in 0.9 ms (measured, with the namespace range inlined so that psycopg's prepared generic plan does not "
+    "pick the namespace index), but a B-tree entry holds at most ~2.7 KB and keys may be 64 KiB: it needs a "
+    "bounded sort column first.",
+    "- Batch put of 10,000 items on SQLite (target 20,000 items/s): SQLItemMemory.put_many 13,800-27,000 items/s "
+    "between runs this session (the machine shared with test runs), MemwovenStore.batch 17,000-18,000, SqliteStore "
+    "6-8x faster. cProfile of put_many: ~45% is the contract's validation (_check_writes: each namespace label and "
+    "key through check_id, each value through pydantic and freeze_json, and a json.dumps to find lone surrogates), "
+    "~20% encoding each value to JSON again for its row, ~25% SQLAlchemy's 500-row upserts and the read of the "
+    "existing rows (versions for compare-and-set), ~8% SQLite's executemany. MemwovenStore.batch validates its "
+    "values before its refreshing reads run and put_many validates them again. SqliteStore validates nothing, "
+    "keeps no versions and sends orjson text through one executemany.",
     "- The former 7 s case (store search with a filter matching nothing over 5,000 items, SQLite, target < 10 ms; "
-    "7.0 s on the chat-session emulation): medians between 6.0 and 19 ms over seven runs (6.0-7.5 ms in three, "
-    "11-19 ms in four, the higher ones while other jobs loaded the 2 cores), SqliteStore 1.2-2x faster in the same "
-    "rounds. cProfile of 50 calls: ~71% is SQLite's "
-    "own execute of the pre-selection (no row matches, so nothing reaches Python): the two JSON function calls "
-    "per row of the filtered-search item above; with json_extract alone it would take about half.",
+    "7.0 s on the chat-session emulation): 3.6 ms against SqliteStore's 2.8 ms in the same rounds (one "
+    "json_extract per row; nothing reaches Python).",
 ]
