@@ -243,6 +243,8 @@ async def test_a_batch_reads_the_state_before_it_and_its_last_put_of_a_key_wins(
         (PutOp(NS, "k", {"v": 1}, ttl="soon"), InvalidInputError),  # type: ignore[arg-type]
         (PutOp(NS, "k", {"v": 1}, ttl=-1), InvalidInputError),
         (PutOp(NS, "k", {"v": 1}, ttl=1e307), InvalidInputError),  # finite minutes, infinite seconds
+        (PutOp(NS, "k", {"text": "t"}, index=[1]), InvalidInputError),  # type: ignore[list-item]
+        (PutOp(NS, "k", {"text": "t"}, index="text"), InvalidInputError),  # type: ignore[arg-type]
     ],
 )
 async def test_a_batch_is_validated_before_anything_is_written(

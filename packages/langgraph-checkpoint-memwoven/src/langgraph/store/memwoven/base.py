@@ -165,6 +165,10 @@ def _filter(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return converted
 
 
+def _is_paths(value: object) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(path, str) for path in value)
+
+
 def _check_ops(ops: Sequence[Op]) -> None:
     """LangGraph's namespace rules for ops given to `batch` directly (its methods check them too)."""
     for op in ops:
@@ -176,6 +180,8 @@ def _check_ops(ops: Sequence[Op]) -> None:
             raise StoreNamespaceError(str(error)) from None
         if isinstance(op, PutOp) and not op.namespace:
             raise StoreNamespaceError("Namespace cannot be empty.")
+        if isinstance(op, PutOp) and op.index is not None and op.index is not False and not _is_paths(op.index):
+            raise InvalidInputError(f"a put's index must be None, False or a list of paths, got {op.index!r:.80}")
         if isinstance(op, SearchOp):
             for name, value in (("limit", op.limit), ("offset", op.offset)):
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
