@@ -4,6 +4,8 @@ backend (SQLite, PostgreSQL, MariaDB), plus what is particular to them and to th
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -14,6 +16,7 @@ from process_support import process_context, start
 from pydantic import ValidationError
 from sql_support import SQLHooks, sql_place
 
+import memwoven._clock as _clock
 from memwoven import InMemoryItemMemory, Item, ItemMemory, ItemWrite, SQLItemMemory
 from memwoven.backends.sql.items import decode_namespace, encode_namespace
 from memwoven.contracts import check_namespace, namespace_matches
@@ -177,3 +180,29 @@ def test_compare_and_set_from_eight_processes_loses_nothing(sql_kind: str, tmp_p
         assert item is not None
         assert item.value == {"n": processes * increments}
         assert sum(conflicts) >= 0  # each child reported: none died between its writes and its report
+
+
+@pytest.mark.parametrize("backend", ["memory", "sql"])
+def test_a_ttl_under_half_a_millisecond_lives_one_millisecond(
+    backend: str, sql_kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if backend == "memory" and sql_kind != "sqlite":
+        pytest.skip("the in-memory backend runs once")
+    now = time.time_ns() // 1_000_000
+    monkeypatch.setattr(_clock, "wall_ms", lambda: now)  # time stands still: rounded to 0 ms it expired at once
+    monkeypatch.setattr(_clock, "monotonic", lambda: now / 1000)
+    with contextlib.ExitStack() as stack:
+        if backend == "memory":
+            memory: ItemMemory = InMemoryItemMemory()
+        else:
+            url, prefix = stack.enter_context(sql_place(sql_kind, tmp_path))
+            memory = stack.enter_context(SQLItemMemory(url, table_prefix=prefix))
+        memory.put(("n",), "k", {"v": 1}, ttl=1e-6)
+        memory.put_many([ItemWrite(("n",), "j", {"v": 2}, 1e-6)])
+        for refresh in (False, True):
+            for item in memory.get_many([(("n",), "k"), (("n",), "j")], refresh_ttl=refresh):
+                assert item is not None
+                assert (item.ttl, item.expires_at) == (1e-6, _clock.utc(now + 1))
+        monkeypatch.setattr(_clock, "wall_ms", lambda: now + 1)
+        monkeypatch.setattr(_clock, "monotonic", lambda: (now + 1) / 1000)
+        assert memory.get_many([(("n",), "k"), (("n",), "j")]) == [None, None]

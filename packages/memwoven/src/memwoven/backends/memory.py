@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import memwoven._clock as _clock
 from memwoven._steps import async_twin, no_io
+from memwoven.backends._items import ttl_milliseconds
 from memwoven.contracts import (
     ChatMemory,
     CheckedWrite,
@@ -315,8 +316,8 @@ class InMemoryItemMemory(ItemMemory):
         ttl = stored.item.ttl
         if not refresh or ttl is None:
             return stored.item
-        item = stored.item.model_copy(update={"expires_at": _clock.utc(_clock.wall_ms() + round(ttl * 1000))})
-        self._by_namespace[namespace][key] = _Stored(item, now + ttl)
+        item = stored.item.model_copy(update={"expires_at": _clock.utc(_clock.wall_ms() + ttl_milliseconds(ttl))})
+        self._by_namespace[namespace][key] = _Stored(item, now + ttl_milliseconds(ttl) / 1000)
         return item
 
     def _store(self, write: CheckedWrite, stored: _Stored | None, now: float, wall: int) -> int:
@@ -331,10 +332,12 @@ class InMemoryItemMemory(ItemMemory):
             version=version,
             created_at=updated if stored is None else stored.item.created_at,
             updated_at=updated,
-            expires_at=None if ttl is None else _clock.utc(wall + round(ttl * 1000)),
+            expires_at=None if ttl is None else _clock.utc(wall + ttl_milliseconds(ttl)),
             ttl=ttl,
         )
-        self._by_namespace.setdefault(namespace, {})[key] = _Stored(item, None if ttl is None else now + ttl)
+        self._by_namespace.setdefault(namespace, {})[key] = _Stored(
+            item, None if ttl is None else now + ttl_milliseconds(ttl) / 1000
+        )
         return version
 
     def _remove(self, namespace: Namespace, key: str) -> None:

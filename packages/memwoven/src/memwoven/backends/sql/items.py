@@ -55,7 +55,14 @@ from sqlalchemy.engine import Connection
 
 import memwoven._clock as _clock
 from memwoven._steps import Steps
-from memwoven.backends._items import decode_namespace, decode_value, encode_namespace, encode_value, prefix_range
+from memwoven.backends._items import (
+    decode_namespace,
+    decode_value,
+    encode_namespace,
+    encode_value,
+    prefix_range,
+    ttl_milliseconds,
+)
 from memwoven.backends.sql._base import SQLBackend
 from memwoven.backends.sql._engine import Work
 from memwoven.backends.sql._filters import prefilter
@@ -181,7 +188,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                 if not _alive(row.expires_at_ms, now):
                     continue
                 if refresh and row.ttl is not None:
-                    refreshed = now + round(row.ttl * 1000)
+                    refreshed = now + ttl_milliseconds(row.ttl)
                     result = connection.execute(
                         sa.update(items)
                         .where(items.c.address == address, items.c.version == row.version)
@@ -221,7 +228,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                         "version": version,
                         "created_ms": row.created_ms if live and row is not None else now,
                         "updated_ms": now,
-                        "expires_at_ms": None if ttl is None else now + round(ttl * 1000),
+                        "expires_at_ms": None if ttl is None else now + ttl_milliseconds(ttl),
                         "ttl": ttl,
                     }
                 )
