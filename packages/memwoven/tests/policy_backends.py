@@ -14,9 +14,12 @@ from typing import Any
 
 import pytest
 from hypothesis import strategies as st
+from redis_support import delete_prefix
 
 from memwoven import ChatMemory, FileChatMemory, InMemoryChatMemory, InMemoryItemMemory, ItemMemory, Message, ToolCall
 from memwoven._steps import Steps
+from memwoven.backends.file.items import FileItemMemory
+from memwoven.backends.redis_items import RedisItemMemory
 from memwoven.backends.sql import SQLChatMemory, SQLItemMemory
 from memwoven.policies import SUMMARY_KEY
 from memwoven_test_support import postgres_url, redis_url, unique_name
@@ -86,8 +89,14 @@ def chat_memory_fixture(request: pytest.FixtureRequest, tmp_path: Path) -> Itera
     yield from backend_fixture(request, tmp_path)
 
 
-ITEM_BACKENDS = ["memory", "sqlite", pytest.param("postgresql", marks=pytest.mark.service)]
-ITEMS_BESIDE = {"memory": "memory", "file": "sqlite", "sqlite": "sqlite", "postgresql": "postgresql"}
+ITEM_BACKENDS = [
+    "memory",
+    "file",
+    "sqlite",
+    pytest.param("postgresql", marks=pytest.mark.service),
+    pytest.param("redis", marks=pytest.mark.service),
+]
+ITEMS_BESIDE = {"memory": "memory", "file": "file", "sqlite": "sqlite", "postgresql": "postgresql"}
 """The item memory a test of a chat backend keeps working memory and facts in."""
 
 
@@ -95,8 +104,12 @@ def open_items(kind: str, tmp_path: Path) -> ItemMemory:
     """A fresh, empty item memory of `kind` (on PostgreSQL, tables of its own)."""
     if kind == "memory":
         return InMemoryItemMemory()
+    if kind == "file":
+        return FileItemMemory(tmp_path / "items")
     if kind == "sqlite":
         return SQLItemMemory(f"sqlite:///{tmp_path}/items.db")
+    if kind == "redis":
+        return RedisItemMemory(redis_url(), prefix=unique_name("mwpol"))
     return SQLItemMemory(postgres_url(), table_prefix=unique_name("mwpol") + "_")
 
 
@@ -113,6 +126,10 @@ def reopen_items(items: ItemMemory) -> ItemMemory:
     """A second object over the same items (the object itself for the in-memory backend)."""
     if isinstance(items, SQLItemMemory):
         return SQLItemMemory(items.engine.url, table_prefix=items.table_prefix)
+    if isinstance(items, FileItemMemory):
+        return FileItemMemory(items.directory)
+    if isinstance(items, RedisItemMemory):
+        return RedisItemMemory(redis_url(), prefix=items.prefix)
     return items
 
 
@@ -125,6 +142,8 @@ def items_fixture(kind: str, tmp_path: Path) -> Iterator[ItemMemory]:
         if isinstance(items, SQLItemMemory) and items.engine.dialect.name != "sqlite":
             items.drop_tables()
         items.close()
+        if isinstance(items, RedisItemMemory):
+            delete_prefix(redis_url(), items.prefix)
 
 
 def run_together(workers: int, work: Callable[[int], object]) -> None:

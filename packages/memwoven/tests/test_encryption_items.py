@@ -13,14 +13,18 @@ from typing import Any
 
 import pytest
 from clock_support import Clock
+from redis_support import delete_prefix
 from sql_support import sql_place
 
 from memwoven import CorruptMemoryError, InMemoryItemMemory, InvalidInputError, ItemWrite, SQLItemMemory
 from memwoven._steps import Steps
+from memwoven.backends.file.items import FileItemMemory
+from memwoven.backends.redis_items import RedisItemMemory
 from memwoven.contracts import ItemMemory
 from memwoven.encryption import MARKER, EncryptedItemMemory, Keyring, generate_key
 from memwoven.errors import ConcurrentModificationError
 from memwoven.testing import ItemMemoryContract
+from memwoven_test_support import redis_url, unique_name
 
 KEY = generate_key()
 ID_KEY = generate_key()
@@ -102,6 +106,44 @@ class TestEncryptedPostgresItems(_SQLEncryptedItems):
     @pytest.fixture
     def id_mode(self) -> str:
         return "hashed-ids"  # plain ids differ from SQLite's case only in what the wrapper leaves to the database
+
+
+class TestEncryptedFileItems(ItemMemoryContract):
+    state_machine_examples = 50  # per mode: the 200 run on the wrapper in memory and on files in their own tests
+
+    @pytest.fixture
+    def item_memory(self, clock: Clock, tmp_path: Path) -> ItemMemory:
+        self.clock = clock
+        return _items(FileItemMemory(tmp_path / "items"))
+
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    def reopen(self, memory: ItemMemory) -> ItemMemory:
+        assert isinstance(memory, EncryptedItemMemory)
+        assert isinstance(memory.inner, FileItemMemory)
+        return _items(FileItemMemory(memory.inner.directory), memory.hashed_ids)
+
+
+@pytest.mark.service
+class TestEncryptedRedisItems(ItemMemoryContract):
+    state_machine_examples = 50
+
+    @pytest.fixture
+    def item_memory(self, clock: Clock) -> Iterator[ItemMemory]:
+        self.clock = clock
+        prefix = unique_name("mwenc")
+        with _items(RedisItemMemory(redis_url(), prefix=prefix)) as memory:
+            yield memory
+        delete_prefix(redis_url(), prefix)
+
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    def reopen(self, memory: ItemMemory) -> ItemMemory:
+        assert isinstance(memory, EncryptedItemMemory)
+        assert isinstance(memory.inner, RedisItemMemory)
+        return _items(RedisItemMemory(redis_url(), prefix=memory.inner.prefix), memory.hashed_ids)
 
 
 # What the store sees -------------------------------------------------------------------------------------------
