@@ -324,6 +324,8 @@ class InMemoryItemMemory(ItemMemory):
         namespace, key, value, ttl, _ = write
         existing = self._by_namespace.get(namespace, {}).get(key)  # expired or not: versions never repeat
         version = next_version(0 if existing is None else existing.item.version)
+        if existing is not None:  # IM3: updated_at grows with every write, even within one millisecond
+            wall = max(wall, round(existing.item.updated_at.timestamp() * 1000) + 1)
         updated = _clock.utc(wall)
         item = Item.model_construct(
             namespace=namespace,

@@ -107,20 +107,22 @@ return out
     "write": _COMMON
     + """
 local now, n = tonumber(ARGV[1]), tonumber(ARGV[2])
-local stored, created = {}, {}
+local stored, created, written = {}, {}, {}
 for i = 1, n do
   local member, expected = ARGV[5 * i - 2], ARGV[5 * i - 1]
   local record = redis.call('HGET', KEYS[1], member)
-  local version, made, current = nil, nil, '0'
+  local version, made, updated, current = nil, nil, nil, '0'
   if record then
-    version, made = string.match(record, '^(%d+),(%d+),')
+    version, made, updated = string.match(record, '^(%d+),(%d+),(%d+),')
     if live(member, now) then current = version else made = nil end
   end
   if expected ~= '' then
     if not current then return {-1, i} end
     if current ~= expected then return {0, i, current} end
   end
-  stored[i], created[i] = tonumber(version or '0'), made or ARGV[1]
+  -- updated_at grows with every write of an item, even within one millisecond (IM3)
+  written[i] = math.max(now, tonumber(updated or '-1') + 1)
+  stored[i], created[i] = tonumber(version or '0'), made or string.format('%.0f', written[i])
 end
 local t = redis.call('TIME')
 local clock = tonumber(redis.call('GET', KEYS[4]) or '0') or 0
@@ -130,13 +132,14 @@ for i = 1, n do
   local member, ttl_ms = ARGV[5 * i - 2], ARGV[5 * i]
   clock = math.max(clock + 1, stored[i] + 1)
   local version = string.format('%.0f', clock)
-  local record = table.concat({version, created[i], ARGV[1], ttl_ms, ARGV[5 * i + 1], ARGV[5 * i + 2]}, ',')
+  local at = string.format('%.0f', written[i])
+  local record = table.concat({version, created[i], at, ttl_ms, ARGV[5 * i + 1], ARGV[5 * i + 2]}, ',')
   redis.call('HSET', KEYS[1], member, record)
   redis.call('ZADD', KEYS[2], 0, member)
   if ttl_ms == '' then
     redis.call('ZREM', KEYS[3], member)
   else
-    redis.call('ZADD', KEYS[3], string.format('%.0f', now + tonumber(ttl_ms)), member)
+    redis.call('ZADD', KEYS[3], string.format('%.0f', written[i] + tonumber(ttl_ms)), member)
   end
   versions[#versions + 1] = version
 end

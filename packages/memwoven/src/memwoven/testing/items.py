@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+import memwoven._clock as _clock
 from memwoven.contracts import ItemMemory, ItemWrite
 from memwoven.errors import ConcurrentModificationError, InvalidInputError
 from memwoven.filters import compile_filter
@@ -123,6 +124,22 @@ class ItemMemoryContract(StorageHooks[ItemMemory]):
         assert item.version == second
         assert item.created_at == created
         assert item.updated_at > created
+
+    def test_im3_updated_at_grows_with_every_write(self, memory: Driver, monkeypatch: pytest.MonkeyPatch) -> None:
+        now = _clock.wall_ms()
+        monkeypatch.setattr(_clock, "wall_ms", lambda: now)  # every write within one millisecond
+        memory.put(("n",), "k", {"i": 0}, ttl=self.ttl * 100)
+        times = [memory.get(("n",), "k").updated_at]
+        for i in range(1, 4):
+            if i % 2:
+                memory.put(("n",), "k", {"i": i}, ttl=self.ttl * 100)
+            else:
+                memory.put_many([(("n",), "k", {"i": i}, self.ttl * 100)])
+            item = memory.get(("n",), "k")
+            assert item.expires_at == item.updated_at + timedelta(seconds=self.ttl * 100)
+            times.append(item.updated_at)
+        assert times == sorted(set(times))
+        assert item.created_at == times[0]
 
     def test_im3_versions_only_grow_even_across_a_delete(self, memory: Driver) -> None:
         versions = [memory.put(("n",), "k", {"i": i}) for i in range(3)]

@@ -304,9 +304,11 @@ class FileItemMemory(ItemMemory):
                 for _, key, value, ttl, _ in batch:
                     floor = next_version(floor)  # beyond every version this namespace gave: never reused
                     found = _live(snapshot, key, now)
-                    created = now if found is None else found.created_ms
-                    expires = None if ttl is None else now + ttl_milliseconds(ttl)
-                    entries[key] = _entry(namespace, key, value, floor, created, now, expires, ttl)
+                    previous = entries.get(key)  # IM3: updated_at grows with every write, even within 1 ms
+                    written = now if previous is None else max(now, previous.updated_ms + 1)
+                    created = written if found is None else found.created_ms
+                    expires = None if ttl is None else written + ttl_milliseconds(ttl)
+                    entries[key] = _entry(namespace, key, value, floor, created, written, expires, ttl)
                     versions[namespace, key] = floor
                 changes[namespace] = (floor, entries)
             self._commit(changes)

@@ -218,6 +218,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                 row = stored.get(address)
                 version = next_version(0 if row is None else row.version)  # expired or not: never reused
                 live = row is not None and row.version > 0 and _alive(row.expires_at_ms, now)
+                written = now if row is None else max(now, int(row.updated_ms) + 1)  # IM3: updated_at grows
                 rows.append(
                     {
                         "address": address,
@@ -226,9 +227,9 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                         "item_key": key,
                         "value": text,
                         "version": version,
-                        "created_ms": row.created_ms if live and row is not None else now,
-                        "updated_ms": now,
-                        "expires_at_ms": None if ttl is None else now + ttl_milliseconds(ttl),
+                        "created_ms": row.created_ms if live and row is not None else written,
+                        "updated_ms": written,
+                        "expires_at_ms": None if ttl is None else written + ttl_milliseconds(ttl),
                         "ttl": ttl,
                     }
                 )
