@@ -52,10 +52,6 @@ BACKENDS_FOR = {
     "test_store_ttl": ["postgresql"],
 }
 EXCLUDED = {
-    "test_basic_store_ops": "asserts that updated_at grows between two puts in a row: PostgresStore's is "
-    "CURRENT_TIMESTAMP, in microseconds; memwoven's timestamps have millisecond resolution (docs/contracts.md), so "
-    "two puts within one millisecond share one (SqliteStore's CURRENT_TIMESTAMP has one-second resolution: "
-    "LangGraph's SQLite suite leaves the assertion out; the rest of this test is its test_basic_store_ops)",
     "test_escape_like_literal": "tests _escape_like_literal, a private helper of PostgresStore",
     "test_namespace_match_pattern": "tests _namespace_match_pattern, a private helper of PostgresStore",
     "test_nonnull_migrations": "reads PostgresStore.MIGRATIONS, PostgresStore's private SQL",
