@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import builtins
 import logging
-import math
 import random
 import re
 import time
@@ -25,6 +24,7 @@ from memwoven.filters import Predicate, compile_filter
 from memwoven.models import FrozenDict, Item, Message, ScoredDocument, VectorDocument, coerce_item_value
 
 __all__ = [
+    "MAX_TTL",
     "WILDCARD",
     "ChatMemory",
     "ChatSession",
@@ -506,12 +506,17 @@ def check_item_keys(keys: ItemKeys) -> list[tuple[Namespace, str]]:
     return checked
 
 
+MAX_TTL = 1e10
+"""The longest ttl an item may have, in seconds (about 317 years): its expiry must be a time every backend can
+represent (a `datetime`, epoch milliseconds in a 64-bit integer)."""
+
+
 def check_ttl(value: object) -> float | None:
-    """Return `value` if it is None or a positive, finite number of seconds."""
+    """Return `value` if it is None or a positive number of seconds up to `MAX_TTL`."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
-        raise InvalidInputError(f"ttl must be a positive, finite number of seconds, got {value!r:.120}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TTL:
+        raise InvalidInputError(f"ttl must be a positive number of seconds up to {MAX_TTL:.0e}, got {value!r:.120}")
     return float(value)
 
 

@@ -121,7 +121,7 @@ class Store:
 
     @property
     def has_items(self) -> bool:
-        """Whether this kind of store keeps items (not Qdrant; not a backend without an item memory yet)."""
+        """Whether this kind of store keeps items (every kind but Qdrant)."""
         return item_memory_class(self.scheme) is not None
 
     def holds_items(self) -> bool:
@@ -133,7 +133,7 @@ class Store:
         if self.scheme == "qdrant":
             raise Failure(f"{self.shown} stores vectors only (Qdrant); items live in SQL (or memory://)")
         if not self.has_items:
-            raise Failure(f"{self.shown}: this memwoven keeps no items in {self.scheme} stores yet")
+            raise Failure(f"{self.shown}: this memwoven keeps no items in {self.scheme} stores")
 
     def open_items(self) -> ItemMemory:
         """The store's item memory (the caller closes it)."""

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import memwoven._clock as _clock
-from memwoven.contracts import ItemMemory, ItemWrite
+from memwoven.contracts import MAX_TTL, ItemMemory, ItemWrite
 from memwoven.errors import ConcurrentModificationError, InvalidInputError
 from memwoven.filters import compile_filter
 from memwoven.models import Item
@@ -342,6 +342,8 @@ class ItemMemoryContract(StorageHooks[ItemMemory]):
             {"ttl": -1},
             {"ttl": float("nan")},
             {"ttl": float("inf")},
+            {"ttl": 1e300},
+            {"ttl": MAX_TTL * 1.5},
             {"ttl": True},
             {"ttl": "10"},
             {"expected_version": -1},
