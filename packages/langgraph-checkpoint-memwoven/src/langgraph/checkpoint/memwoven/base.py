@@ -1,0 +1,486 @@
+"""`MemwovenSaver`: a LangGraph checkpointer (`BaseCheckpointSaver`) on any memwoven `ItemMemory`.
+
+Layout under the saver's `namespace` (default ``("langgraph_checkpoints",)``), one item per stored thing, so a step
+writes only what changed (as LangGraph's `PostgresSaver` does):
+
+- ``(*namespace, "checkpoints", thread_id, "=" + checkpoint_ns)`` / checkpoint id: the checkpoint without its
+  channel values, its metadata and its parent's id. Checkpoint ids (uuid6) sort by time, so the newest is the
+  last key.
+- ``(*namespace, "blobs", thread_id, "=" + checkpoint_ns)`` / ``[channel, version]``: one channel value, written
+  when its version changes.
+- ``(*namespace, "writes", thread_id, "=" + checkpoint_ns, checkpoint_id)`` / ``[task_id, index]``: the pending
+  writes of a checkpoint (special channels at their fixed negative index, `WRITES_IDX_MAP`).
+
+Values are serialized with the saver's `serde` (LangGraph's `JsonPlusSerializer` by default, no pickle fallback)
+and kept as ``{"type": ..., "data": <base64>}`` inside the item's JSON value.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import builtins
+import json
+import random
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from typing_extensions import Self
+
+from memwoven import Item, ItemMemory, ItemWrite, open_item_memory
+from memwoven._steps import Call, Runner, Steps, twins
+from memwoven.errors import CorruptMemoryError, InvalidInputError
+
+__all__ = ["MemwovenSaver"]
+
+Namespace = tuple[str, ...]
+_CHECKPOINTS, _BLOBS, _WRITES = "checkpoints", "blobs", "writes"
+_PAGE = 500  # items per put_many / list page in the bulk operations
+
+
+def _label(checkpoint_ns: str) -> str:
+    """The namespace label of a checkpoint namespace ("" is LangGraph's root namespace; labels cannot be empty)."""
+    return "=" + checkpoint_ns
+
+
+def _blob_key(channel: str, version: str | int | float) -> str:
+    return json.dumps([channel, version], ensure_ascii=False)
+
+
+def _write_key(task_id: str, index: int) -> str:
+    return json.dumps([task_id, index], ensure_ascii=False)
+
+
+def _chunks(values: builtins.list[Any]) -> Iterator[builtins.list[Any]]:
+    for start in range(0, len(values), _PAGE):
+        yield values[start : start + _PAGE]
+
+
+class MemwovenSaver(BaseCheckpointSaver[str], Runner):
+    """A LangGraph checkpointer on a memwoven `ItemMemory`, for sync and async graphs alike.
+
+    ``keep_last=N`` keeps only the newest N checkpoints of each thread and checkpoint namespace (applied on every
+    `put`): older ones, their writes and the channel values only they used are deleted, so time travel reaches
+    back N checkpoints.
+    """
+
+    def __init__(
+        self,
+        items: ItemMemory,
+        *,
+        serde: SerializerProtocol | None = None,
+        namespace: Sequence[str] = ("langgraph_checkpoints",),
+        keep_last: int | None = None,
+        owns_items: bool = False,
+    ) -> None:
+        """A saver keeping its items in `items` under `namespace`; it closes `items` on `close()` only if
+        `owns_items` (as `from_url` sets)."""
+        if not isinstance(items, ItemMemory):
+            raise InvalidInputError(f"items must be an ItemMemory, got {type(items).__name__}")
+        if isinstance(namespace, str) or not namespace or not all(isinstance(x, str) and x for x in namespace):
+            raise InvalidInputError(f"namespace must be a non-empty sequence of non-empty strings, got {namespace!r}")
+        if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1):
+            raise InvalidInputError(f"keep_last must be None or an int >= 1, got {keep_last!r:.120}")
+        super().__init__(serde=serde)
+        self.items = items
+        self.namespace: Namespace = tuple(namespace)
+        self.keep_last = keep_last
+        self._owns_items = owns_items
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> Self:
+        """A saver on `open_item_memory(url)` (``memory://``, ``file://``, ``sqlite:///...``, ``postgresql://``,
+        ``mysql://``, ``redis://``, ``redis+cluster://``). `options` are the saver's (`serde`, `namespace`,
+        `keep_last`); the others go to the item memory. The saver owns it: leaving ``with`` closes it."""
+        own = {name: options.pop(name) for name in ("serde", "namespace", "keep_last") if name in options}
+        items = open_item_memory(url, **options)
+        try:
+            return cls(items, owns_items=True, **own)
+        except BaseException:
+            items.close()
+            raise
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.items!r}, namespace={self.namespace!r}, keep_last={self.keep_last})"
+
+    # --- addressing and serialization ------------------------------------------------------------------------
+
+    def _ns(self, kind: str, *labels: str) -> Namespace:
+        return (*self.namespace, kind, *labels)
+
+    @staticmethod
+    def _where(config: RunnableConfig) -> tuple[str, str, str | None]:
+        configurable = config.get("configurable") or {}
+        if "thread_id" not in configurable:
+            raise InvalidInputError("the config needs configurable.thread_id")
+        checkpoint_ns = configurable.get("checkpoint_ns") or ""
+        return str(configurable["thread_id"]), str(checkpoint_ns), get_checkpoint_id(config)
+
+    def _dump(self, value: Any) -> dict[str, str]:
+        kind, data = self.serde.dumps_typed(value)
+        return {"type": kind, "data": base64.b64encode(data).decode("ascii")}
+
+    def _load(self, stored: Any) -> Any:
+        try:
+            data = base64.b64decode(stored["data"], validate=True)
+            return self.serde.loads_typed((stored["type"], data))
+        except (KeyError, TypeError, binascii.Error) as error:
+            raise CorruptMemoryError(f"a stored checkpoint value is damaged: {error}") from None
+
+    def _config(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
+        return {
+            "configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id}
+        }
+
+    @staticmethod
+    def _place(item: Item) -> tuple[str, str]:
+        """The (thread id, checkpoint namespace) of a checkpoint item."""
+        thread_id, label = item.namespace[-2:]
+        return thread_id, label[1:]
+
+    # --- reading ---------------------------------------------------------------------------------------------
+
+    def _tuples(self, found: builtins.list[Item]) -> Steps[builtins.list[CheckpointTuple]]:
+        """The checkpoint tuples of checkpoint items: their channel values and pending writes read alongside."""
+        tuples = []
+        for item in found:
+            thread_id, checkpoint_ns = self._place(item)
+            value: dict[str, Any] = dict(item.value)
+            checkpoint: Checkpoint = self._load(value["checkpoint"])
+            versions = checkpoint.get("channel_versions", {})
+            blob_ns = self._ns(_BLOBS, thread_id, _label(checkpoint_ns))
+            blobs = (
+                (yield Call(self.items, "get_many", ([(blob_ns, _blob_key(k, v)) for k, v in versions.items()],)))
+                if versions
+                else []
+            )
+            channel_values = {
+                channel: self._load(blob.value["value"])
+                for channel, blob in zip(versions, blobs)
+                if blob is not None and "value" in blob.value
+            }
+            stored_writes: builtins.list[Item] = yield Call(
+                self.items, "list", (self._ns(_WRITES, thread_id, _label(checkpoint_ns), item.key),)
+            )
+            writes: builtins.list[Any] = sorted(
+                (dict(w.value) for w in stored_writes),
+                key=lambda w: writes_sort_key(w["task_path"], w["task_id"], w["idx"]),
+            )
+            parent = value.get("parent")
+            tuples.append(
+                CheckpointTuple(
+                    config=self._config(thread_id, checkpoint_ns, item.key),
+                    checkpoint={**checkpoint, "channel_values": channel_values},
+                    metadata=self._load(value["metadata"]),
+                    parent_config=self._config(thread_id, checkpoint_ns, parent) if parent else None,
+                    pending_writes=[(w["task_id"], w["channel"], self._load(w["value"])) for w in writes],
+                )
+            )
+        return tuples
+
+    def _get_tuple(self, config: RunnableConfig) -> Steps[CheckpointTuple | None]:
+        """The checkpoint `config` names (configurable.checkpoint_id), or the thread's newest; None if absent."""
+        thread_id, checkpoint_ns, checkpoint_id = self._where(config)
+        namespace = self._ns(_CHECKPOINTS, thread_id, _label(checkpoint_ns))
+        if checkpoint_id:
+            item = yield Call(self.items, "get", (namespace, checkpoint_id))
+            found = [] if item is None else [item]
+        else:
+            found = yield Call(self.items, "list", (namespace,), {"order": "desc", "limit": 1})
+        tuples = yield from self._tuples(found)
+        return tuples[0] if tuples else None
+
+    get_tuple, aget_tuple = twins(_get_tuple)
+
+    def _list_steps(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Steps[builtins.list[CheckpointTuple]]:
+        """The checkpoints matching `config` (a thread, optionally a namespace and a checkpoint id; None: all),
+        whose metadata has every key-value pair of `filter`, older than `before`'s checkpoint, newest first, at
+        most `limit`."""
+        if limit is not None and limit <= 0:
+            return []
+        prefix = self._ns(_CHECKPOINTS)
+        checkpoint_id = None
+        if config is not None:
+            thread_id, _, checkpoint_id = self._where(config)
+            prefix = (*prefix, thread_id)
+            checkpoint_ns = (config.get("configurable") or {}).get("checkpoint_ns")
+            if checkpoint_ns is not None:
+                prefix = (*prefix, _label(str(checkpoint_ns)))
+        before_id = get_checkpoint_id(before) if before else None
+        if checkpoint_id:
+            if before_id is not None and checkpoint_id >= before_id:
+                return []
+            spaces = yield Call(self.items, "namespaces", (), {"prefix": prefix})
+            candidates: builtins.list[Item] = [
+                item for item in (yield Call(self.items, "get_many", ([(ns, checkpoint_id) for ns in spaces],))) if item
+            ]
+        chosen: builtins.list[Item] = []
+        offset = 0
+        while True:
+            if not checkpoint_id:
+                page = limit if not filter and limit is not None else _PAGE
+                options = {"order": "desc", "before": before_id, "limit": page, "offset": offset}
+                candidates = yield Call(self.items, "list", (prefix,), options)
+            for item in candidates:
+                if filter:
+                    metadata = self._load(item.value["metadata"])
+                    if not all(metadata.get(key) == wanted for key, wanted in filter.items()):
+                        continue
+                chosen.append(item)
+                if limit is not None and len(chosen) >= limit:
+                    break
+            offset += len(candidates)
+            if checkpoint_id or len(candidates) < _PAGE or (limit is not None and len(chosen) >= limit):
+                break
+        return (yield from self._tuples(chosen))
+
+    _list_all, _alist_all = twins(_list_steps)
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """The checkpoints matching `config`, `filter`, `before` and `limit`, newest first (see `_list_steps`)."""
+        yield from self._list_all(config, filter=filter, before=before, limit=limit)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Async twin of `list`."""
+        for found in await self._alist_all(config, filter=filter, before=before, limit=limit):
+            yield found
+
+    # --- writing ---------------------------------------------------------------------------------------------
+
+    def _put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> Steps[RunnableConfig]:
+        """Store `checkpoint` (its channel values only for the channels in `new_versions`) and its metadata; the
+        config naming it. With `keep_last`, older checkpoints of its thread and namespace beyond that are deleted."""
+        thread_id, checkpoint_ns, parent_id = self._where(config)
+        label = _label(checkpoint_ns)
+        saved = dict(checkpoint)
+        values: dict[str, Any] = saved.pop("channel_values", {})  # type: ignore[assignment]
+        full_metadata = get_checkpoint_metadata(config, metadata)
+        run_id = full_metadata.get("run_id")
+        writes = [
+            ItemWrite(
+                self._ns(_BLOBS, thread_id, label),
+                _blob_key(channel, version),
+                {"value": self._dump(values[channel])} if channel in values else {"empty": True},
+            )
+            for channel, version in new_versions.items()
+        ]
+        entry = {
+            "checkpoint": self._dump(saved),
+            "metadata": self._dump(full_metadata),
+            "parent": parent_id,
+            "run_id": run_id if isinstance(run_id, str) else None,
+        }
+        writes.append(ItemWrite(self._ns(_CHECKPOINTS, thread_id, label), checkpoint["id"], entry))
+        yield Call(self.items, "put_many", (writes,))
+        if self.keep_last is not None:
+            yield from self._retain(thread_id, checkpoint_ns, self.keep_last)
+        return self._config(thread_id, checkpoint_ns, checkpoint["id"])
+
+    put, aput = twins(_put)
+
+    def _put_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> Steps[None]:
+        """Store a task's writes for the checkpoint `config` names. Idempotent per (task, index): a regular write
+        already stored is kept; a special channel's (`WRITES_IDX_MAP`: error, interrupt, ...) is replaced."""
+        thread_id, checkpoint_ns, checkpoint_id = self._where(config)
+        if not checkpoint_id:
+            raise InvalidInputError("put_writes needs configurable.checkpoint_id")
+        namespace = self._ns(_WRITES, thread_id, _label(checkpoint_ns), checkpoint_id)
+        keyed: dict[str, tuple[int, str, Any]] = {}
+        for index, (channel, value) in enumerate(writes):
+            slot = WRITES_IDX_MAP.get(channel, index)
+            keyed[_write_key(task_id, slot)] = (slot, channel, value)
+        regular = [key for key, (slot, _, _) in keyed.items() if slot >= 0]
+        if regular:
+            stored = yield Call(self.items, "get_many", ([(namespace, key) for key in regular],))
+            for key, item in zip(regular, stored):
+                if item is not None:
+                    del keyed[key]
+        if keyed:
+            new = [
+                ItemWrite(
+                    namespace,
+                    key,
+                    {
+                        "task_id": task_id,
+                        "channel": channel,
+                        "value": self._dump(value),
+                        "task_path": task_path,
+                        "idx": slot,
+                    },
+                )
+                for key, (slot, channel, value) in keyed.items()
+            ]
+            yield Call(self.items, "put_many", (new,))
+
+    put_writes, aput_writes = twins(_put_writes)
+
+    # --- deleting, pruning, copying --------------------------------------------------------------------------
+
+    def _delete_under(self, prefixes: Sequence[Namespace]) -> Steps[None]:
+        """Delete every item whose namespace starts with one of `prefixes` (ItemMemory has no delete by prefix:
+        list, then delete by key)."""
+        for prefix in prefixes:
+            while True:
+                found: builtins.list[Item] = yield Call(self.items, "list", (prefix,), {"limit": _PAGE})
+                if not found:
+                    break
+                yield Call(self.items, "delete_many", ([(item.namespace, item.key) for item in found],))
+
+    def _delete_thread(self, thread_id: str) -> Steps[None]:
+        """Delete every checkpoint, channel value and write of the thread."""
+        thread_id = str(thread_id)
+        yield from self._delete_under([self._ns(kind, thread_id) for kind in (_CHECKPOINTS, _WRITES, _BLOBS)])
+
+    delete_thread, adelete_thread = twins(_delete_thread)
+
+    def _drop_checkpoints(self, thread_id: str, checkpoint_ns: str, dropped: Sequence[Item]) -> Steps[None]:
+        """Delete `dropped` (checkpoint items of one thread and namespace) with their writes, then the channel
+        values no remaining checkpoint of that namespace uses."""
+        if not dropped:
+            return
+        label = _label(checkpoint_ns)
+        yield from self._delete_under([self._ns(_WRITES, thread_id, label, item.key) for item in dropped])
+        yield Call(self.items, "delete_many", ([(item.namespace, item.key) for item in dropped],))
+        yield from self._collect_blobs(thread_id, checkpoint_ns)
+
+    def _collect_blobs(self, thread_id: str, checkpoint_ns: str) -> Steps[None]:
+        """Delete the channel values of a thread's namespace that no checkpoint of it uses. The values are listed
+        before the checkpoints: a value and the checkpoint first using it are written together, so a value seen
+        here has its checkpoint visible in the second listing."""
+        label = _label(checkpoint_ns)
+        blobs: builtins.list[Item] = yield Call(self.items, "list", (self._ns(_BLOBS, thread_id, label),))
+        if not blobs:
+            return
+        kept: builtins.list[Item] = yield Call(self.items, "list", (self._ns(_CHECKPOINTS, thread_id, label),))
+        used: set[str] = set()
+        for item in kept:
+            checkpoint = self._load(item.value["checkpoint"])
+            used.update(_blob_key(k, v) for k, v in checkpoint.get("channel_versions", {}).items())
+        unused = [(blob.namespace, blob.key) for blob in blobs if blob.key not in used]
+        for chunk in _chunks(unused):
+            yield Call(self.items, "delete_many", (chunk,))
+
+    def _retain(self, thread_id: str, checkpoint_ns: str, keep: int) -> Steps[None]:
+        namespace = self._ns(_CHECKPOINTS, thread_id, _label(checkpoint_ns))
+        dropped = yield Call(self.items, "list", (namespace,), {"order": "desc", "offset": keep})
+        yield from self._drop_checkpoints(thread_id, checkpoint_ns, dropped)
+
+    def _prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> Steps[None]:
+        """Prune the threads: ``"keep_latest"`` keeps the newest checkpoint of each checkpoint namespace (with its
+        writes and channel values), ``"delete"`` deletes the threads."""
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidInputError(f'strategy must be "keep_latest" or "delete", got {strategy!r:.120}')
+        for thread_id in thread_ids:
+            if strategy == "delete":
+                yield from self._delete_thread(thread_id)
+                continue
+            spaces = yield Call(self.items, "namespaces", (), {"prefix": self._ns(_CHECKPOINTS, str(thread_id))})
+            for namespace in spaces:
+                yield from self._retain(str(thread_id), namespace[-1][1:], 1)
+
+    prune, aprune = twins(_prune)
+
+    def _delete_for_runs(self, run_ids: Sequence[str]) -> Steps[None]:
+        """Delete the checkpoints whose metadata has one of `run_ids`, with their writes."""
+        wanted = [str(run_id) for run_id in run_ids]
+        if not wanted:
+            return
+        found: builtins.list[Item] = yield Call(
+            self.items, "list", (self._ns(_CHECKPOINTS),), {"filter": {"run_id": {"$in": wanted}}}
+        )
+        groups: dict[tuple[str, str], builtins.list[Item]] = {}
+        for item in found:
+            groups.setdefault(self._place(item), []).append(item)
+        for (thread_id, checkpoint_ns), dropped in groups.items():
+            yield from self._drop_checkpoints(thread_id, checkpoint_ns, dropped)
+
+    delete_for_runs, adelete_for_runs = twins(_delete_for_runs)
+
+    def _copy_thread(self, source_thread_id: str, target_thread_id: str) -> Steps[None]:
+        """Copy every checkpoint, channel value and write of one thread to another (same checkpoint ids)."""
+        source, target = str(source_thread_id), str(target_thread_id)
+        depth = len(self.namespace) + 1  # the thread label's position
+        for kind in (_BLOBS, _WRITES, _CHECKPOINTS):  # checkpoints last: a visible one has its values and writes
+            found: builtins.list[Item] = yield Call(self.items, "list", (self._ns(kind, source),))
+            copies = [
+                ItemWrite((*item.namespace[:depth], target, *item.namespace[depth + 1 :]), item.key, item.value)
+                for item in found
+            ]
+            for chunk in _chunks(copies):
+                yield Call(self.items, "put_many", (chunk,))
+
+    copy_thread, acopy_thread = twins(_copy_thread)
+
+    # --- versions, lifecycle ---------------------------------------------------------------------------------
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """The next channel version: a zero-padded counter and a random fraction (as LangGraph's own savers)."""
+        current_v = 0 if current is None else int(str(current).split(".")[0])  # an int from another saver too
+        return f"{current_v + 1:032}.{random.random():016}"  # noqa: S311 - a tie breaker, not a secret
+
+    def _setup(self) -> Steps[None]:
+        """Create the storage (tables) now rather than on first use; idempotent."""
+        yield Call(self.items, "namespaces", (), {"prefix": self.namespace, "limit": 1})
+
+    setup, asetup = twins(_setup)
+
+    def _close(self) -> Steps[None]:
+        """Close the item memory if this saver owns it (`from_url`)."""
+        if self._owns_items:
+            yield Call(self.items, "close")
+
+    close, aclose = twins(_close)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
