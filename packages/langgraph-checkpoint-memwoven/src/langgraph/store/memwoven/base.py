@@ -328,7 +328,8 @@ class MemwovenStore(BaseStore, Runner):
         for op in ops:
             if isinstance(op, PutOp):
                 puts[(tuple(op.namespace), op.key)] = op
-        writes = self._writes(list(puts.values()))
+        refreshing = any(isinstance(op, (GetOp, SearchOp)) and op.refresh_ttl for op in ops)
+        writes = self._writes(list(puts.values()), check=refreshing)
         results: list[Result] = [None] * len(ops)
         gets = [(i, op) for i, op in enumerate(ops) if isinstance(op, GetOp)]
         for refresh in (False, True):
@@ -493,9 +494,10 @@ class MemwovenStore(BaseStore, Runner):
 
     # --- writes ----------------------------------------------------------------------------------------------
 
-    def _writes(self, ops: list[PutOp]) -> list[ItemWrite]:
-        """The item writes of the puts (deletes excluded), their keys, values and ttls validated as `put_many`
-        validates them, so that a bad put fails the batch before it refreshes a ttl or writes anything."""
+    def _writes(self, ops: list[PutOp], *, check: bool) -> list[ItemWrite]:
+        """The item writes of the puts (deletes excluded). With `check` (the batch refreshes ttls as it reads,
+        before `put_many` validates), their keys, values and ttls are validated here as `put_many` validates them:
+        a bad put fails the batch before it refreshes a ttl or writes anything."""
         writes = []
         for op in ops:
             if op.value is None:
@@ -503,9 +505,10 @@ class MemwovenStore(BaseStore, Runner):
             if op.ttl is not None and not isinstance(op.ttl, (int, float)):
                 raise InvalidInputError(f"ttl must be a number of minutes or None, got {op.ttl!r:.80}")
             ttl = check_ttl(_minutes_to_seconds(op.ttl, "ttl"))  # a huge number of minutes is infinite seconds
-            writes.append(ItemWrite(self._full(op.namespace), op.key, check_item_value(op.value), ttl))
-        check_item_keys([(write.namespace, write.key) for write in writes])
-        check_item_keys([(self._full(op.namespace), op.key) for op in ops if op.value is None])
+            value = check_item_value(op.value) if check else op.value
+            writes.append(ItemWrite(self._full(op.namespace), op.key, value, ttl))
+        if check:
+            check_item_keys([(self._full(op.namespace), op.key) for op in ops])
         return writes
 
     def _texts(self, op: PutOp) -> list[tuple[str, str]]:
