@@ -32,6 +32,33 @@ def cluster() -> Iterator[str]:
 
 
 @contextmanager
+def storage_url(kind: str, tmp_path: Path) -> Iterator[str]:
+    """A URL naming fresh storage of `kind` (sqlite, postgresql, mariadb, redis), its table or key prefix in the
+    query string so that another process opens the same; the storage is removed afterwards."""
+    if kind == "sqlite":
+        yield f"sqlite:///{tmp_path / unique_name('items')}.db"
+        return
+    server = {"postgresql": postgres_url, "mariadb": mysql_url, "redis": redis_url}[kind]()
+    name = unique_name("lgcp")
+    option = "prefix" if kind == "redis" else "table_prefix"
+    url = f"{server}{'&' if '?' in server else '?'}{option}={name}{'' if kind == 'redis' else '_'}"
+    try:
+        yield url
+    finally:
+        items = open_item_memory(url)
+        if kind == "redis":
+            items.close()
+            client = redis.Redis.from_url(server)
+            keys = list(client.scan_iter(match=f"{name}:*", count=1000))
+            if keys:
+                client.delete(*keys)
+            client.close()
+        else:
+            items.drop_tables()  # type: ignore[attr-defined]
+            items.close()
+
+
+@contextmanager
 def item_memory(kind: str, tmp_path: Path, cluster_url: str = "") -> Iterator[ItemMemory]:
     """An item memory of `kind` on fresh storage, emptied and closed afterwards."""
     if kind == "memory":
