@@ -134,11 +134,27 @@ class MemwovenSaver(BaseCheckpointSaver[str], Runner):
         return {"type": kind, "data": base64.b64encode(data).decode("ascii")}
 
     def _load(self, stored: Any) -> Any:
+        """The value `_dump` stored (`CorruptMemoryError` if damaged; a type the serde refuses, such as pickle
+        without `pickle_fallback`, raises the serde's error and is never loaded)."""
         try:
-            data = base64.b64decode(stored["data"], validate=True)
-            return self.serde.loads_typed((stored["type"], data))
-        except (KeyError, TypeError, binascii.Error) as error:
-            raise CorruptMemoryError(f"a stored checkpoint value is damaged: {error}") from None
+            kind, data = stored["type"], base64.b64decode(stored["data"], validate=True)
+        except (KeyError, TypeError, ValueError, binascii.Error) as error:
+            raise CorruptMemoryError(f"a stored checkpoint value is damaged: {error!r:.200}") from None
+        if not isinstance(kind, str):
+            raise CorruptMemoryError(f"a stored checkpoint value has no type: {kind!r:.120}")
+        try:
+            return self.serde.loads_typed((kind, data))
+        except (ValueError, TypeError) as error:  # ormsgpack's and json's decode errors are ValueErrors
+            raise CorruptMemoryError(f"a stored checkpoint value of type {kind!r} is damaged: {error!r:.200}") from None
+
+    @staticmethod
+    def _write_entry(item: Item) -> dict[str, Any]:
+        """A stored pending write's fields, checked."""
+        value = dict(item.value)
+        shapes = {"task_id": str, "channel": str, "task_path": str, "idx": int}
+        if any(not isinstance(value.get(name), kind) for name, kind in shapes.items()):
+            raise CorruptMemoryError(f"a stored pending write is damaged: {item.namespace!r} {item.key!r}")
+        return value
 
     def _config(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
         return {
@@ -159,7 +175,9 @@ class MemwovenSaver(BaseCheckpointSaver[str], Runner):
         for item in found:
             thread_id, checkpoint_ns = self._place(item)
             value: dict[str, Any] = dict(item.value)
-            checkpoint: Checkpoint = self._load(value["checkpoint"])
+            checkpoint: Checkpoint = self._load(value.get("checkpoint"))
+            if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("channel_versions", {}), dict):
+                raise CorruptMemoryError(f"stored checkpoint {item.key!r} of thread {thread_id!r} is damaged")
             versions = checkpoint.get("channel_versions", {})
             blob_ns = self._ns(_BLOBS, thread_id, _label(checkpoint_ns))
             blobs = (
@@ -168,23 +186,25 @@ class MemwovenSaver(BaseCheckpointSaver[str], Runner):
                 else []
             )
             channel_values = {
-                channel: self._load(blob.value["value"])
+                channel: self._load(blob.value.get("value"))
                 for channel, blob in zip(versions, blobs)
-                if blob is not None and "value" in blob.value
+                if blob is not None and "empty" not in blob.value
             }
             stored_writes: builtins.list[Item] = yield Call(
                 self.items, "list", (self._ns(_WRITES, thread_id, _label(checkpoint_ns), item.key),)
             )
             writes: builtins.list[Any] = sorted(
-                (dict(w.value) for w in stored_writes),
+                (self._write_entry(w) for w in stored_writes),
                 key=lambda w: writes_sort_key(w["task_path"], w["task_id"], w["idx"]),
             )
             parent = value.get("parent")
+            if parent is not None and not isinstance(parent, str):
+                raise CorruptMemoryError(f"stored checkpoint {item.key!r} of thread {thread_id!r} is damaged")
             tuples.append(
                 CheckpointTuple(
                     config=self._config(thread_id, checkpoint_ns, item.key),
                     checkpoint={**checkpoint, "channel_values": channel_values},
-                    metadata=self._load(value["metadata"]),
+                    metadata=self._load(value.get("metadata")),
                     parent_config=self._config(thread_id, checkpoint_ns, parent) if parent else None,
                     pending_writes=[(w["task_id"], w["channel"], self._load(w["value"])) for w in writes],
                 )
@@ -243,7 +263,7 @@ class MemwovenSaver(BaseCheckpointSaver[str], Runner):
                 candidates = yield Call(self.items, "list", (prefix,), options)
             for item in candidates:
                 if filter:
-                    metadata = self._load(item.value["metadata"])
+                    metadata = self._load(item.value.get("metadata"))
                     if not all(metadata.get(key) == wanted for key, wanted in filter.items()):
                         continue
                 chosen.append(item)
@@ -396,7 +416,7 @@ class MemwovenSaver(BaseCheckpointSaver[str], Runner):
         kept: builtins.list[Item] = yield Call(self.items, "list", (self._ns(_CHECKPOINTS, thread_id, label),))
         used: set[str] = set()
         for item in kept:
-            checkpoint = self._load(item.value["checkpoint"])
+            checkpoint = self._load(item.value.get("checkpoint"))
             used.update(_blob_key(k, v) for k, v in checkpoint.get("channel_versions", {}).items())
         unused = [(blob.namespace, blob.key) for blob in blobs if blob.key not in used]
         for chunk in _chunks(unused):

@@ -1,0 +1,159 @@
+"""`MemwovenSaver` beyond the conformance suite: bad input refused before anything is written, damaged storage
+raising `CorruptMemoryError`, pickle never loaded unless the serde opts in, `from_url` options, pruning's channel
+values, and copies independent of their source."""
+
+from __future__ import annotations
+
+import base64
+import pickle
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langgraph.checkpoint.base import Checkpoint
+from langgraph.checkpoint.base.id import uuid6
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from saver_support import item_memory
+
+from langgraph.checkpoint.memwoven import MemwovenSaver
+from memwoven import ItemMemory
+from memwoven.errors import CorruptMemoryError, InvalidInputError
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def items(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ItemMemory]:
+    with item_memory(request.param, tmp_path) as memory:
+        yield memory
+
+
+def checkpoint(**values: Any) -> Checkpoint:
+    return {
+        "v": 1,
+        "id": str(uuid6(clock_seq=-1)),
+        "ts": "2026-01-01T00:00:00+00:00",
+        "channel_values": values,
+        "channel_versions": {name: f"{1:032}.0" for name in values},
+        "versions_seen": {},
+        "updated_channels": None,
+    }
+
+
+def put(saver: MemwovenSaver, thread: str, parent: str | None = None, **values: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {"configurable": {"thread_id": thread, "checkpoint_ns": ""}}
+    if parent:
+        config["configurable"]["checkpoint_id"] = parent
+    new = checkpoint(**values)
+    if parent is not None:  # every value changes: a new version
+        new["channel_versions"] = {name: saver.get_next_version(f"{1:032}.0", None) for name in values}
+    return saver.put(config, new, {"source": "loop", "step": 0}, dict(new["channel_versions"]))  # type: ignore[arg-type]
+
+
+def test_bad_input_is_refused_before_anything_is_written(items: ItemMemory) -> None:
+    saver = MemwovenSaver(items)
+    with pytest.raises(InvalidInputError):
+        saver.put({"configurable": {}}, checkpoint(a=1), {}, {"a": 1})
+    with pytest.raises(InvalidInputError):
+        saver.put({"configurable": {"thread_id": ""}}, checkpoint(a=1), {}, {"a": 1})
+    with pytest.raises(InvalidInputError):
+        saver.put_writes({"configurable": {"thread_id": "t"}}, [("a", 1)], "task")
+    with pytest.raises(InvalidInputError):
+        saver.prune(["t"], strategy="keep_some")
+    assert items.list(()) == []
+    for bad in ({"keep_last": 0}, {"keep_last": True}, {"namespace": "lg"}, {"namespace": ()}):
+        with pytest.raises(InvalidInputError):
+            MemwovenSaver(items, **bad)
+    with pytest.raises(InvalidInputError):
+        MemwovenSaver({})  # type: ignore[arg-type]
+
+
+def test_damaged_storage_raises_corrupt_memory_error(items: ItemMemory) -> None:
+    saver = MemwovenSaver(items)
+    stored = put(saver, "t", a=1)
+    saver.put_writes(stored, [("a", 2)], "task")
+    cid = stored["configurable"]["checkpoint_id"]
+    (write,) = items.list((*saver.namespace, "writes"))
+    items.put(write.namespace, write.key, {**write.value, "idx": "zero"})
+    with pytest.raises(CorruptMemoryError):
+        saver.get_tuple(stored)
+    items.put(write.namespace, write.key, write.value)
+    assert saver.get_tuple(stored) is not None
+    address = ((*saver.namespace, "checkpoints", "t", "="), cid)
+    original = items.get(*address)
+    assert original is not None
+    for damage in ({"type": "msgpack", "data": "not base64!"}, {"type": "msgpack", "data": "AAAA"}, None):
+        items.put(*address, {**original.value, "checkpoint": damage})
+        with pytest.raises(CorruptMemoryError):
+            saver.get_tuple(stored)
+        with pytest.raises(CorruptMemoryError):
+            list(saver.list(None))
+
+
+UNPICKLED: list[bool] = []
+
+
+def mark_unpickled() -> None:
+    UNPICKLED.append(True)
+
+
+class _Flag:
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (mark_unpickled, ())
+
+
+def test_pickle_is_never_loaded_unless_the_serde_opts_in(items: ItemMemory) -> None:
+    saver = MemwovenSaver(items)
+    stored = put(saver, "t", a=1)
+    saver.put_writes(stored, [("a", 2)], "task")
+    (write,) = items.list((*saver.namespace, "writes"))
+    payload = {"type": "pickle", "data": base64.b64encode(pickle.dumps(_Flag())).decode()}
+    items.put(write.namespace, write.key, {**write.value, "value": payload})
+    UNPICKLED.clear()
+    with pytest.raises(NotImplementedError, match="pickle"):
+        saver.get_tuple(stored)
+    assert UNPICKLED == []
+    trusting = MemwovenSaver(items, serde=JsonPlusSerializer(pickle_fallback=True))
+    assert trusting.get_tuple(stored) is not None
+    assert UNPICKLED == [True]
+
+
+def test_from_url_passes_the_saver_options_and_owns_the_memory(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cp.db'}"
+    with MemwovenSaver.from_url(url, namespace=("mine",), keep_last=1) as saver:
+        first = put(saver, "t", a=1)
+        put(saver, "t", first["configurable"]["checkpoint_id"], a=2)
+        assert [t.checkpoint["channel_values"] for t in saver.list(None)] == [{"a": 2}]
+        assert {item.namespace[0] for item in saver.items.list(())} == {"mine"}
+    with pytest.raises(InvalidInputError):
+        MemwovenSaver.from_url(url, keep_last=-1)
+
+
+def test_prune_keeps_the_latest_values_and_drops_the_others(items: ItemMemory) -> None:
+    saver = MemwovenSaver(items)
+    first = put(saver, "t", a="old", b="kept")
+    second_config = {"configurable": {**first["configurable"]}}
+    new = checkpoint(a="new", b="kept")
+    new["channel_versions"] = {"a": saver.get_next_version(f"{1:032}.0", None), "b": f"{1:032}.0"}
+    second = saver.put(second_config, new, {"source": "loop", "step": 1}, {"a": new["channel_versions"]["a"]})  # type: ignore[arg-type]
+    saver.put_writes(first, [("a", "pending")], "task")
+    saver.prune(["t"])
+    latest = saver.get_tuple({"configurable": {"thread_id": "t"}})
+    assert latest is not None
+    assert latest.config == second
+    assert latest.checkpoint["channel_values"] == {"a": "new", "b": "kept"}
+    assert len(items.list((*saver.namespace, "blobs"))) == 2  # "old" went with its checkpoint
+    assert items.list((*saver.namespace, "writes")) == []
+
+
+def test_a_copy_outlives_its_source(items: ItemMemory) -> None:
+    saver = MemwovenSaver(items)
+    stored = put(saver, "src", a=[1, 2])
+    saver.put_writes(stored, [("a", 3)], "task")
+    saver.copy_thread("src", "dst")
+    saver.delete_thread("src")
+    assert saver.get_tuple({"configurable": {"thread_id": "src"}}) is None
+    copied = saver.get_tuple({"configurable": {"thread_id": "dst"}})
+    assert copied is not None
+    assert copied.checkpoint["channel_values"] == {"a": [1, 2]}
+    assert copied.pending_writes == [("task", "a", 3)]
+    assert copied.config["configurable"]["checkpoint_id"] == stored["configurable"]["checkpoint_id"]
