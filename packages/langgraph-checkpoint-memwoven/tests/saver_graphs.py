@@ -15,7 +15,7 @@ from typing import Any
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.tools import tool
-from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.store.base import BaseStore
 from langgraph.types import Command, interrupt
@@ -70,12 +70,8 @@ def review(state: Review) -> Review:
 
 def reviewer(saver: MemwovenSaver) -> Any:
     """Write a draft, then wait (`interrupt`) for a person's verdict."""
-    builder = StateGraph(Review)
-    builder.add_node("write", write)
-    builder.add_node("review", review)
+    builder = StateGraph(Review).add_sequence([write, review])
     builder.add_edge(START, "write")
-    builder.add_edge("write", "review")
-    builder.add_edge("review", END)
     return builder.compile(checkpointer=saver)
 
 
