@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from langgraph.checkpoint.base import Checkpoint
+from langchain_core.messages import AIMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.store.memory import InMemoryStore
+from saver_graphs import agent, call
 from saver_support import item_memory
 
 from langgraph.checkpoint.memwoven import MemwovenSaver
@@ -157,3 +160,30 @@ def test_a_copy_outlives_its_source(items: ItemMemory) -> None:
     assert copied.checkpoint["channel_values"] == {"a": [1, 2]}
     assert copied.pending_writes == [("task", "a", 3)]
     assert copied.config["configurable"]["checkpoint_id"] == stored["configurable"]["checkpoint_id"]
+
+
+@pytest.mark.asyncio
+async def test_delta_channel_history_matches_the_base_class_walk(items: ItemMemory) -> None:
+    saver = MemwovenSaver(items)
+    replies = [
+        call("add", "c1", a=1, b=2),
+        AIMessage("3"),
+        AIMessage("hi"),
+        call("add", "c2", a=2, b=2),
+        AIMessage("4"),
+    ]
+    graph = agent(replies, saver, InMemoryStore())
+    config = {"configurable": {"thread_id": "d"}}
+    for question in ("1 + 2?", "hello", "2 + 2?"):
+        graph.invoke({"messages": [("user", question)]}, config)
+    tuples = list(saver.list(config))
+    channels = [*sorted({channel for t in tuples for channel in t.checkpoint["channel_versions"]}), "absent"]
+    compared = 0
+    for target in [config, *(t.config for t in tuples)]:
+        ours = saver.get_delta_channel_history(config=target, channels=channels)
+        walked = BaseCheckpointSaver.get_delta_channel_history(saver, config=target, channels=channels)
+        assert ours == walked
+        assert await saver.aget_delta_channel_history(config=target, channels=channels) == walked
+        compared += sum(len(entry["writes"]) for entry in walked.values())
+    assert compared > 0
+    assert saver.get_delta_channel_history(config=config, channels=[]) == {}

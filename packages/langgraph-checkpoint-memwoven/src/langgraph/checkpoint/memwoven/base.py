@@ -22,7 +22,7 @@ import binascii
 import builtins
 import json
 import random
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -33,6 +33,8 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
+    PendingWrite,
     get_checkpoint_id,
     get_checkpoint_metadata,
     writes_sort_key,
@@ -147,14 +149,19 @@ class MemwovenSaver(BaseCheckpointSaver[str], Runner):
         except (ValueError, TypeError) as error:  # ormsgpack's and json's decode errors are ValueErrors
             raise CorruptMemoryError(f"a stored checkpoint value of type {kind!r} is damaged: {error!r:.200}") from None
 
-    @staticmethod
-    def _write_entry(item: Item) -> dict[str, Any]:
-        """A stored pending write's fields, checked."""
-        value = dict(item.value)
+    def _writes_of(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Steps[builtins.list[Any]]:
+        """The stored pending writes of a checkpoint (their fields checked, values still serialized), in
+        `writes_sort_key` order."""
+        namespace = self._ns(_WRITES, thread_id, _label(checkpoint_ns), checkpoint_id)
+        stored: builtins.list[Item] = yield Call(self.items, "list", (namespace,))
         shapes = {"task_id": str, "channel": str, "task_path": str, "idx": int}
-        if any(not isinstance(value.get(name), kind) for name, kind in shapes.items()):
-            raise CorruptMemoryError(f"a stored pending write is damaged: {item.namespace!r} {item.key!r}")
-        return value
+        for item in stored:
+            if any(not isinstance(item.value.get(name), kind) for name, kind in shapes.items()):
+                raise CorruptMemoryError(f"a stored pending write is damaged: {item.namespace!r} {item.key!r}")
+        return sorted(
+            (dict(item.value) for item in stored),
+            key=lambda w: writes_sort_key(w["task_path"], w["task_id"], w["idx"]),
+        )
 
     def _config(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
         return {
@@ -190,13 +197,7 @@ class MemwovenSaver(BaseCheckpointSaver[str], Runner):
                 for channel, blob in zip(versions, blobs)
                 if blob is not None and "empty" not in blob.value
             }
-            stored_writes: builtins.list[Item] = yield Call(
-                self.items, "list", (self._ns(_WRITES, thread_id, _label(checkpoint_ns), item.key),)
-            )
-            writes: builtins.list[Any] = sorted(
-                (self._write_entry(w) for w in stored_writes),
-                key=lambda w: writes_sort_key(w["task_path"], w["task_id"], w["idx"]),
-            )
+            writes = yield from self._writes_of(thread_id, checkpoint_ns, item.key)
             parent = value.get("parent")
             if parent is not None and not isinstance(parent, str):
                 raise CorruptMemoryError(f"stored checkpoint {item.key!r} of thread {thread_id!r} is damaged")
@@ -224,6 +225,54 @@ class MemwovenSaver(BaseCheckpointSaver[str], Runner):
         return tuples[0] if tuples else None
 
     get_tuple, aget_tuple = twins(_get_tuple)
+
+    def _get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Steps[Mapping[str, DeltaChannelHistory]]:
+        """For each of `channels`, the writes on the parent chain of the checkpoint `config` names, oldest first,
+        back to the nearest ancestor storing a value of the channel (its `seed`), as the base class defines it; an
+        ancestor costs one read of its checkpoint, its writes and only the asked channels' values."""
+        if not channels:
+            return {}
+        thread_id, checkpoint_ns, checkpoint_id = self._where(config)
+        label = _label(checkpoint_ns)
+        namespace = self._ns(_CHECKPOINTS, thread_id, label)
+        if checkpoint_id:
+            target = yield Call(self.items, "get", (namespace, checkpoint_id))
+        else:
+            newest = yield Call(self.items, "list", (namespace,), {"order": "desc", "limit": 1})
+            target = newest[0] if newest else None
+        collected: dict[str, builtins.list[PendingWrite]] = {channel: [] for channel in channels}
+        seeds: dict[str, Any] = {}
+        remaining = set(channels)
+        parent = None if target is None else target.value.get("parent")
+        while isinstance(parent, str) and remaining:
+            item: Item | None = yield Call(self.items, "get", (namespace, parent))
+            if item is None:
+                break
+            versions = self._load(item.value.get("checkpoint")).get("channel_versions", {})
+            asked = [channel for channel in remaining if channel in versions]
+            keys = [(self._ns(_BLOBS, thread_id, label), _blob_key(channel, versions[channel])) for channel in asked]
+            blobs = (yield Call(self.items, "get_many", (keys,))) if keys else []
+            found = {
+                channel: blob.value.get("value")
+                for channel, blob in zip(asked, blobs)
+                if blob is not None and "empty" not in blob.value
+            }
+            for write in reversed((yield from self._writes_of(thread_id, checkpoint_ns, item.key))):
+                if write["channel"] in remaining:
+                    collected[write["channel"]].append((write["task_id"], write["channel"], self._load(write["value"])))
+            seeds.update({channel: self._load(value) for channel, value in found.items()})
+            remaining -= found.keys()
+            parent = item.value.get("parent")
+        history: dict[str, DeltaChannelHistory] = {}
+        for channel in channels:
+            history[channel] = {"writes": collected[channel][::-1]}
+            if channel in seeds:
+                history[channel]["seed"] = seeds[channel]
+        return history
+
+    get_delta_channel_history, aget_delta_channel_history = twins(_get_delta_channel_history)
 
     def _list_steps(
         self,
