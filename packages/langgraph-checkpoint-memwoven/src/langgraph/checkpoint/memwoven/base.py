@@ -422,6 +422,10 @@ class MemwovenSaver(BaseCheckpointSaver[str], Runner):
                 for key, (slot, channel, value) in keyed.items()
             ]
             yield Call(self.items, "put_many", (new,))
+            if self.keep_last is not None:  # landed after retention dropped its checkpoint: delete it too
+                oldest = yield from self._oldest_kept(thread_id, checkpoint_ns, self.keep_last)
+                if oldest is not None and checkpoint_id < oldest:
+                    yield Call(self.items, "delete_many", ([(write.namespace, write.key) for write in new],))
 
     put_writes, aput_writes = twins(_put_writes)
 
@@ -450,8 +454,8 @@ class MemwovenSaver(BaseCheckpointSaver[str], Runner):
         if not dropped:
             return
         label = _label(checkpoint_ns)
-        yield from self._delete_under([self._ns(_WRITES, thread_id, label, item.key) for item in dropped])
         yield Call(self.items, "delete_many", ([(item.namespace, item.key) for item in dropped],))
+        yield from self._delete_under([self._ns(_WRITES, thread_id, label, item.key) for item in dropped])
         yield from self._collect_blobs(thread_id, checkpoint_ns)
 
     def _collect_blobs(self, thread_id: str, checkpoint_ns: str) -> Steps[None]:
@@ -471,10 +475,24 @@ class MemwovenSaver(BaseCheckpointSaver[str], Runner):
         for chunk in _chunks(unused):
             yield Call(self.items, "delete_many", (chunk,))
 
-    def _retain(self, thread_id: str, checkpoint_ns: str, keep: int) -> Steps[None]:
+    def _oldest_kept(self, thread_id: str, checkpoint_ns: str, keep: int) -> Steps[str | None]:
+        """The id of the `keep`-th newest checkpoint of a thread's namespace (None if it has fewer)."""
         namespace = self._ns(_CHECKPOINTS, thread_id, _label(checkpoint_ns))
+        found = yield Call(self.items, "list", (namespace,), {"order": "desc", "offset": keep - 1, "limit": 1})
+        return found[0].key if found else None
+
+    def _retain(self, thread_id: str, checkpoint_ns: str, keep: int) -> Steps[None]:
+        """Keep the newest `keep` checkpoints of a thread's namespace: drop the older ones, then the writes of any
+        older checkpoint. LangGraph stores writes asynchronously, so a write for a dropped checkpoint may land after
+        it was dropped; such a write is deleted here, or by `_put_writes` when it lands after this pass."""
+        label = _label(checkpoint_ns)
+        namespace = self._ns(_CHECKPOINTS, thread_id, label)
         dropped = yield Call(self.items, "list", (namespace,), {"order": "desc", "offset": keep})
         yield from self._drop_checkpoints(thread_id, checkpoint_ns, dropped)
+        oldest = yield from self._oldest_kept(thread_id, checkpoint_ns, keep)
+        if oldest is not None:
+            spaces = yield Call(self.items, "namespaces", (), {"prefix": self._ns(_WRITES, thread_id, label)})
+            yield from self._delete_under([space for space in spaces if space[-1] < oldest])
 
     def _prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> Steps[None]:
         """Prune the threads: ``"keep_latest"`` keeps the newest checkpoint of each checkpoint namespace (with its
