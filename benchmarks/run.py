@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import _threads  # noqa: F401  (before numpy)
 import chat_history
+import checkpoint_bench
 import conversation
 import langchain_history
 import llama_index_bench
@@ -244,6 +245,11 @@ def main() -> None:
     count, put_count, store_runs = (10_000, 2_000, 5) if args.quick else (100_000, 10_000, 15)
     store = store_bench.run(report, postgres=postgres, count=count, put_count=put_count, runs=store_runs)
     _lap("store_bench")
+    steps, prune_steps, checkpoint_runs = (200, 200, 2) if args.quick else (200, 1_000, 5)
+    checkpoints = checkpoint_bench.run(
+        report, postgres=postgres, steps=steps, prune_steps=prune_steps, runs=checkpoint_runs
+    )
+    _lap("checkpoint_bench")
 
     RESULTS.mkdir(exist_ok=True)
     mode = "quick" if args.quick else "full"
@@ -285,6 +291,11 @@ def main() -> None:
             "## LangGraph store: MemwovenStore against SqliteStore and PostgresStore",
             "",
             store_bench.markdown(store),
+            "",
+            "## LangGraph checkpointer: MemwovenSaver against SqliteSaver and PostgresSaver",
+            "",
+            checkpoint_bench.markdown(checkpoints),
+            "",
             "## All rows and targets",
             "",
             report.markdown(),

@@ -1,0 +1,246 @@
+"""LangGraph checkpointers: memwoven's `MemwovenSaver` (langgraph-checkpoint-memwoven, on `SQLItemMemory`) against
+LangGraph's own `SqliteSaver` (langgraph-checkpoint-sqlite) and `PostgresSaver` (langgraph-checkpoint-postgres),
+on the same graph in the same run.
+
+The graph: one node that loops on itself for `STEPS` super-steps, each replacing a small state (a counter and a
+300-character note), so every step writes one checkpoint whose size does not grow: what grows is the thread. The
+node notes the time it starts; the time between two starts is one step: LangGraph's own work plus the
+checkpointer's `put` / `put_writes` of the step before (the same graph code for every saver, so the differences are
+the savers'). "Step 10" is the median of steps 5-15, "step N" of the last ten. The subjects take turns, one
+thread each per round, on fresh threads.
+
+Also, memwoven only (LangGraph's savers have no `prune`): the stored bytes of a `PRUNE_STEPS`-step thread after
+`prune(strategy="keep_latest")` against those of a one-step thread after the same prune (one checkpoint).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypedDict
+
+import psycopg
+from harness import Report
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import END, START, StateGraph
+
+from langgraph.checkpoint.memwoven import MemwovenSaver
+from memwoven import SQLItemMemory
+
+OURS = "MemwovenSaver"
+RATIO_GOAL = 1.0
+FLAT_GOAL = 1.3
+PRUNE_GOAL = 2.0
+NAMESPACE = ("langgraph_checkpoints",)
+
+
+class State(TypedDict):
+    """The graph's state: replaced whole by every step, so its size stays the same."""
+
+    count: int
+    note: str
+
+
+@dataclass
+class Place:
+    """One database with memwoven's saver and LangGraph's own."""
+
+    database: str
+    items: SQLItemMemory
+    ours: MemwovenSaver
+    peer: BaseCheckpointSaver[Any]
+    peer_name: str
+
+
+@dataclass
+class StepTimes:
+    """Per-step times (seconds) of one subject, one list per thread run."""
+
+    runs: list[list[float]] = field(default_factory=list)
+
+    def window(self, first: int, last: int) -> float:
+        """The median step time of steps `first`..`last` (1-based, inclusive) over every run."""
+        return statistics.median(t for run in self.runs for t in run[first - 1 : last])
+
+
+@dataclass
+class CheckpointResults:
+    """Everything the checkpoint benchmark measured, for its Markdown section."""
+
+    steps: int
+    prune_steps: int
+    timings: dict[tuple[str, str], StepTimes] = field(default_factory=dict)  # (database, subject) -> step times
+    peers: dict[str, str] = field(default_factory=dict)  # database -> peer subject
+    pruned_bytes: int = 0
+    one_checkpoint_bytes: int = 0
+
+
+def step_graph(saver: BaseCheckpointSaver[Any], steps: int, starts: list[float] | None = None) -> Any:
+    """The benchmark's graph on `saver`: `steps` super-steps, each noting its start time in `starts`."""
+
+    def step(state: State) -> dict[str, Any]:
+        if starts is not None:
+            starts.append(time.perf_counter())
+        count = state["count"] + 1
+        return {"count": count, "note": f"step {count:06d} " + "x" * 288}
+
+    builder = StateGraph(State)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    builder.add_conditional_edges("step", lambda state: "step" if state["count"] < steps else END)
+    return builder.compile(checkpointer=saver)
+
+
+def run_thread(saver: BaseCheckpointSaver[Any], steps: int, thread_id: str, starts: list[float] | None = None) -> None:
+    """Run the graph on a thread of `saver` to its end, each step's checkpoint saved before the next step starts
+    (``durability="sync"``: LangGraph's default saves in the background, hiding the saver's time)."""
+    config: Any = {"configurable": {"thread_id": thread_id}, "recursion_limit": steps + 10}
+    step_graph(saver, steps, starts).invoke({"count": 0, "note": ""}, config, durability="sync")
+
+
+def step_times(saver: BaseCheckpointSaver[Any], steps: int) -> list[float]:
+    """Run a fresh thread of `steps` super-steps on `saver`; return the time of each step after the first."""
+    starts: list[float] = []
+    run_thread(saver, steps, uuid.uuid4().hex, starts)
+    return [later - earlier for earlier, later in itertools.pairwise(starts)]
+
+
+@contextlib.contextmanager
+def sqlite_place(directory: Path) -> Iterator[Place]:
+    """Fresh SQLite files for both savers (memwoven's engine: WAL; SqliteSaver: its defaults)."""
+    items = SQLItemMemory(f"sqlite:///{directory / 'memwoven.db'}")
+    ours = MemwovenSaver(items)
+    try:
+        with SqliteSaver.from_conn_string(str(directory / "langgraph.db")) as peer:
+            peer.setup()
+            yield Place("SQLite", items, ours, peer, "SqliteSaver")
+    finally:
+        items.close()
+
+
+@contextlib.contextmanager
+def postgres_place(url: str) -> Iterator[Place]:
+    """memwoven's table under a unique prefix, PostgresSaver in a unique schema; both dropped afterwards."""
+    tag = uuid.uuid4().hex[:8]
+    schema = f"lgckpt_{tag}"
+    scheme, rest = url.split("://", 1)
+    conninfo = f"{scheme.split('+', 1)[0]}://{rest}"
+    with psycopg.connect(conninfo, autocommit=True) as admin:
+        admin.execute(f'CREATE SCHEMA "{schema}"')
+        try:
+            items = SQLItemMemory(url, table_prefix=f"mwckpt_{tag}_")
+            try:
+                path = f"{conninfo}{'&' if '?' in conninfo else '?'}options=-csearch_path%3D{schema}"
+                with PostgresSaver.from_conn_string(path) as peer:
+                    peer.setup()
+                    yield Place("PostgreSQL", items, MemwovenSaver(items), peer, "PostgresSaver")
+            finally:
+                items.drop_tables()
+                items.close()
+        finally:
+            admin.execute(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def take_turns(place: Place, steps: int, runs: int, results: CheckpointResults) -> None:
+    """`runs` rounds, each running a fresh thread on memwoven's saver and on LangGraph's."""
+    subjects: dict[str, BaseCheckpointSaver[Any]] = {OURS: place.ours, place.peer_name: place.peer}
+    results.peers[place.database] = place.peer_name
+    for name in subjects:
+        results.timings[place.database, name] = StepTimes()
+    for _ in range(runs):
+        for name, saver in subjects.items():
+            results.timings[place.database, name].runs.append(step_times(saver, steps))
+
+
+def stored_bytes(items: SQLItemMemory) -> int:
+    """The bytes of every item under the saver's namespace: keys and JSON values as stored."""
+    return sum(
+        len(item.key.encode()) + len(json.dumps(item.value, ensure_ascii=False, separators=(",", ":")).encode())
+        for item in items.list(NAMESPACE)
+    )
+
+
+def prune_storage(directory: Path, steps: int, results: CheckpointResults) -> None:
+    """Stored bytes after `prune(keep_latest)` of a `steps`-step thread and of a one-step thread (memwoven)."""
+    for count, attribute in ((1, "one_checkpoint_bytes"), (steps, "pruned_bytes")):
+        with SQLItemMemory(f"sqlite:///{directory / f'prune-{count}.db'}") as items:
+            saver = MemwovenSaver(items)
+            run_thread(saver, count, "t")
+            saver.prune(["t"], strategy="keep_latest")
+            setattr(results, attribute, stored_bytes(items))
+
+
+def run(report: Report, *, postgres: str, steps: int, prune_steps: int, runs: int) -> CheckpointResults:
+    """Measure both databases and the prune, add the rows and targets to `report`, return them for `markdown`."""
+    results = CheckpointResults(steps=steps, prune_steps=prune_steps)
+    places: list[Callable[[Path], contextlib.AbstractContextManager[Place]]] = [
+        sqlite_place,
+        lambda _: postgres_place(postgres),
+    ]
+    with tempfile.TemporaryDirectory(prefix="mwbench-ckpt-") as temporary:
+        for open_place in places:
+            with open_place(Path(temporary)) as place:
+                take_turns(place, steps, runs, results)
+        prune_storage(Path(temporary), prune_steps, results)
+    _report(report, results)
+    return results
+
+
+def _report(report: Report, results: CheckpointResults) -> None:
+    last = results.steps - 1
+    for database, peer in results.peers.items():
+        ours, theirs = results.timings[database, OURS], results.timings[database, peer]
+        for at, (first, final) in ((10, (5, 15)), (results.steps, (last - 9, last))):
+            ratio = ours.window(first, final) / theirs.window(first, final)
+            report.target(f"{database}, step {at} of a {results.steps}-step thread: {OURS} / {peer}", ratio, 1.0, False)
+        flat = ours.window(last - 9, last) / ours.window(5, 15)
+        report.target(f"{database}: {OURS} step {results.steps} / step 10", flat, FLAT_GOAL, False)
+    if results.one_checkpoint_bytes:
+        pruned = results.pruned_bytes / results.one_checkpoint_bytes
+        report.target(
+            f"{OURS}: stored bytes of a {results.prune_steps}-step thread after prune / one checkpoint",
+            pruned,
+            PRUNE_GOAL,
+            False,
+        )
+
+
+def markdown(results: CheckpointResults) -> str:
+    """The section: per-step times at step 10 and at the last step, per database and saver, and the prune."""
+    last = results.steps - 1
+    lines = [
+        f"A graph of {results.steps} super-steps per thread (a node looping on itself, replacing a state of ~300 "
+        "bytes); the time between two steps' starts, LangGraph's work plus the saver's. Medians over the rounds' "
+        "threads (the subjects take turns).",
+        "",
+        "| database | saver | step 10 | last 10 steps | last / step 10 | vs LangGraph's saver (step 10, last) |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for database, peer in results.peers.items():
+        ours, theirs = results.timings[database, OURS], results.timings[database, peer]
+        for name, timing in ((OURS, ours), (peer, theirs)):
+            early, late = timing.window(5, 15), timing.window(last - 9, last)
+            versus = ""
+            if name == OURS:
+                versus = f"{early / theirs.window(5, 15):.2f}x, {late / theirs.window(last - 9, last):.2f}x"
+            lines.append(
+                f"| {database} | {name} | {early * 1e3:.2f} ms | {late * 1e3:.2f} ms | {late / early:.2f}x | {versus} |"
+            )
+    if results.one_checkpoint_bytes:
+        lines += [
+            "",
+            f'Stored after `prune(strategy="keep_latest")` (MemwovenSaver on SQLite): a {results.prune_steps:,}-step '
+            f"thread {results.pruned_bytes:,} bytes, a one-step thread {results.one_checkpoint_bytes:,} bytes "
+            f"({results.pruned_bytes / results.one_checkpoint_bytes:.2f}x).",
+        ]
+    return "\n".join(lines)
