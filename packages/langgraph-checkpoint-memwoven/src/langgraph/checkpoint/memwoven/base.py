@@ -44,7 +44,7 @@ from typing_extensions import Self
 
 from memwoven import Item, ItemMemory, ItemWrite, open_item_memory
 from memwoven._steps import Call, Runner, Steps, twins
-from memwoven.errors import CorruptMemoryError, InvalidInputError
+from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 
 __all__ = ["MemwovenSaver"]
 
@@ -400,14 +400,12 @@ class MemwovenSaver(BaseCheckpointSaver[str], Runner):
         for index, (channel, value) in enumerate(writes):
             slot = WRITES_IDX_MAP.get(channel, index)
             keyed[_write_key(task_id, slot)] = (slot, channel, value)
-        regular = [key for key, (slot, _, _) in keyed.items() if slot >= 0]
-        if regular:
-            stored = yield Call(self.items, "get_many", ([(namespace, key) for key in regular],))
-            for key, item in zip(regular, stored):
-                if item is not None:
-                    del keyed[key]
-        if keyed:
-            new = [
+        if not keyed:
+            return
+
+        def stored(keys: dict[str, tuple[int, str, Any]], first: bool) -> builtins.list[ItemWrite]:
+            """The item writes of `keys`: `first`, a regular write expects to be new (a special one replaces)."""
+            return [
                 ItemWrite(
                     namespace,
                     key,
@@ -418,14 +416,28 @@ class MemwovenSaver(BaseCheckpointSaver[str], Runner):
                         "task_path": task_path,
                         "idx": slot,
                     },
+                    None,
+                    0 if first and slot >= 0 else None,
                 )
-                for key, (slot, channel, value) in keyed.items()
+                for key, (slot, channel, value) in keys.items()
             ]
-            yield Call(self.items, "put_many", (new,))
-            if self.keep_last is not None:  # landed after retention dropped its checkpoint: delete it too
-                oldest = yield from self._oldest_kept(thread_id, checkpoint_ns, self.keep_last)
-                if oldest is not None and checkpoint_id < oldest:
-                    yield Call(self.items, "delete_many", ([(write.namespace, write.key) for write in new],))
+
+        new = stored(keyed, True)
+        try:
+            yield Call(self.items, "put_many", (new,))  # one transaction when none of them is stored yet
+        except ConcurrentModificationError:  # some are (a task's writes put again): keep those, put the rest
+            regular = [key for key, (slot, _, _) in keyed.items() if slot >= 0]
+            found = yield Call(self.items, "get_many", ([(namespace, key) for key in regular],))
+            for key, item in zip(regular, found):
+                if item is not None:
+                    del keyed[key]
+            new = stored(keyed, False)
+            if new:
+                yield Call(self.items, "put_many", (new,))
+        if new and self.keep_last is not None:  # landed after retention dropped its checkpoint: delete it too
+            oldest = yield from self._oldest_kept(thread_id, checkpoint_ns, self.keep_last)
+            if oldest is not None and checkpoint_id < oldest:
+                yield Call(self.items, "delete_many", ([(write.namespace, write.key) for write in new],))
 
     put_writes, aput_writes = twins(_put_writes)
 
