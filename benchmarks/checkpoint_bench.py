@@ -44,6 +44,22 @@ PRUNE_GOAL = 2.0
 NAMESPACE = ("langgraph_checkpoints",)
 
 
+REASONS = [
+    "- LangGraph checkpointer, per-step time (targets <= 1.0x of SqliteSaver / PostgresSaver, and step 200 <= 1.3x "
+    "step 10): MemwovenSaver is 2.1-2.5x SqliteSaver and 2.7-3.8x PostgresSaver per step (flat in thread length on "
+    "both: 0.9-1.2x). Counted and timed per step (200-step thread, SQLite): a step is two ItemMemory write "
+    "transactions, the checkpoint with its changed channel values (put_many) and the task's writes (put_many "
+    "expecting them new), each ~0.7 ms through the contract (every item validated, the stored versions read for "
+    "compare-and-set, SQLAlchemy's upsert), where SqliteSaver runs two statements on one connection. LangGraph "
+    "submits the two from different threads: they met in SQLite's busy handler, which sleeps 1-100 ms (3.7 ms a "
+    "put_many), until SQLite writes took turns on a lock in the process (2.1 ms, waiting included). On PostgreSQL "
+    "each write transaction is four statements in sequence (a placeholder INSERT and a SELECT ... FOR UPDATE for "
+    "compare-and-set, the upsert, COMMIT), twice per step, against PostgresSaver's pipelined inserts. What would "
+    "close it: one transaction per step (the checkpoint and the previous task's writes together) and a write path "
+    "without compare-and-set for items that are never rewritten (checkpoints and blobs are keyed by new ids).",
+]
+
+
 class State(TypedDict):
     """The graph's state: replaced whole by every step, so its size stays the same."""
 

@@ -171,6 +171,7 @@ REASONS = [
     "- SimpleChatStore.persist raises PydanticSerializationError with llama-index-core 0.14.25 and pydantic 2.14 "
     "(its WrapSerializer passes `info` to the handler); it is measured in memory only.",
     *store_bench.REASONS,
+    *checkpoint_bench.REASONS,
 ]
 
 

@@ -153,7 +153,11 @@ def check_langchain() -> None:
 
 
 def check_langgraph() -> None:
-    """The LangGraph store: on SQLite by URL, with semantic search through a plain embedding function."""
+    """The LangGraph store: on SQLite by URL, with semantic search through a plain embedding function; the
+    checkpointer: a checkpoint and a write put and read back through a second saver."""
+    from langgraph.checkpoint.base import empty_checkpoint
+
+    from langgraph.checkpoint.memwoven import MemwovenSaver
     from langgraph.store.memwoven import MemwovenStore
     from memwoven.embed import HashingEmbedFn
 
@@ -170,6 +174,18 @@ def check_langgraph() -> None:
         assert item is not None
         assert item.value == {"text": "likes green tea"}
         assert store.search(("users",), query="green tea", limit=1)[0].key == "m1"
+    with tempfile.TemporaryDirectory() as directory:
+        url = f"sqlite:///{directory}/c.db"
+        with MemwovenSaver.from_url(url) as saver:
+            saver.setup()
+            checkpoint = {**empty_checkpoint(), "channel_values": {"count": 1}, "channel_versions": {"count": "1"}}
+            config = saver.put({"configurable": {"thread_id": "t"}}, checkpoint, {"step": 0}, {"count": "1"})
+            saver.put_writes(config, [("count", 2)], task_id="task")
+        with MemwovenSaver.from_url(url) as saver:
+            found = saver.get_tuple({"configurable": {"thread_id": "t"}})
+            assert found is not None
+            assert found.checkpoint["channel_values"] == {"count": 1}
+            assert found.pending_writes == [("task", "count", 2)]
 
 
 def check_llama_index() -> None:
