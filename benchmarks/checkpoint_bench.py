@@ -46,7 +46,7 @@ NAMESPACE = ("langgraph_checkpoints",)
 
 REASONS = [
     "- LangGraph checkpointer, per-step time (targets <= 1.0x of SqliteSaver / PostgresSaver, and step 200 <= 1.3x "
-    "step 10): MemwovenSaver is 2.1-2.5x SqliteSaver and 2.7-3.8x PostgresSaver per step (flat in thread length on "
+    "step 10): MemwovenSaver is 2.1-2.7x SqliteSaver and 2.7-3.8x PostgresSaver per step (flat in thread length on "
     "both: 0.9-1.2x). Counted and timed per step (200-step thread, SQLite): a step is two ItemMemory write "
     "transactions, the checkpoint with its changed channel values (put_many) and the task's writes (put_many "
     "expecting them new), each ~0.7 ms through the contract (every item validated, the stored versions read for "
