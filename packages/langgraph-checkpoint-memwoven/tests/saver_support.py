@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from memwoven import ItemMemory, open_item_memory
+from memwoven.encryption import EncryptedItemMemory, generate_key
 from memwoven_test_support import mysql_url, postgres_url, redis_url, unique_name
 from memwoven_test_support.redis_servers import redis_cluster
 
@@ -67,6 +68,9 @@ def item_memory(kind: str, tmp_path: Path, cluster_url: str = "") -> Iterator[It
         items = open_item_memory(f"file://{tmp_path / unique_name('items')}")
     elif kind == "sqlite":
         items = open_item_memory(f"sqlite:///{tmp_path / unique_name('items')}.db")
+    elif kind == "encrypted-sqlite":  # values encrypted at rest, thread ids and keys hashed
+        inner = open_item_memory(f"sqlite:///{tmp_path / unique_name('items')}.db")
+        items = EncryptedItemMemory(inner, key=generate_key(), id_key=generate_key())
     elif kind in ("postgresql", "mariadb"):
         url = postgres_url() if kind == "postgresql" else mysql_url()
         items = open_item_memory(url, table_prefix=unique_name("lgcp") + "_")

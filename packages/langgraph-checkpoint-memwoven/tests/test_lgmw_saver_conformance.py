@@ -1,5 +1,6 @@
 """LangGraph's checkpointer conformance suite (`langgraph-checkpoint-conformance`) against `MemwovenSaver` and
-`AsyncMemwovenSaver` on every backend: every capability, required and optional, is detected and passes."""
+`AsyncMemwovenSaver` on every backend, and on SQLite through memwoven's encryption wrapper (values encrypted at
+rest, ids hashed): every capability, required and optional, is detected and passes."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
-from saver_support import cluster, item_memory, kind_params
+from saver_support import KINDS, cluster, item_memory, kind_params
 
 from langgraph.checkpoint.memwoven import AsyncMemwovenSaver, MemwovenSaver
 from memwoven_test_support import unique_name
@@ -25,7 +26,7 @@ def cluster_url(request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.mark.asyncio
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("saver_class", [MemwovenSaver, AsyncMemwovenSaver])
-@pytest.mark.parametrize("kind", kind_params())
+@pytest.mark.parametrize("kind", kind_params([*KINDS, "encrypted-sqlite"]))
 async def test_conformance(
     kind: str, saver_class: type[MemwovenSaver], tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
