@@ -32,6 +32,14 @@ EXPECTED = {
         "recalled: My favourite drink is green tea.",
         "memories per user: {'alice': 3, 'bob': 1}",
     ],
+    "langgraph_agent.py": [
+        "first process: 10 messages in thread-1",
+        "second process resumed thread-1 (Ada in the store):",
+        "  ai:  -> add({'a': 40, 'b': 2})\n  tool: 42\n  ai: 40 + 2 = 42\n  human: What was my first sum?\n"
+        "  ai: Your first sum was 5, Ada.",
+        "paused before the tool call: next = ('tools',)",
+        "approved in another process: 7 + 8 = 15",
+    ],
     "cross_framework_session.py": [
         "assistant: <tool call weather({'city': 'Cortina'})>",
         "user: 'What is in this picture? And the weather in Cortina?' <image image/png>",
