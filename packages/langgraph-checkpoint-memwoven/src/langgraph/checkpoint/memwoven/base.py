@@ -25,6 +25,7 @@ import random
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any
 
+from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -42,7 +43,8 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from typing_extensions import Self
 
-from memwoven import Item, ItemMemory, ItemWrite, open_item_memory
+from langchain_memwoven.messages import to_memwoven_messages
+from memwoven import Item, ItemMemory, ItemWrite, Message, open_item_memory
 from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 
@@ -225,6 +227,24 @@ class MemwovenSaver(BaseCheckpointSaver[str], Runner):
         return tuples[0] if tuples else None
 
     get_tuple, aget_tuple = twins(_get_tuple)
+
+    def _thread_messages(
+        self, thread_id: str, *, checkpoint_ns: str = "", channel: str = "messages"
+    ) -> Steps[builtins.list[Message]]:
+        """The messages of a thread's latest checkpoint (its `channel`, a list of LangChain messages as
+        `MessagesState` keeps it) as memwoven `Message`s, to show, export or keep them with memwoven's tools (a
+        `ChatMemory`, the CLI, LlamaIndex's chat store); [] for an unknown thread. `InvalidInputError` if the
+        channel holds something else."""
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}}
+        found = yield from self._get_tuple(config)
+        if found is None:
+            return []
+        value = found.checkpoint["channel_values"].get(channel, [])
+        if not isinstance(value, builtins.list) or not all(isinstance(m, BaseMessage) for m in value):
+            raise InvalidInputError(f"channel {channel!r} of thread {thread_id!r} holds no list of messages")
+        return to_memwoven_messages(value)
+
+    thread_messages, athread_messages = twins(_thread_messages)
 
     def _get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
