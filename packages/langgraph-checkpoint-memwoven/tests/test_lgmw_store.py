@@ -137,7 +137,6 @@ def test_text_fields_and_the_distance_types(distance: str) -> None:
         ({"dims": True, "embed": sync_embed}, InMemoryVectorMemory(), "dims must be a positive int"),
         ({"dims": "16", "embed": sync_embed}, InMemoryVectorMemory(), "dims must be a positive int"),
         ({"dims": 16, "embed": None}, InMemoryVectorMemory(), "embed"),
-        ({"dims": 16, "embed": "openai:text-embedding-3-small"}, InMemoryVectorMemory(), "langchain"),
         ({"dims": 16, "embed": sync_embed, "distance_type": "hamming"}, InMemoryVectorMemory(), "distance_type"),
         ({"dims": 16, "embed": sync_embed}, InMemoryVectorMemory(metric="dot"), "metric 'cosine'"),
         ({"dims": 16, "embed": sync_embed, "distance_type": "l2"}, InMemoryVectorMemory(), "metric 'dot'"),
@@ -154,6 +153,14 @@ def test_text_fields_and_the_distance_types(distance: str) -> None:
 def test_an_unusable_index_config_is_refused(index: Any, vectors: Any, message: str) -> None:
     with pytest.raises(InvalidInputError, match=message):
         MemwovenStore(InMemoryItemMemory(), vectors=vectors, index=index)
+
+
+def test_a_provider_string_needs_langchain_and_the_provider_package() -> None:
+    # without langchain: LangGraph's ValueError, as InvalidInputError; with it, init_embeddings' ImportError naming
+    # the provider's package (langchain-openai), as LangGraph's own stores raise it
+    index = {"dims": 16, "embed": "openai:text-embedding-3-small"}
+    with pytest.raises((InvalidInputError, ImportError), match="langchain"):
+        MemwovenStore(InMemoryItemMemory(), vectors=InMemoryVectorMemory(), index=index)
 
 
 # --- filters never reach SQL -----------------------------------------------------------------------------------
