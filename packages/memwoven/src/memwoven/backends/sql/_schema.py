@@ -28,6 +28,7 @@ verbatim; plain text elsewhere), so what is read back is exactly what was writte
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
@@ -263,14 +264,16 @@ def insert_ignoring(connection: Connection, table: sa.Table, values: Mapping[str
 
 def upsert(connection: Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
     """Insert `rows` or replace the rows with the same primary key: one statement, executed for many rows."""
-    dialect = connection.dialect.name
+    connection.execute(_upsert_statement(table, tuple(rows[0]), connection.dialect.name), rows)
+
+
+@functools.lru_cache(maxsize=256)
+def _upsert_statement(table: sa.Table, columns: tuple[str, ...], dialect: str) -> sa.Executable:
+    """The upsert of `columns` into `table` on `dialect`, built once: building it costs more than a one-row write."""
     keys = [column.name for column in table.primary_key.columns]
-    replaced = [name for name in rows[0] if name not in keys]
-    statement: sa.Executable
+    replaced = [name for name in columns if name not in keys]
     if dialect in _MYSQL:
         mysql_statement = mysql_insert(table)
-        statement = mysql_statement.on_duplicate_key_update({n: mysql_statement.inserted[n] for n in replaced})
-    else:
-        insert = postgresql_insert(table) if dialect == "postgresql" else sqlite_insert(table)
-        statement = insert.on_conflict_do_update(index_elements=keys, set_={n: insert.excluded[n] for n in replaced})
-    connection.execute(statement, rows)
+        return mysql_statement.on_duplicate_key_update({n: mysql_statement.inserted[n] for n in replaced})
+    insert = postgresql_insert(table) if dialect == "postgresql" else sqlite_insert(table)
+    return insert.on_conflict_do_update(index_elements=keys, set_={n: insert.excluded[n] for n in replaced})

@@ -20,12 +20,16 @@ scans; (3) the strings sort as the tuples do (a shorter label, followed by the s
 `HEAD_CHARS` characters of the encoding: a prefix that short is a range on it; a longer one is an equality on
 its head plus the range on the full text.
 
-Every write runs in one transaction. On PostgreSQL and MariaDB a write first inserts placeholder rows (version 0)
-for the items it writes that are absent, ignoring those that exist, then locks them all (``FOR UPDATE``, in
-address order), so that compare-and-set sees the latest committed version and a concurrent creation of the same
-item waits; the placeholders are overwritten (or rolled back) before the transaction ends, so no reader sees
-them. SQLite runs writes one at a time (``BEGIN IMMEDIATE``). `put_many` checks every expected version before it
-writes anything: all or nothing.
+Every write runs in one transaction. On SQLite and PostgreSQL the items that need no compare-and-set are
+written without reading them first: an upsert whose update derives the version and times from the stored row
+(`_unlocked_writes`), and an insert leaving stored rows alone for those expected to be new; each returns the
+versions it wrote. The rest (an expected version, or an expected-new item found stored, which may have expired)
+and every write on MariaDB (whose upsert returns nothing) take the locked path: on PostgreSQL and MariaDB it first
+inserts placeholder rows (version 0) for the items absent, ignoring those that exist, then locks them all (``FOR
+UPDATE``, in address order), so that compare-and-set sees the latest committed version and a concurrent creation
+of the same item waits; the placeholders are overwritten (or rolled back) before the transaction ends, so no
+reader sees them. SQLite runs writes one at a time (``BEGIN IMMEDIATE``). `put_many` checks every expected version
+in its transaction and raises before it commits: all or nothing.
 
 `list` and `count`: SQL selects the namespace prefix, the key range (after/before), the live items, the order and
 the filter's pre-selection (`_filters`: a condition on the JSON text, in the database's JSON functions, that keeps
@@ -51,6 +55,7 @@ from typing import Any, NamedTuple, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
 import memwoven._clock as _clock
@@ -74,6 +79,7 @@ __all__ = ["SQLItemMemory", "decode_namespace", "encode_namespace"]
 
 _IN_CHUNK = 500  # addresses per IN (...): far below every driver's parameter limit
 _MYSQL = ("mysql", "mariadb")
+_UPSERT_RETURNING = ("sqlite", "postgresql")  # upserts returning their rows (MariaDB's ON DUPLICATE KEY cannot)
 _COLUMNS = ("namespace", "item_key", "value", "version", "created_ms", "updated_ms", "expires_at_ms", "ttl")
 
 _T = TypeVar("_T")
@@ -98,6 +104,66 @@ class _Row:
     updated_ms: int
     expires_at_ms: int | None
     ttl: float | None
+
+
+class _Prepared(NamedTuple):
+    """A checked write with its row key and encodings."""
+
+    address: str
+    encoded: str
+    namespace: Namespace
+    key: str
+    text: str
+    ttl: float | None
+    expected: int | None
+
+
+def _row(prepared: _Prepared, version: int, created_ms: int, written_ms: int) -> dict[str, Any]:
+    """The row `prepared` writes, at `version`, written at `written_ms` (epoch ms)."""
+    ttl = prepared.ttl
+    return {
+        "address": prepared.address,
+        "namespace": prepared.encoded,
+        "ns_head": prepared.encoded[:HEAD_CHARS],
+        "item_key": prepared.key,
+        "value": prepared.text,
+        "version": version,
+        "created_ms": created_ms,
+        "updated_ms": written_ms,
+        "expires_at_ms": None if ttl is None else written_ms + ttl_milliseconds(ttl),
+        "ttl": ttl,
+    }
+
+
+class _Writes(NamedTuple):
+    """The unlocked writes of `SQLItemMemory._write_unlocked` on one database, each returning (address, version)."""
+
+    replace: sa.Executable
+    create: sa.Executable
+
+
+def _unlocked_writes(items: sa.Table, dialect: str) -> _Writes:
+    """An upsert deriving version and times from the stored row as `_write_locked` does (version above the
+    stored one, creation time kept while the stored item is live, update time above the stored one, expiry moved
+    along), and an insert of new items that leaves stored ones alone; both return (address, version)."""
+    insert = postgresql_insert(items) if dialect == "postgresql" else sqlite_insert(items)
+    stored, given = items.c, insert.excluded
+    greatest = sa.func.greatest if dialect == "postgresql" else sa.func.max  # SQLite's max of two is scalar
+    written = greatest(given.updated_ms, stored.updated_ms + 1)
+    live = sa.and_(stored.version > 0, sa.or_(stored.expires_at_ms.is_(None), stored.expires_at_ms > given.updated_ms))
+    replace = insert.on_conflict_do_update(
+        index_elements=[stored.address],
+        set_={
+            "value": given.value,
+            "version": greatest(stored.version + 1, given.version),
+            "created_ms": sa.case((live, stored.created_ms), else_=written),
+            "updated_ms": written,
+            "expires_at_ms": given.expires_at_ms + (written - given.updated_ms),  # NULL without a ttl
+            "ttl": given.ttl,
+        },
+    )
+    create = insert.on_conflict_do_nothing(index_elements=[stored.address])
+    return _Writes(replace.returning(stored.address, stored.version), create.returning(stored.address, stored.version))
 
 
 class _Scope(NamedTuple):
@@ -133,6 +199,14 @@ class _Statements:
             ),
         }
         self._listings: dict[tuple[str, bool, bool, bool], sa.Select[Any]] = {}
+        self._writes: dict[str, _Writes] = {}
+
+    def writes(self, dialect: str) -> _Writes:
+        """The unlocked writes on `dialect` (SQLite or PostgreSQL)."""
+        found = self._writes.get(dialect)
+        if found is None:
+            found = self._writes[dialect] = _unlocked_writes(self.items, dialect)
+        return found
 
     def listing(self, scope: _Scope, query: ItemQuery) -> sa.Select[Any]:
         """The rows of `scope` in the query's order, after/before its keys (parameters ``after``, ``before``)."""
@@ -203,43 +277,58 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         return [found.get(_address(encode_namespace(ns), key)) for ns, key in addresses]
 
     def _write(self, writes: Sequence[CheckedWrite]) -> Steps[builtins.list[int]]:
-        prepared = []
-        for namespace, key, value, ttl, expected in writes:
-            encoded = encode_namespace(namespace)
-            prepared.append((_address(encoded, key), encoded, namespace, key, encode_value(value), ttl, expected))
+        prepared = [
+            _Prepared(_address(encoded, key), encoded, namespace, key, encode_value(value), ttl, expected)
+            for namespace, key, value, ttl, expected in writes
+            for encoded in (encode_namespace(namespace),)
+        ]
 
         def body(connection: Connection) -> builtins.list[int]:
-            stored = self._locked(connection, {address: (encoded, key) for address, encoded, _, key, *_ in prepared})
-            now = _clock.wall_ms()
-            for address, _, namespace, key, _, _, expected in prepared:
-                check_expected(namespace, key, _current(stored.get(address), now), expected)
-            rows, versions = [], []
-            for address, encoded, _, key, text, ttl, _ in prepared:
-                row = stored.get(address)
-                version = next_version(0 if row is None else row.version)  # expired or not: never reused
-                live = row is not None and row.version > 0 and _alive(row.expires_at_ms, now)
-                written = now if row is None else max(now, int(row.updated_ms) + 1)  # IM3: updated_at grows
-                rows.append(
-                    {
-                        "address": address,
-                        "namespace": encoded,
-                        "ns_head": encoded[:HEAD_CHARS],
-                        "item_key": key,
-                        "value": text,
-                        "version": version,
-                        "created_ms": row.created_ms if live and row is not None else written,
-                        "updated_ms": written,
-                        "expires_at_ms": None if ttl is None else written + ttl_milliseconds(ttl),
-                        "ttl": ttl,
-                    }
-                )
-                versions.append(version)
-            for start in range(0, len(rows), _IN_CHUNK):
-                upsert(connection, self._items, rows[start : start + _IN_CHUNK])
-            return versions
+            versions: dict[str, int] = {}
+            if connection.dialect.name in _UPSERT_RETURNING:
+                versions = self._write_unlocked(connection, [p for p in prepared if p.expected in (None, 0)])
+            locked = [p for p in prepared if p.address not in versions]
+            if locked:
+                versions.update(self._write_locked(connection, locked))
+            return [versions[p.address] for p in prepared]
 
         versions: builtins.list[int] = yield Work(body, write=True)
         return versions
+
+    def _write_unlocked(self, connection: Connection, prepared: Sequence[_Prepared]) -> dict[str, int]:
+        """Write, in one statement each and without reading first, the items that need no compare-and-set
+        (expected None: replaced, the database deriving version and times from the stored row) and those that must
+        be new (expected 0: inserted unless stored); return the versions of those written. An expected-new item
+        found stored is left to `_write_locked`, which tells an expired one (replaced) from a live one (refused)."""
+        versions: dict[str, int] = {}
+        now = _clock.wall_ms()
+        statements = self._statements.writes(connection.dialect.name)
+        for replace, statement in ((True, statements.replace), (False, statements.create)):
+            rows = sorted(
+                (_row(p, next_version(0), now, now) for p in prepared if (p.expected is None) == replace),
+                key=lambda row: str(row["address"]),  # one lock order for concurrent writers
+            )
+            for start in range(0, len(rows), _IN_CHUNK):
+                for address, version in connection.execute(statement, rows[start : start + _IN_CHUNK]):
+                    versions[address] = int(version)
+        return versions
+
+    def _write_locked(self, connection: Connection, prepared: Sequence[_Prepared]) -> dict[str, int]:
+        """Write `prepared` after locking their rows and checking every expected version (all or nothing)."""
+        stored = self._locked(connection, {p.address: (p.encoded, p.key) for p in prepared})
+        now = _clock.wall_ms()
+        for p in prepared:
+            check_expected(p.namespace, p.key, _current(stored.get(p.address), now), p.expected)
+        rows = []
+        for p in prepared:
+            row = stored.get(p.address)
+            live = row is not None and row.version > 0 and _alive(row.expires_at_ms, now)
+            written = now if row is None else max(now, int(row.updated_ms) + 1)  # IM3: updated_at grows
+            version = next_version(0 if row is None else row.version)  # expired or not: never reused
+            rows.append(_row(p, version, row.created_ms if live and row is not None else written, written))
+        for start in range(0, len(rows), _IN_CHUNK):
+            upsert(connection, self._items, rows[start : start + _IN_CHUNK])
+        return {str(row["address"]): int(row["version"]) for row in rows}
 
     def _delete_items(self, addresses: Sequence[ItemAddress], expected: int | None) -> Steps[int]:
         wanted = sorted(_address(encode_namespace(ns), key) for ns, key in addresses)
