@@ -6,11 +6,22 @@ import pickle
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import memwoven
 from memwoven import ImagePart, InvalidInputError, Message, OpaquePart, TextPart, ToolCall, VectorDocument
-from memwoven.models import FrozenDict, FrozenList, coerce_documents, coerce_messages, same_prefix
+from memwoven.models import (
+    _JSON_OBJECT,
+    MAX_JSON_DEPTH,
+    FrozenDict,
+    FrozenList,
+    coerce_documents,
+    coerce_item_value,
+    coerce_messages,
+    same_prefix,
+)
 from memwoven.testing import sample_conversation
 
 
@@ -162,3 +173,57 @@ def test_same_prefix_treats_an_item_whose_comparison_raises_as_changed() -> None
     assert same_prefix([*known[:3], Unanswerable(), known[4]], known) == 3
     with pytest.raises(InvalidInputError, match="message 3"):
         coerce_messages([*known[:3], Unanswerable(), known[4]])
+
+
+_ODD_TEXT = st.sampled_from(["\ud83d", "x\udc00", "é", "\x00"])  # lone surrogates are refused
+_JSON_LEAVES = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**4400), max_value=10**4400)
+    | st.floats()  # NaN and infinities included: refused
+    | st.text(max_size=8)
+    | _ODD_TEXT
+)
+_JSON_VALUES = st.recursive(
+    _JSON_LEAVES,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner)  # not a plain type: pydantic decides
+        | st.dictionaries(st.text(max_size=4) | _ODD_TEXT, inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.text(max_size=4), _JSON_VALUES, max_size=5))
+def test_item_values_fast_path_accepts_and_refuses_as_pydantic(value: dict[str, object]) -> None:
+    """coerce_item_value's one-walk path for plain JSON gives what pydantic's validation + freeze_json gives."""
+
+    def slow(candidate: object) -> object:
+        try:
+            frozen = _JSON_OBJECT.validate_python(dict(candidate))  # type: ignore[call-overload]
+            json.dumps(frozen, ensure_ascii=False).encode("utf-8")
+        except (ValidationError, UnicodeEncodeError):
+            return InvalidInputError
+        return frozen
+
+    try:
+        fast: object = coerce_item_value(value)
+    except InvalidInputError:
+        fast = InvalidInputError
+    expected = slow(value)
+    assert fast == expected
+    if fast is not InvalidInputError:
+        assert type(fast) is FrozenDict
+        assert json.dumps(fast) == json.dumps(expected)  # same types inside (int stays int, float float)
+
+
+def test_item_values_deeper_than_the_limit_are_refused_on_the_fast_path() -> None:
+    value: dict[str, object] = {}
+    inner = value
+    for _ in range(MAX_JSON_DEPTH):
+        inner["x"] = {}
+        inner = inner["x"]  # type: ignore[assignment]
+    with pytest.raises(InvalidInputError, match="nest at most"):
+        coerce_item_value(value)

@@ -271,6 +271,13 @@ def coerce_item_value(value: object) -> FrozenDict:
     valid Unicode (no lone surrogate), so that every backend can store it and read it back equal."""
     if not isinstance(value, Mapping):
         raise InvalidInputError(f"an item's value must be a JSON object, got {type(value).__name__}")
+    if type(value) in (dict, FrozenDict):
+        try:
+            plain: FrozenDict = _plain_frozen(value, 1)
+        except (_NotPlain, ValueError, RecursionError):  # the validation below says what is wrong, or accepts it
+            pass
+        else:
+            return plain
     try:
         frozen = _JSON_OBJECT.validate_python(dict(value))  # validated like message metadata
     except ValidationError as error:
@@ -280,6 +287,38 @@ def coerce_item_value(value: object) -> FrozenDict:
     except UnicodeEncodeError:
         raise InvalidInputError("invalid item value: a string holds a lone surrogate (not valid Unicode)") from None
     return frozen  # type: ignore[return-value]
+
+
+class _NotPlain(Exception):
+    """A value holds something other than dict, list, str, int, float, bool or None (exactly those types)."""
+
+
+def _plain_frozen(value: Any, depth: int) -> Any:
+    """`freeze_json` of a value made only of plain JSON types, with the checks `coerce_item_value` makes (a lone
+    surrogate raises `UnicodeEncodeError`, a `ValueError`). The fast path for the common value: the same result as
+    pydantic's validation followed by `freeze_json`, in one walk and without serializing; anything unusual raises
+    `_NotPlain` and is left to pydantic."""
+    kind = type(value)
+    if kind is str:
+        if not value.isascii():
+            value.encode("utf-8")
+        return value
+    if kind is dict or kind is FrozenDict:
+        _check_depth(depth)
+        frozen = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _NotPlain
+            if not key.isascii():
+                key.encode("utf-8")
+            frozen[key] = _plain_frozen(item, depth + 1)
+        return FrozenDict(frozen)
+    if kind is list or kind is FrozenList:
+        _check_depth(depth)
+        return FrozenList([_plain_frozen(item, depth + 1) for item in value])
+    if kind is int or kind is float or kind is bool or value is None:
+        return freeze_json(value)
+    raise _NotPlain
 
 
 class ScoredDocument(_Model):
