@@ -8,6 +8,7 @@ unless `MEMWOVEN_REQUIRE_SERVICES=1`, where it fails.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -189,13 +190,15 @@ def check_langgraph() -> None:
 
 
 def check_llama_index() -> None:
-    """The LlamaIndex adapter: its six import paths, a chat store and agent `Memory` round trip, a docstore."""
+    """The LlamaIndex adapter: its seven import paths, a chat store and agent `Memory` round trip, a docstore, the
+    fact memory block reading stored facts."""
     from llama_index.core.data_structs.data_structs import IndexDict
-    from llama_index.core.llms import ChatMessage
+    from llama_index.core.llms import ChatMessage, MockLLM
     from llama_index.core.memory import Memory
     from llama_index.core.schema import TextNode
 
     from llama_index.embeddings.memwoven import EmbedFnEmbedding
+    from llama_index.memory.memwoven import MemwovenFactMemoryBlock
     from llama_index.storage.chat_store.memwoven import MemwovenChatStore, MemwovenDBChatStore
     from llama_index.storage.docstore.memwoven import MemwovenDocumentStore
     from llama_index.storage.index_store.memwoven import MemwovenIndexStore
@@ -220,6 +223,10 @@ def check_llama_index() -> None:
     assert MemwovenDocumentStore(kvstore).get_document("n1").get_content() == "hello"
     MemwovenIndexStore(kvstore).add_index_struct(IndexDict(index_id="i"))
     assert MemwovenIndexStore(kvstore).get_index_struct("i") == IndexDict(index_id="i")
+    items = InMemoryItemMemory()
+    items.put(("llama_index", "facts"), "user-1", {"facts": ["likes tea"]})
+    block = MemwovenFactMemoryBlock(items, key="user-1", llm=MockLLM())
+    assert asyncio.run(block.aget()) == "<fact>likes tea</fact>"
 
 
 CHECKS: dict[str, Callable[[], None]] = {

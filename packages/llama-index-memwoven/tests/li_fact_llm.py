@@ -31,8 +31,8 @@ from llama_index.core.bridge.pydantic import Field
 from llama_index.core.llms import CustomLLM
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.memory import Memory
-from llama_index.memory.memwoven import MemwovenFactMemoryBlock
 
+from llama_index.memory.memwoven import MemwovenFactMemoryBlock
 from llama_index.storage.chat_store.memwoven import MemwovenDBChatStore
 from memwoven import InMemoryChatMemory
 

@@ -17,8 +17,8 @@ import pytest
 from li_fact_llm import ScriptedFactLLM, flushing_memory, tell
 from llama_index.core.memory import Memory
 from llama_index.core.memory.memory_blocks.fact import FactExtractionMemoryBlock
-from llama_index.memory.memwoven import DEFAULT_NAMESPACE, FACTS_FIELD, MemwovenFactMemoryBlock
 
+from llama_index.memory.memwoven import DEFAULT_NAMESPACE, FACTS_FIELD, MemwovenFactMemoryBlock
 from memwoven import InMemoryItemMemory, ItemMemory, SQLItemMemory
 from memwoven.errors import CorruptMemoryError, InvalidInputError
 from memwoven_test_support import redis_url, unique_name
