@@ -5,6 +5,8 @@ A test that takes `memwoven_backend` (LangGraph's copied tests, through `pytestm
 per backend; a module narrows that with `MEMWOVEN_BACKENDS` (every test) or `BACKENDS_FOR` (per test
 name). `EXCLUDED` in a module maps test names to the reason they are skipped. Server tests skip when the server
 is unreachable, and fail under MEMWOVEN_REQUIRE_SERVICES=1 (`memwoven_test_support`).
+
+`clock` moves memwoven's expiry clocks forward instead of sleeping (the store's and the saver's TTL tests).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import pytest
 from lg_store_support import OPEN
 
+import memwoven._clock as _clock
 from langgraph.store.memwoven import MemwovenStore
 from memwoven import InMemoryItemMemory, InMemoryVectorMemory, ItemMemory, SQLItemMemory, SQLVectorMemory, VectorMemory
 from memwoven_test_support import mysql_url, postgres_url, unique_name
@@ -89,6 +92,24 @@ class Backend:
             if self.kind in SERVERS:
                 memory.drop_tables()  # type: ignore[union-attr]
             memory.close()
+
+
+class Clock:
+    """Moves memwoven's expiry clocks (`memwoven._clock`, in-memory and SQL backends) forward instead of sleeping."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.offset = 0.0
+        monotonic, wall_ms = _clock.monotonic, _clock.wall_ms
+        monkeypatch.setattr(_clock, "monotonic", lambda: monotonic() + self.offset)
+        monkeypatch.setattr(_clock, "wall_ms", lambda: wall_ms() + round(self.offset * 1000))
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    return Clock(monkeypatch)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -22,7 +22,6 @@ import sqlalchemy as sa
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
 from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp, Op, PutOp, SearchOp
 
-import memwoven._clock as _clock
 from langgraph.store.memwoven import MemwovenStore, StoreNamespaceError
 from memwoven import (
     CorruptMemoryError,
@@ -34,7 +33,7 @@ from memwoven import (
 from memwoven.embed import HashingEmbedFn
 
 if TYPE_CHECKING:
-    from conftest import Backend
+    from conftest import Backend, Clock
 
 EMBED = HashingEmbedFn(64)
 INDEX: dict[str, Any] = {"dims": 64, "embed": EMBED, "fields": ["text"]}
@@ -48,24 +47,6 @@ BACKENDS_FOR = {
     "test_a_corrupt_stored_value_raises_corrupt_memory_error": ["sqlite", "mariadb"],
     "test_a_filtered_search_over_5000_items_matching_nothing_takes_milliseconds": ["sqlite"],
 }
-
-
-class Clock:
-    """Moves memwoven's expiry clocks (`memwoven._clock`, in-memory and SQL backends) forward instead of sleeping."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.offset = 0.0
-        monotonic, wall_ms = _clock.monotonic, _clock.wall_ms
-        monkeypatch.setattr(_clock, "monotonic", lambda: monotonic() + self.offset)
-        monkeypatch.setattr(_clock, "wall_ms", lambda: wall_ms() + round(self.offset * 1000))
-
-    def advance(self, seconds: float) -> None:
-        self.offset += seconds
-
-
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    return Clock(monkeypatch)
 
 
 def cosine(a: list[float], b: list[float]) -> float:

@@ -10,6 +10,10 @@ writes only what changed (as LangGraph's `PostgresSaver` does):
   when its version changes.
 - ``(*namespace, "writes", thread_id, "=" + checkpoint_ns, checkpoint_id)`` / ``[task_id, index]``: the pending
   writes of a checkpoint (special channels at their fixed negative index, `WRITES_IDX_MAP`).
+- ``(*namespace, "threads")`` / thread id: with a `ttl`, the thread's record: its state (``live``, or
+  ``deleting`` / ``deleted`` while and after the TTL sweep deletes it), last write time and expiry, an
+  incarnation id (new each time the thread starts afresh); written by `put` in the same `put_many` as the
+  checkpoint, compare-and-set on the record's version (see `MemwovenSaver`).
 
 Values are serialized with the saver's `serde` (LangGraph's `JsonPlusSerializer` by default, no pickle fallback)
 and kept as ``{"type": ..., "data": <base64>}`` inside the item's JSON value.
@@ -22,8 +26,9 @@ import binascii
 import builtins
 import json
 import random
+import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
@@ -41,18 +46,44 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from typing_extensions import Self
+from typing_extensions import Self, TypedDict
 
+import memwoven._clock as _clock
 from langchain_memwoven.messages import to_memwoven_messages
+from langgraph.checkpoint.memwoven._ttl import TTLSweeper, minutes_to_seconds
 from memwoven import Item, ItemMemory, ItemWrite, Message, open_item_memory
+from memwoven._cache import LRUCache
 from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 
-__all__ = ["MemwovenSaver"]
+__all__ = ["MemwovenSaver", "ThreadDeletedError", "ThreadTTLConfig"]
 
 Namespace = tuple[str, ...]
-_CHECKPOINTS, _BLOBS, _WRITES = "checkpoints", "blobs", "writes"
+_CHECKPOINTS, _BLOBS, _WRITES, _THREADS = "checkpoints", "blobs", "writes", "threads"
+_LIVE, _DELETING, _DELETED = "live", "deleting", "deleted"
 _PAGE = 500  # items per put_many / list page in the bulk operations
+_ATTEMPTS = 100  # compare-and-set rounds of a put on a thread record other writers keep changing
+_DEFAULT_SWEEP_MINUTES = 5.0  # LangGraph's default sweep interval for checkpoint TTLs
+_DEFAULT_SWEEP_LIMIT = 1000  # LangGraph's default number of threads per sweep
+
+
+class ThreadTTLConfig(TypedDict, total=False):
+    """LangGraph's checkpointer TTL config (``checkpointer.ttl`` in langgraph.json, `ThreadTTLConfig`)."""
+
+    strategy: Literal["delete", "keep_latest"]
+    """On expiry, ``"delete"`` (default) deletes the thread; ``"keep_latest"`` keeps its newest checkpoint of
+    each checkpoint namespace (`prune`)."""
+    default_ttl: float | None
+    """Minutes after a thread's last `put` at which it expires (sliding on write); None: never."""
+    sweep_interval_minutes: float | None
+    """How often `start_ttl_sweeper` sweeps (default 5 minutes)."""
+    sweep_limit: int | None
+    """At most this many expired threads per sweep (default 1000)."""
+
+
+class ThreadDeletedError(ConcurrentModificationError):
+    """A `put` continued a thread that was deleted (expired and swept, or `delete_thread`) after the run read it,
+    or that the TTL sweep is deleting now: nothing was written. Start the thread again (or retry later)."""
 
 
 def _label(checkpoint_ns: str) -> str:
@@ -73,12 +104,36 @@ def _chunks(values: builtins.list[Any]) -> Iterator[builtins.list[Any]]:
         yield values[start : start + _PAGE]
 
 
-class MemwovenSaver(BaseCheckpointSaver[str], Runner):
+class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
     """A LangGraph checkpointer on a memwoven `ItemMemory`, for sync and async graphs alike.
 
-    ``keep_last=N`` keeps only the newest N checkpoints of each thread and checkpoint namespace (applied on every
-    `put`): older ones, their writes and the channel values only they used are deleted, so time travel reaches
-    back N checkpoints.
+    Retention:
+
+    - ``keep_last=N`` keeps only the newest N checkpoints of each thread and checkpoint namespace (applied on every
+      `put`): older ones, their writes and the channel values only they used are deleted, so time travel reaches
+      back N checkpoints.
+    - ``ttl={"default_ttl": minutes}`` (LangGraph's `ThreadTTLConfig`) expires a whole *thread* that many minutes
+      after its last `put` (sliding on write; reads do not extend it). Checkpoint items carry no TTL of their own
+      (an old channel value still used by the newest checkpoint must live as long as the thread): each thread has
+      a record, written with its checkpoints, holding its expiry. `sweep_ttl()` / `asweep_ttl()` delete the
+      expired threads (``"strategy": "keep_latest"``: prune them to their newest checkpoint instead), at most
+      ``sweep_limit`` a call; `start_ttl_sweeper()` runs it every ``sweep_interval_minutes``. Until swept, an
+      expired thread reads as it was. Time travel works within a live thread (a fork is a `put`, so it extends
+      the thread's life); an expired thread is gone with all its checkpoints. With both options, ``keep_last``
+      bounds a thread's length and ``ttl`` its idle life. Savers sharing a namespace should share the ``ttl``.
+
+    A sweep never leaves a thread half deleted by a concurrent `put`: it first marks the record ``deleting`` by
+    compare-and-set on the version it found expired (a `put` since then changed the version: the thread is
+    kept), deletes the thread's items, then leaves a ``deleted`` tombstone for one more ``default_ttl`` (a second
+    pass then deletes stragglers, such as late `put_writes`, and the tombstone). A `put` writes the record
+    compare-and-set too, on the version this saver last saw (or reads it first), so a `put` racing the sweep
+    either lands first, and the sweep skips the thread, or fails with `ThreadDeletedError`, writing nothing: a
+    thread being deleted accepts no `put`, and a deleted one (a tombstone, a record gone, or a new incarnation)
+    accepts only a fresh start (a `put` without a parent checkpoint in the root namespace), never the
+    continuation of a run that read it before. A run that pauses between reading and writing a thread for longer
+    than ``default_ttl`` after the sweep cannot be told from a thread written before records existed. The
+    compare-and-set costs a `put` nothing more while this saver is the thread's only writer; a conflict costs a
+    read and a retry.
     """
 
     def __init__(
@@ -88,28 +143,46 @@ class MemwovenSaver(BaseCheckpointSaver[str], Runner):
         serde: SerializerProtocol | None = None,
         namespace: Sequence[str] = ("langgraph_checkpoints",),
         keep_last: int | None = None,
+        ttl: ThreadTTLConfig | None = None,
         owns_items: bool = False,
     ) -> None:
         """A saver keeping its items in `items` under `namespace`; it closes `items` on `close()` only if
-        `owns_items` (as `from_url` sets)."""
+        `owns_items` (as `from_url` sets). `keep_last` and `ttl`: see the class."""
         if not isinstance(items, ItemMemory):
             raise InvalidInputError(f"items must be an ItemMemory, got {type(items).__name__}")
         if isinstance(namespace, str) or not namespace or not all(isinstance(x, str) and x for x in namespace):
             raise InvalidInputError(f"namespace must be a non-empty sequence of non-empty strings, got {namespace!r}")
         if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1):
             raise InvalidInputError(f"keep_last must be None or an int >= 1, got {keep_last!r:.120}")
+        if not isinstance(ttl, (Mapping, type(None))) or set(ttl or {}) - set(ThreadTTLConfig.__annotations__):
+            raise InvalidInputError(f"ttl must be a ThreadTTLConfig dict, got {ttl!r:.120}")
+        config: dict[str, Any] = dict(ttl or {})
+        strategy = config.get("strategy", "delete")
+        if strategy not in ("delete", "keep_latest"):
+            raise InvalidInputError(f'ttl strategy must be "delete" or "keep_latest", got {strategy!r:.120}')
+        limit = config.get("sweep_limit")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+            raise InvalidInputError(f"ttl sweep_limit must be None or an int >= 1, got {limit!r:.120}")
+        default_ttl = minutes_to_seconds(config.get("default_ttl"), "default_ttl")
+        interval = minutes_to_seconds(config.get("sweep_interval_minutes"), "sweep_interval_minutes")
         super().__init__(serde=serde)
         self.items = items
         self.namespace: Namespace = tuple(namespace)
         self.keep_last = keep_last
+        self.ttl_config = ttl
+        self._ttl_ms = None if default_ttl is None else round(default_ttl * 1000)
+        self._strategy = strategy
+        self._sweep_limit = limit or _DEFAULT_SWEEP_LIMIT
+        self._sweep_seconds = None if default_ttl is None else interval or _DEFAULT_SWEEP_MINUTES * 60
+        self._records: LRUCache[str, tuple[int, str]] = LRUCache(4096)  # thread -> (record version, incarnation)
         self._owns_items = owns_items
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> Self:
         """A saver on `open_item_memory(url)` (``memory://``, ``file://``, ``sqlite:///...``, ``postgresql://``,
         ``mysql://``, ``redis://``, ``redis+cluster://``). `options` are the saver's (`serde`, `namespace`,
-        `keep_last`); the others go to the item memory. The saver owns it: leaving ``with`` closes it."""
-        own = {name: options.pop(name) for name in ("serde", "namespace", "keep_last") if name in options}
+        `keep_last`, `ttl`); the others go to the item memory. The saver owns it: leaving ``with`` closes it."""
+        own = {name: options.pop(name) for name in ("serde", "namespace", "keep_last", "ttl") if name in options}
         items = open_item_memory(url, **options)
         try:
             return cls(items, owns_items=True, **own)
@@ -118,7 +191,10 @@ class MemwovenSaver(BaseCheckpointSaver[str], Runner):
             raise
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.items!r}, namespace={self.namespace!r}, keep_last={self.keep_last})"
+        return (
+            f"{type(self).__name__}({self.items!r}, namespace={self.namespace!r}, keep_last={self.keep_last}, "
+            f"ttl={self.ttl_config!r})"
+        )
 
     # --- addressing and serialization ------------------------------------------------------------------------
 
@@ -400,7 +476,10 @@ class MemwovenSaver(BaseCheckpointSaver[str], Runner):
             "run_id": run_id if isinstance(run_id, str) else None,
         }
         writes.append(ItemWrite(self._ns(_CHECKPOINTS, thread_id, label), checkpoint["id"], entry))
-        yield Call(self.items, "put_many", (writes,))
+        if self._ttl_ms is None:
+            yield Call(self.items, "put_many", (writes,))
+        else:
+            yield from self._put_with_record(thread_id, writes, continues=bool(parent_id) or bool(checkpoint_ns))
         if self.keep_last is not None:
             yield from self._retain(thread_id, checkpoint_ns, self.keep_last)
         return self._config(thread_id, checkpoint_ns, checkpoint["id"])
@@ -473,12 +552,136 @@ class MemwovenSaver(BaseCheckpointSaver[str], Runner):
                     break
                 yield Call(self.items, "delete_many", ([(item.namespace, item.key) for item in found],))
 
-    def _delete_thread(self, thread_id: str) -> Steps[None]:
-        """Delete every checkpoint, channel value and write of the thread."""
-        thread_id = str(thread_id)
+    def _delete_thread_items(self, thread_id: str) -> Steps[None]:
         yield from self._delete_under([self._ns(kind, thread_id) for kind in (_CHECKPOINTS, _WRITES, _BLOBS)])
 
+    def _delete_thread(self, thread_id: str) -> Steps[None]:
+        """Delete every checkpoint, channel value and write of the thread. With a `ttl`, as the sweep does: the
+        record marked ``deleting`` first (a concurrent `put` fails), then a ``deleted`` tombstone left behind."""
+        thread_id = str(thread_id)
+        if self._ttl_ms is None:
+            yield from self._delete_thread_items(thread_id)
+            yield Call(self.items, "delete_many", ([(self._ns(_THREADS), thread_id)],))
+            return
+        now = _clock.wall_ms()
+        claimed = yield Call(
+            self.items, "put", (self._ns(_THREADS), thread_id, self._record(thread_id, _DELETING, now))
+        )
+        yield from self._finish_deletion(thread_id, claimed, drop=False)
+
     delete_thread, adelete_thread = twins(_delete_thread)
+
+    # --- thread records, TTL ---------------------------------------------------------------------------------
+
+    def _record(self, thread_id: str, state: str, expires_at_ms: int | None, incarnation: str = "") -> dict[str, Any]:
+        return {
+            "thread_id": thread_id,
+            "state": state,
+            "incarnation": incarnation,
+            "updated_at_ms": _clock.wall_ms(),
+            "expires_at_ms": expires_at_ms,
+        }
+
+    def _resolve(
+        self, thread_id: str, stored: Item | None, known: tuple[int, str] | None, continues: bool
+    ) -> tuple[int, str]:
+        """The (expected version, incarnation) a `put` writes the thread's record with, given the stored record
+        and what this saver last wrote (`known`); `ThreadDeletedError` if the put must not land (see the class)."""
+        deleted = ThreadDeletedError(
+            f"thread {thread_id!r} was deleted (expired, or delete_thread) after this run read it; start it again"
+        )
+        if stored is None:
+            if continues and known is not None:
+                raise deleted
+            return 0, uuid.uuid4().hex  # a new thread, or one written before records existed
+        state = stored.value.get("state")
+        if state == _DELETING:
+            raise ThreadDeletedError(f"thread {thread_id!r} is being deleted (TTL sweep or delete_thread); retry")
+        if state == _DELETED:
+            if continues:
+                raise deleted
+            return stored.version, uuid.uuid4().hex
+        incarnation = str(stored.value.get("incarnation"))
+        if continues and known is not None and incarnation != known[1]:
+            raise deleted
+        return stored.version, incarnation
+
+    def _put_with_record(self, thread_id: str, writes: builtins.list[ItemWrite], *, continues: bool) -> Steps[None]:
+        """`put_many` of `writes` and the thread's record (live, its expiry restarted), compare-and-set on the
+        record's version: this saver's last (no read), else the stored one (read first when the put continues a
+        thread); after a conflict, re-read and retry unless `_resolve` refuses."""
+        if self._ttl_ms is None:
+            raise RuntimeError("a thread record needs a ttl")  # the callers check
+        namespace = self._ns(_THREADS)
+        known = self._records.get(thread_id)
+        if known is None and continues:
+            stored = yield Call(self.items, "get", (namespace, thread_id))
+            expected, incarnation = self._resolve(thread_id, stored, None, continues)
+        else:
+            expected, incarnation = known or (0, uuid.uuid4().hex)
+        for _ in range(_ATTEMPTS):
+            now = _clock.wall_ms()
+            value = self._record(thread_id, _LIVE, now + self._ttl_ms, incarnation)
+            try:
+                versions = yield Call(
+                    self.items, "put_many", ([*writes, ItemWrite(namespace, thread_id, value, None, expected)],)
+                )
+            except ConcurrentModificationError:  # only the record is compare-and-set
+                stored = yield Call(self.items, "get", (namespace, thread_id))
+                expected, incarnation = self._resolve(thread_id, stored, known, continues)
+                continue
+            self._records.put(thread_id, (versions[-1], incarnation))
+            return
+        raise ConcurrentModificationError(f"thread {thread_id!r}: its record kept changing over {_ATTEMPTS} attempts")
+
+    def _finish_deletion(self, thread_id: str, claimed: int, *, drop: bool) -> Steps[None]:
+        """With the record claimed ``deleting`` at version `claimed`: delete the thread's items, then leave a
+        ``deleted`` tombstone for one more TTL (or, `drop`, delete the record). A lost compare-and-set means
+        another sweep took the thread over: it finishes."""
+        self._records.drop(thread_id)
+        yield from self._delete_thread_items(thread_id)
+        namespace = self._ns(_THREADS)
+        try:
+            if drop:
+                yield Call(self.items, "delete", (namespace, thread_id), {"expected_version": claimed})
+            else:
+                expires = _clock.wall_ms() + (self._ttl_ms or 0)
+                tombstone = self._record(thread_id, _DELETED, expires)
+                yield Call(self.items, "put", (namespace, thread_id, tombstone), {"expected_version": claimed})
+        except ConcurrentModificationError:
+            pass
+
+    def _sweep_ttl(self) -> Steps[int]:
+        """Delete (strategy ``"keep_latest"``: prune) the threads whose TTL has run out, at most `sweep_limit`,
+        and the tombstones of deleted threads past theirs; returns how many threads were deleted or pruned."""
+        if self._ttl_ms is None:
+            return 0
+        namespace, now = self._ns(_THREADS), _clock.wall_ms()
+        expired: builtins.list[Item] = yield Call(
+            self.items, "list", (namespace,), {"filter": {"expires_at_ms": {"$lte": now}}, "limit": self._sweep_limit}
+        )
+        swept = 0
+        for record in expired:
+            thread_id, state = record.key, record.value.get("state")
+            try:
+                if state == _LIVE and self._strategy == "keep_latest":
+                    kept = {**record.value, "expires_at_ms": None}
+                    yield Call(self.items, "put", (namespace, thread_id, kept), {"expected_version": record.version})
+                else:
+                    claim = self._record(thread_id, _DELETING, now)
+                    claimed = yield Call(
+                        self.items, "put", (namespace, thread_id, claim), {"expected_version": record.version}
+                    )
+            except ConcurrentModificationError:
+                continue  # written (or taken over by another sweep) since it was listed
+            if state == _LIVE and self._strategy == "keep_latest":
+                yield from self._prune([thread_id])
+            else:
+                yield from self._finish_deletion(thread_id, claimed, drop=state == _DELETED)
+            swept += state != _DELETED
+        return swept
+
+    sweep_ttl, asweep_ttl = twins(_sweep_ttl)
 
     def _drop_checkpoints(self, thread_id: str, checkpoint_ns: str, dropped: Sequence[Item]) -> Steps[None]:
         """Delete `dropped` (checkpoint items of one thread and namespace) with their writes, then the channel
@@ -561,6 +764,8 @@ class MemwovenSaver(BaseCheckpointSaver[str], Runner):
         """Copy every checkpoint, channel value and write of one thread to another (same checkpoint ids)."""
         source, target = str(source_thread_id), str(target_thread_id)
         depth = len(self.namespace) + 1  # the thread label's position
+        if self._ttl_ms is not None:  # the target starts a life of its own (refused while it is being deleted)
+            yield from self._put_with_record(target, [], continues=False)
         for kind in (_BLOBS, _WRITES, _CHECKPOINTS):  # checkpoints last: a visible one has its values and writes
             found: builtins.list[Item] = yield Call(self.items, "list", (self._ns(kind, source),))
             copies = [
@@ -596,10 +801,12 @@ class MemwovenSaver(BaseCheckpointSaver[str], Runner):
         return self
 
     def __exit__(self, *exc_info: object) -> None:
+        self._stop_sweeper_thread()
         self.close()
 
     async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
+        await self._astop_sweepers()
         await self.aclose()

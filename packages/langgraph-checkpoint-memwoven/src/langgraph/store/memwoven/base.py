@@ -40,12 +40,9 @@ methods (`batch`) or their async twins (`abatch`).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
-import threading
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import Future
 from typing import Any, Literal
 
 import numpy as np
@@ -71,6 +68,7 @@ from langgraph.store.base import (
 from typing_extensions import Self
 
 from langchain_memwoven.embeddings import EmbedFnEmbeddings, embed_fn_from_embeddings
+from langgraph.checkpoint.memwoven._ttl import TTLSweeper, minutes_to_seconds
 from memwoven import EmbeddingError, InvalidInputError, ItemMemory, VectorMemory
 from memwoven import Item as StoredItem
 from memwoven._steps import Call, Runner, Steps, twins
@@ -92,7 +90,6 @@ __all__ = ["DistanceType", "MemwovenIndexConfig", "MemwovenStore", "StoreNamespa
 
 DistanceType = Literal["cosine", "inner_product", "l2"]
 _METRICS: dict[str, Literal["cosine", "dot"]] = {"cosine": "cosine", "inner_product": "dot", "l2": "dot"}
-_SECONDS_PER_MINUTE = 60.0
 _LARGEST = 1.7976931348623157e308  # the largest float: every stored number lies within ±_LARGEST
 _NOTHING: dict[str, Any] = {"$in": []}  # a field test no value passes
 
@@ -114,14 +111,6 @@ class StoreNamespaceError(InvalidNamespaceError, InvalidInputError):
 
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _minutes_to_seconds(minutes: float | None, what: str) -> float | None:
-    if minutes is None:
-        return None
-    if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not 0 < minutes < math.inf:
-        raise InvalidInputError(f"{what} must be a positive number of minutes or None, got {minutes!r:.80}")
-    return float(minutes) * _SECONDS_PER_MINUTE
 
 
 def _field_condition(condition: Any) -> Any:
@@ -192,7 +181,7 @@ def _check_ops(ops: Sequence[Op]) -> None:
                 raise InvalidInputError("list_namespaces takes at most one prefix and one suffix condition")
 
 
-class MemwovenStore(BaseStore, Runner):
+class MemwovenStore(TTLSweeper, BaseStore, Runner):
     """LangGraph's long-term memory store over any memwoven backend: `compile(store=...)`, `create_agent(store=...)`.
 
     ```python
@@ -231,12 +220,9 @@ class MemwovenStore(BaseStore, Runner):
         if WILDCARD in self.namespace:
             raise InvalidInputError(f'the store namespace cannot hold the wildcard label "{WILDCARD}"')
         self.ttl_config = ttl
-        self._default_ttl = _minutes_to_seconds((ttl or {}).get("default_ttl"), "default_ttl")
-        self._sweep_seconds = _minutes_to_seconds((ttl or {}).get("sweep_interval_minutes"), "sweep_interval_minutes")
+        self._default_ttl = minutes_to_seconds((ttl or {}).get("default_ttl"), "default_ttl")
+        self._sweep_seconds = minutes_to_seconds((ttl or {}).get("sweep_interval_minutes"), "sweep_interval_minutes")
         self._owns_memories = owns_memories
-        self._sweeper: threading.Thread | None = None
-        self._sweeper_stop = threading.Event()
-        self._asweeper: asyncio.Task[None] | None = None
         self.vectors = vectors
         self.index_config: MemwovenIndexConfig | None = None
         self.embeddings: Embeddings | None = None
@@ -504,7 +490,7 @@ class MemwovenStore(BaseStore, Runner):
                 continue
             if op.ttl is not None and not isinstance(op.ttl, (int, float)):
                 raise InvalidInputError(f"ttl must be a number of minutes or None, got {op.ttl!r:.80}")
-            ttl = check_ttl(_minutes_to_seconds(op.ttl, "ttl"))  # a huge number of minutes is infinite seconds
+            ttl = check_ttl(minutes_to_seconds(op.ttl, "ttl"))  # a huge number of minutes is infinite seconds
             value = check_item_value(op.value) if check else op.value
             writes.append(ItemWrite(self._full(op.namespace), op.key, value, ttl))
         if check:
@@ -614,66 +600,6 @@ class MemwovenStore(BaseStore, Runner):
 
     setup, asetup = twins(_setup)
 
-    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> Future[None]:
-        """Run `sweep_ttl` every `sweep_interval_minutes` (default: the TTL config's) in a daemon thread, until
-        `stop_ttl_sweeper`; the returned future completes when it stops."""
-        seconds = _minutes_to_seconds(sweep_interval_minutes, "sweep_interval_minutes") or self._sweep_seconds
-        done: Future[None] = Future()
-        if seconds is None:
-            done.set_result(None)  # nothing to sweep on a schedule, as LangGraph's stores do
-            return done
-        if self._sweeper is not None and self._sweeper.is_alive():
-            done.set_result(None)
-            return done
-        self._sweeper_stop.clear()
-
-        def loop() -> None:
-            try:
-                while not self._sweeper_stop.wait(seconds):
-                    self.sweep_ttl()
-            finally:
-                done.set_result(None)
-
-        self._sweeper = threading.Thread(target=loop, name="memwoven-ttl-sweeper", daemon=True)
-        self._sweeper.start()
-        return done
-
-    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
-        """Stop the sweeper thread; True once it has stopped (or none ran), False if `timeout` ran out first."""
-        return self._stop_sweeper_thread(timeout)
-
-    def _stop_sweeper_thread(self, timeout: float | None = None) -> bool:
-        self._sweeper_stop.set()
-        if self._sweeper is None:
-            return True
-        self._sweeper.join(timeout)
-        stopped = not self._sweeper.is_alive()
-        if stopped:
-            self._sweeper = None
-        return stopped
-
-    async def astart_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> asyncio.Task[None]:
-        """Run `asweep_ttl` every `sweep_interval_minutes` (default: the TTL config's) as a task of this loop."""
-        seconds = _minutes_to_seconds(sweep_interval_minutes, "sweep_interval_minutes") or self._sweep_seconds
-
-        async def loop() -> None:
-            while seconds is not None:
-                await asyncio.sleep(seconds)
-                await self.asweep_ttl()
-
-        if self._asweeper is None or self._asweeper.done():
-            self._asweeper = asyncio.create_task(loop())
-        return self._asweeper
-
-    async def astop_ttl_sweeper(self, timeout: float | None = None) -> bool:
-        """Cancel the sweeper task; True once it has stopped (or none ran), False if `timeout` ran out first."""
-        task, self._asweeper = self._asweeper, None
-        if task is None:
-            return True
-        task.cancel()
-        done, _ = await asyncio.wait([task], timeout=timeout)
-        return bool(done)
-
     def _close(self) -> Steps[None]:
         """Close the memories if this store owns them (`from_url`)."""
         if self._owns_memories:
@@ -694,8 +620,7 @@ class MemwovenStore(BaseStore, Runner):
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.astop_ttl_sweeper()
-        self._stop_sweeper_thread()
+        await self._astop_sweepers()
         await self.aclose()
 
 
