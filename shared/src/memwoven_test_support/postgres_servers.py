@@ -38,8 +38,8 @@ def _bin_dir() -> Path:
 class PostgresServer:
     """One private PostgreSQL cluster: `start()`, `stop()` (immediate, like a crash) and `url`."""
 
-    def __init__(self, data_dir: Path, port: int) -> None:
-        self.bin = _bin_dir()
+    def __init__(self, data_dir: Path, port: int, bin_dir: Path | None = None) -> None:
+        self.bin = bin_dir if bin_dir is not None else _bin_dir()
         self.data_dir = data_dir
         self.port = port
 
