@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import json
 import os
 import sys
@@ -38,7 +39,7 @@ from memwoven.errors import MemwovenError
 from memwoven.models import Message
 from memwoven.urls import ITEM_URL_VARIABLE, redact_text
 
-__all__ = ["app", "run"]
+__all__ = ["PLUGIN_GROUP", "add_plugins", "app", "load_plugins", "run"]
 
 app = typer.Typer(
     name="memwoven",
@@ -625,6 +626,53 @@ def vectors_search(
     console.print(Text(f"{plural(len(hits), 'hit')} in {info.name!r} at {store.shown} ({embed!r})", style="dim"))
 
 
+# Plugins -------------------------------------------------------------------------------------------------------
+
+PLUGIN_GROUP = "memwoven.cli"
+"""The entry point group of command groups other distributions add: ``name = "module:app"``, a `typer.Typer`
+that becomes ``memwoven <name> ...`` (langgraph-checkpoint-memwoven adds ``threads``). The core never imports an
+adapter: the plugin imports the core."""
+_plugins_loaded = False
+
+
+def add_plugins(target: typer.Typer, entries: Sequence[importlib.metadata.EntryPoint] | None = None) -> list[str]:
+    """Add each entry point of `PLUGIN_GROUP` (or `entries`) to `target` as a command group; the names added. One
+    that does not load, is no `typer.Typer` or takes a name already in use is skipped with a one-line warning."""
+    if entries is None:
+        entries = list(importlib.metadata.entry_points(group=PLUGIN_GROUP))
+    taken = set(typer.main.get_command(target).commands) if entries else set()  # type: ignore[attr-defined]
+    added = []
+    for entry in entries:
+        try:
+            if entry.name in taken:
+                raise ValueError(f"the command {entry.name!r} exists already")
+            plugin = entry.load()
+            if not isinstance(plugin, typer.Typer):
+                raise TypeError(f"{entry.value} is a {type(plugin).__name__}, not a typer.Typer")
+        except Exception as error:  # noqa: BLE001 - a broken plugin must not take the command line down
+            line = " ".join(_reason(error).split())
+            _err.print(Text(f"memwoven: warning: plugin {entry.name!r} ({entry.value}) skipped: {line}"))
+            continue
+        target.add_typer(plugin, name=entry.name)
+        taken.add(entry.name)
+        added.append(entry.name)
+    return added
+
+
+def load_plugins() -> None:
+    """Add the installed plugins to the `memwoven` command line, once."""
+    global _plugins_loaded
+    if not _plugins_loaded:
+        _plugins_loaded = True
+        add_plugins(app)
+
+
+def _core_command(arguments: Sequence[str]) -> bool:
+    """Whether `arguments` run a core command (plugins then stay unloaded: nothing of theirs is imported)."""
+    first = next((argument for argument in arguments if not argument.startswith("-")), None)
+    return first is not None and first in typer.main.get_command(app).commands  # type: ignore[attr-defined]
+
+
 # Running -------------------------------------------------------------------------------------------------------
 
 
@@ -649,6 +697,8 @@ def run(argv: Sequence[str] | None = None) -> None:
     """Run the command line on `argv` (default: `sys.argv[1:]`) and exit with its code."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     try:
+        if not _core_command(arguments):
+            load_plugins()
         app(args=arguments, prog_name="memwoven")
     except click.ClickException as error:  # bad usage found inside a command (the parser's own exit by itself)
         error.show()

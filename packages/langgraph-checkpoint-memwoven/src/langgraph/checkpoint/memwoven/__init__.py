@@ -11,6 +11,6 @@ with MemwovenSaver.from_url("sqlite:///checkpoints.db") as saver:
 """
 
 from langgraph.checkpoint.memwoven.aio import AsyncMemwovenSaver
-from langgraph.checkpoint.memwoven.base import MemwovenSaver, ThreadDeletedError, ThreadTTLConfig
+from langgraph.checkpoint.memwoven.base import MemwovenSaver, ThreadDeletedError, ThreadInfo, ThreadTTLConfig
 
-__all__ = ["AsyncMemwovenSaver", "MemwovenSaver", "ThreadDeletedError", "ThreadTTLConfig"]
+__all__ = ["AsyncMemwovenSaver", "MemwovenSaver", "ThreadDeletedError", "ThreadInfo", "ThreadTTLConfig"]

@@ -28,7 +28,8 @@ import json
 import random
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from typing import Any, Literal
+from datetime import datetime
+from typing import Any, Literal, NamedTuple
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
@@ -56,7 +57,7 @@ from memwoven._cache import LRUCache
 from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 
-__all__ = ["MemwovenSaver", "ThreadDeletedError", "ThreadTTLConfig"]
+__all__ = ["MemwovenSaver", "ThreadDeletedError", "ThreadInfo", "ThreadTTLConfig", "messages_of"]
 
 Namespace = tuple[str, ...]
 _CHECKPOINTS, _BLOBS, _WRITES, _THREADS = "checkpoints", "blobs", "writes", "threads"
@@ -97,6 +98,30 @@ def _blob_key(channel: str, version: str | int | float) -> str:
 
 def _write_key(task_id: str, index: int) -> str:
     return json.dumps([task_id, index], ensure_ascii=False)
+
+
+class ThreadInfo(NamedTuple):
+    """A thread `MemwovenSaver.list_threads` found."""
+
+    thread_id: str
+    updated_at: datetime | None
+    """Its last write (None if unknown)."""
+    expires_at: datetime | None
+    """When its TTL runs out (None: no TTL)."""
+
+
+def messages_of(found: CheckpointTuple, channel: str = "messages") -> builtins.list[Message]:
+    """The messages of a checkpoint's `channel` (a list of LangChain messages, as `MessagesState` keeps it) as
+    memwoven `Message`s; [] if the channel is empty, `InvalidInputError` if it holds something else."""
+    value = found.checkpoint["channel_values"].get(channel, [])
+    if not isinstance(value, builtins.list) or not all(isinstance(m, BaseMessage) for m in value):
+        thread_id = found.config["configurable"]["thread_id"]
+        raise InvalidInputError(f"channel {channel!r} of thread {thread_id!r} holds no list of messages")
+    return to_memwoven_messages(value)
+
+
+def _at(epoch_ms: object) -> datetime | None:
+    return _clock.utc(epoch_ms) if isinstance(epoch_ms, int) else None
 
 
 def _chunks(values: builtins.list[Any]) -> Iterator[builtins.list[Any]]:
@@ -313,14 +338,29 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         channel holds something else."""
         config: RunnableConfig = {"configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns}}
         found = yield from self._get_tuple(config)
-        if found is None:
-            return []
-        value = found.checkpoint["channel_values"].get(channel, [])
-        if not isinstance(value, builtins.list) or not all(isinstance(m, BaseMessage) for m in value):
-            raise InvalidInputError(f"channel {channel!r} of thread {thread_id!r} holds no list of messages")
-        return to_memwoven_messages(value)
+        return [] if found is None else messages_of(found, channel)
 
     thread_messages, athread_messages = twins(_thread_messages)
+
+    def _list_threads(self) -> Steps[builtins.list[ThreadInfo]]:
+        """The threads holding checkpoints, by id: each with its last write and (with a `ttl`) expiry, from its
+        record, or for a thread without one (written with no `ttl`) the time of its newest checkpoint."""
+        depth = len(self.namespace) + 2
+        spaces = yield Call(self.items, "namespaces", (), {"prefix": self._ns(_CHECKPOINTS), "max_depth": depth})
+        ids = [space[-1] for space in spaces]
+        records = (yield Call(self.items, "get_many", ([(self._ns(_THREADS), i) for i in ids],))) if ids else []
+        threads = []
+        for thread_id, record in zip(ids, records):
+            value = {} if record is None or record.value.get("state") != _LIVE else record.value
+            updated, expires = value.get("updated_at_ms"), value.get("expires_at_ms")
+            if isinstance(updated, int):
+                threads.append(ThreadInfo(thread_id, _clock.utc(updated), _at(expires)))
+                continue
+            newest = yield Call(self.items, "list", (self._ns(_CHECKPOINTS, thread_id),), {"order": "desc", "limit": 1})
+            threads.append(ThreadInfo(thread_id, newest[0].updated_at if newest else None, None))
+        return threads
+
+    list_threads, alist_threads = twins(_list_threads)
 
     def _get_delta_channel_history(
         self, *, config: RunnableConfig, channels: Sequence[str]
