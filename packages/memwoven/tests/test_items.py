@@ -82,6 +82,9 @@ def test_long_namespaces_and_keys_are_listed_by_prefix(sql_kind: str, tmp_path: 
         ]
         assert [i.value["v"] for i in memory.list(after=shared)] == [6, 5, 7]
         assert [i.value["v"] for i in memory.list(after=shared, order="desc", limit=2)] == [7, 5]
+        # keys sharing their indexed head (key_head): the page is still in (key, namespace) order
+        assert [i.value["v"] for i in memory.list(limit=4, offset=2)] == [4, 2, 6, 5]
+        assert [i.value["v"] for i in memory.list((long,), order="desc", limit=2)] == [2, 3]
 
 
 def test_the_async_twins_run_on_the_loop_and_are_named() -> None:

@@ -1,8 +1,8 @@
-"""A filter's SQL pre-selection: a condition on the stored JSON text that every matching value satisfies.
+"""A filter's SQL pre-selection: a condition on the stored JSON that every matching value satisfies.
 
 `memwoven.filters` is the one definition of what a filter means, and Python applies it to every row the
 database returns, so results are exact on every database. What this module adds is speed: it translates the
-parts of a filter that the database can test on its own JSON functions (SQLite JSON1, PostgreSQL ``json``
+parts of a filter that the database can test on its own JSON functions (SQLite JSON1, PostgreSQL ``jsonb``
 operators, MariaDB/MySQL ``JSON_EXTRACT``) into a WHERE condition that keeps every matching row and drops most
 others, so a search that matches a few items of many reads a few rows.
 
@@ -15,7 +15,7 @@ meaning is at least as wide as the filter's, and everything else becomes "no con
   order: SQLite's BINARY, PostgreSQL ``COLLATE "C"``);
 * ``$exists: true``; ``$and`` (any part that translates), ``$or`` (only if every branch translates);
 * not ``$ne``, ``$nin``, ``$exists: false``, ``$not``, ``$contains``, null, objects or lists, nor anything
-  holding NUL (PostgreSQL text cannot): they select nothing.
+  holding NUL (PostgreSQL text and jsonb cannot): they select nothing.
 
 Damaged storage: text that is not JSON is never passed over (SQLite's JSON functions raise on it, and the
 caller then reads without the pre-selection; MariaDB/MySQL select it by ``JSON_VALID``), so reading it raises
@@ -23,13 +23,17 @@ caller then reads without the pre-selection; MariaDB/MySQL select it by ``JSON_V
 may pass over it, as an index would; a read without a filter raises on it.
 
 Only one JSON function runs per tested field where the database allows (SQLite: ``json_extract``, whose result
-compares as the filter needs, numbers below text; PostgreSQL: ``json_extract_path_text`` for strings): Python's
-bundled SQLite parses the value again for every call.
+compares as the filter needs, numbers below text): Python's bundled SQLite parses the value again for every call.
 
-On PostgreSQL, where a field must equal a string (``$eq``, ``$in`` of strings), the condition first asks the
-stored text to hold that string's JSON (``strpos``): every match does, since the text was written by
-`memwoven.backends._items.encode_value` with the same encoding, and the substring test costs a fraction of a
-parse. (Not on SQLite and MariaDB/MySQL, where it would pass over damaged text lacking the substring.)
+PostgreSQL tests the items' ``jsonb`` copy of each value (`memwoven.backends.sql._schema.VALUE_JSONB`, generated
+by the database; the ``json`` text stays what is read back), not the text that every ``json`` function parses
+again. Equality with a string or a boolean (``$eq``, each option of ``$in``) is a containment test,
+``value_jsonb @> '{"field": "x"}'``, which the table's GIN index answers: a filtered search over many items reads
+the matching rows only. ``jsonb`` refuses strings holding NUL, so a value whose text holds ``\\u0000`` has no copy
+(NULL): such rows are selected by their text, when it holds the JSON of each string the filter needs (``strpos``;
+every match does, since the text was written by `memwoven.backends._items.encode_value` with the same encoding),
+else all of them, and Python decides. The condition is ``copy IS NOT NULL AND <jsonb test> OR copy IS NULL AND
+<substring test>``, two index scans.
 
 A dotted field matches the literal key or the nested path (`memwoven.filters`: the literal key wins), so its
 condition is the OR of both. Field names are put into (quoted) JSON paths only if made of letters, digits, ``_``,
@@ -48,6 +52,7 @@ from decimal import Decimal
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB
 
 __all__ = ["prefilter"]
 
@@ -59,21 +64,32 @@ _FLOAT_MAX = sa.literal(Decimal(sys.float_info.max), sa.Numeric)
 Condition = sa.ColumnElement[bool]
 
 
-def prefilter(spec: Mapping[str, Any], value: sa.ColumnElement[Any], dialect: str) -> Condition | None:
-    """A condition on the JSON text `value` kept by every value matching the (validated) filter `spec`, or
-    None when nothing of it translates on `dialect` ("sqlite", "postgresql", "mysql" or "mariadb")."""
+def prefilter(
+    spec: Mapping[str, Any], value: sa.ColumnElement[Any], dialect: str, binary: sa.ColumnElement[Any] | None = None
+) -> Condition | None:
+    """A condition on the stored JSON kept by every value matching the (validated) filter `spec`, or None when
+    nothing of it translates on `dialect` ("sqlite", "postgresql", "mysql" or "mariadb").
+
+    `value` is the JSON text; on PostgreSQL `binary` is required: the value's ``jsonb`` copy, NULL exactly where the
+    text holds an escaped NUL (`memwoven.backends.sql._schema.VALUE_JSONB`).
+    """
+    if dialect == "postgresql":
+        if binary is None:
+            raise ValueError("PostgreSQL's pre-selection reads the jsonb copy of the values: pass it as `binary`")
+        translator = _Translator(binary, dialect)
+        condition = translator.filter(spec)
+        if condition is None:
+            return None
+        # A value holding an escaped NUL has no jsonb copy: it is selected if its text holds the JSON of a string
+        # the filter needs (every match does: the text was written by `encode_value`, the same encoding), and
+        # Python decides.
+        required = translator.required_text(spec, sa.cast(value, sa.Text))
+        without_copy = binary.is_(None) if required is None else sa.and_(binary.is_(None), required)
+        return sa.or_(sa.and_(binary.is_not(None), condition), without_copy)
     translator = _Translator(value, dialect)
     condition = translator.filter(spec)
     if condition is None or translator.dialect == "sqlite":
         return condition
-    if translator.dialect == "postgresql":
-        # A row whose text lacks the JSON of a string the filter needs cannot match: that substring test, far
-        # cheaper than parsing, comes first. Its JSON functions refuse a value holding an escaped NUL anywhere
-        # (even in another field): such rows are selected as they are, and Python decides.
-        text = sa.cast(value, sa.Text)
-        required = translator.required_text(spec, text)
-        cases = [] if required is None else [(sa.not_(required), sa.false())]
-        return sa.case(*cases, (sa.func.strpos(text, "\\u0000") > 0, sa.true()), else_=condition)
     # MariaDB/MySQL's JSON functions read damaged text as NULL: select it, so that reading it raises
     # CorruptMemoryError. (SQLite's raise on it, and the caller then reads without the pre-selection;
     # PostgreSQL's json column holds valid JSON only.)
@@ -82,7 +98,7 @@ def prefilter(spec: Mapping[str, Any], value: sa.ColumnElement[Any], dialect: st
 
 class _Translator:
     def __init__(self, value: sa.ColumnElement[Any], dialect: str) -> None:
-        self.value = value
+        self.value = value  # PostgreSQL: the jsonb copy; elsewhere the JSON text
         self.dialect = "mysql" if dialect == "mariadb" else dialect
 
     def filter(self, spec: Mapping[str, Any]) -> Condition | None:
@@ -146,7 +162,7 @@ class _Translator:
     def json_type(self, path: Sequence[str]) -> sa.ColumnElement[str]:
         """The JSON type name of the value at `path` (NULL where absent)."""
         if self.dialect == "postgresql":
-            return sa.func.json_typeof(sa.func.json_extract_path(self.value, *path))
+            return sa.func.jsonb_typeof(sa.func.jsonb_extract_path(self.value, *path))
         if self.dialect == "sqlite":
             return sa.func.json_type(self.value, _text_path(path))
         return sa.func.json_type(sa.func.json_extract(self.value, _text_path(path)))
@@ -154,12 +170,17 @@ class _Translator:
     def scalar(self, path: Sequence[str]) -> sa.ColumnElement[Any]:
         """The value at `path` as an SQL scalar (text for strings)."""
         if self.dialect == "postgresql":
-            return sa.func.json_extract_path_text(self.value, *path)
+            return sa.func.jsonb_extract_path_text(self.value, *path)
         if self.dialect == "sqlite":
             return sa.func.json_extract(self.value, _text_path(path))
         return sa.func.json_unquote(sa.func.json_extract(self.value, _text_path(path)))
 
     def equals(self, path: Sequence[str], operand: Any) -> Condition | None:
+        if self.dialect == "postgresql" and isinstance(operand, (str, bool)):  # containment: a GIN index answers it
+            document: Any = operand
+            for name in reversed(path):
+                document = {name: document}
+            return self.value.op("@>")(sa.cast(sa.literal(json.dumps(document, ensure_ascii=False), sa.Text), JSONB))
         kind = self.json_type(path)
         if isinstance(operand, bool):
             word = "true" if operand else "false"
