@@ -10,7 +10,8 @@
 
 A few backend options can ride in the URL's query string, so that a URL alone (an environment variable, a CLI
 argument) can name any store: `table_prefix` and `schema` on SQL URLs
-(``postgresql://host/db?table_prefix=app_``), `prefix` on Redis URLs (``redis://host:6379/0?prefix=app``). They
+(``postgresql://host/db?table_prefix=app_``), `prefix` on Redis URLs (``redis://host:6379/0?prefix=app``), and on
+a vector memory's SQL URL `search` (``postgresql://host/db?search=server``: pgvector search in the database). They
 are taken out of the URL before it reaches the driver; every other query parameter goes to the driver as before.
 `vector_collections(url)` lists the collections stored at a URL.
 """
@@ -63,6 +64,8 @@ BACKENDS = {
 """URL scheme -> the kind of backend that opens it (an SQL scheme may name a driver: ``postgresql+psycopg``)."""
 URL_OPTIONS = {"sql": ("table_prefix", "schema"), "redis": ("prefix",)}
 """The backend options a URL's query string may carry, per kind of URL."""
+VECTOR_URL_OPTIONS = {"sql": ("search",)}
+"""The options a vector memory's URL may carry besides `URL_OPTIONS` (``postgresql://host/db?search=server``)."""
 ITEM_BACKENDS = {
     "memory": "memwoven.backends.memory:InMemoryItemMemory",
     "file": "memwoven.backends.file.items:FileItemMemory",
@@ -108,10 +111,13 @@ def _resolve(url: str | URL | None, variable: str) -> tuple[str, str | URL]:
     return base, url
 
 
-def _with_url_options(scheme: str, url: str | URL, options: dict[str, Any]) -> tuple[str | URL, dict[str, Any]]:
-    """Move the backend options found in the URL's query string (`URL_OPTIONS`) into `options`."""
+def _with_url_options(
+    scheme: str, url: str | URL, options: dict[str, Any], *, vector: bool = False
+) -> tuple[str | URL, dict[str, Any]]:
+    """Move the backend options found in the URL's query string (`URL_OPTIONS`, and `VECTOR_URL_OPTIONS` for a
+    vector memory's URL) into `options`."""
     kind = _kind(scheme)
-    names = URL_OPTIONS.get(kind, ())
+    names = URL_OPTIONS.get(kind, ()) + (VECTOR_URL_OPTIONS.get(kind, ()) if vector else ())
     found: dict[str, Any] = {}
     if kind == "sql":
         parsed = make_url(url)
@@ -185,7 +191,7 @@ def open_vector_memory(
 ) -> VectorMemory:
     """Open one vector collection at the URL (default: `$MEMWOVEN_VECTOR_URL`); `options` go to the backend."""
     scheme, resolved = _resolve(url, VECTOR_URL_VARIABLE)
-    resolved, options = _with_url_options(scheme, resolved, options)
+    resolved, options = _with_url_options(scheme, resolved, options, vector=True)
     check_collection(collection)
     if scheme == "memory":
         from memwoven.backends.memory import InMemoryVectorMemory
@@ -260,7 +266,8 @@ def vector_collections(url: str | URL | None = None, **options: Any) -> list[Col
     `memory://` persists nothing, so it never has any.
     """
     scheme, resolved = _resolve(url, VECTOR_URL_VARIABLE)
-    resolved, options = _with_url_options(scheme, resolved, options)
+    resolved, options = _with_url_options(scheme, resolved, options, vector=True)
+    options.pop("search", None)  # where searches run does not change which collections are stored
     if scheme == "memory":
         return []
     if scheme == "file":

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from memwoven._steps import Steps, twins
 from memwoven.backends.sql._base import SQLBackend, SQLOptions
 from memwoven.backends.sql._engine import Database, Work
+from memwoven.backends.sql._pgvector import EmbeddingsTable, candidates, check_search_mode, jsonb_metadata, norms
 from memwoven.backends.sql._schema import Tables, check_identifier, insert_ignoring, key_of, upsert
 from memwoven.contracts import CollectionInfo, DocumentsIn, Metric, check_collection, check_ids
 from memwoven.errors import CorruptMemoryError, DimensionMismatchError, InvalidInputError
@@ -72,6 +73,12 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
     opening it later with another dimension raises `DimensionMismatchError`, with another metric
     `InvalidInputError`. Construction connects only when given a dimension, to read the collection's row (nothing
     is created) and raise at once; otherwise the first use does the check.
+
+    `search` chooses where searches run: "client" (the default) keeps the collection in an in-process index, kept in
+    step with the table; "server" (PostgreSQL with the pgvector extension, `memwoven[postgres]`) also stores each
+    embedding as a pgvector ``vector`` and searches in the database (exact; see `memwoven.backends.sql._pgvector`),
+    and `get`, `count` and `ids` read the table: nothing of the collection is held in process. Open every object of
+    a collection with the same `search`: the server-side copy is written only by objects in "server" mode.
     """
 
     _table_names = ("collections", "vectors")
@@ -83,12 +90,22 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         collection: str = "default",
         dimension: int | None = None,
         metric: Metric = "cosine",
+        search: str = "client",
         **options: Unpack[SQLOptions],
     ) -> None:
         self.collection = check_collection(collection)  # stored as data, keyed by its hash
         self.metric = check_metric(metric)
+        self.search_mode = check_search_mode(search)
         self._wanted_dimension = check_dimension(dimension)
         super().__init__(url_or_engine, **options)
+        self._embeddings: EmbeddingsTable | None = None
+        if self.search_mode == "server":
+            if self._db.dialect != "postgresql":
+                self.close()
+                raise InvalidInputError(
+                    f"search='server' needs PostgreSQL with the pgvector extension, not {self._db.dialect!r}"
+                )
+            self._embeddings = EmbeddingsTable(self._tables)
         self._key = key_of(self.collection)
         self._collections = self._tables.collections
         self._vectors = self._tables.vectors
@@ -110,7 +127,8 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
     def __repr__(self) -> str:
         return (
             f"SQLVectorMemory({self._options_repr()}, collection={self.collection!r}, "
-            f"dimension={self.dimension}, metric={self.metric!r})"
+            f"dimension={self.dimension}, metric={self.metric!r}"
+            + (", search='server')" if self._embeddings is not None else ")")
         )
 
     @property
@@ -122,6 +140,8 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
 
     def _setup_steps(self) -> Steps[None]:
         yield self._create_tables()
+        if self._embeddings is not None:
+            yield Work(self._embeddings.create, write=True, ddl=True)
         self._opened((yield Work(self._open_collection, write=True)))
 
     def _store(self, documents: DocumentsIn) -> Steps[None]:
@@ -147,6 +167,20 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
             }
             for doc_id, content, metadata, vector in zip(batch.ids, batch.contents, batch.metadata, vectors)
         ]
+        server_rows = (
+            [
+                {
+                    "collection_key": self._key,
+                    "doc_key": row["doc_key"],
+                    "embedding": vector,
+                    "norm": norm,
+                    "meta": jsonb_metadata(row["metadata"]),
+                }
+                for row, vector, norm in zip(rows, vectors, norms(vectors))
+            ]
+            if self._embeddings is not None
+            else []
+        )
 
         def body(connection: Connection) -> _Collection:
             state = self._bump(connection)
@@ -157,6 +191,8 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
                     f"embedding has dimension {dimension}, collection {self.collection!r} has {state.dimension}"
                 )
             upsert(connection, self._vectors, [{**row, "version": state.version} for row in rows])
+            if self._embeddings is not None:
+                upsert(connection, self._embeddings.table, server_rows)
             return state._replace(dimension=dimension)
 
         self._applied((yield Work(body, write=True)), lambda index: index.upsert(batch))
@@ -165,11 +201,18 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
 
     def _search_query(self, query: SearchQuery) -> Steps[list[ScoredDocument]]:
         """Exact top-k search over the collection as stored."""
+        if self._embeddings is not None:
+            table = self._embeddings.table
+            hits: list[ScoredDocument] = yield Work(lambda connection: self._server_search(connection, table, query))
+            return hits
         return (yield from self._read_steps(lambda index: index.query(query)))
 
     def _get(self, ids: Iterable[str]) -> Steps[list[VectorDocument]]:
         """The documents with these ids, in the order asked."""
         wanted = check_ids(ids)
+        if self._embeddings is not None:
+            documents: list[VectorDocument] = yield Work(lambda connection: self._server_get(connection, wanted))
+            return documents
         return (yield from self._read_steps(lambda index: index.get(wanted)))
 
     get, aget = twins(_get)
@@ -195,6 +238,14 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
                     )
                     .values(deleted=True, version=state.version, content="", metadata="{}", embedding=b"")
                 )
+                if self._embeddings is not None:
+                    embeddings = self._embeddings.table
+                    connection.execute(
+                        sa.delete(embeddings).where(
+                            embeddings.c.collection_key == self._key,
+                            embeddings.c.doc_key.in_(keys[start : start + _CHUNK]),
+                        )
+                    )
             return state
 
         self._applied((yield Work(body, write=True)), lambda index: index.remove(unique))
@@ -203,6 +254,9 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
 
     def _count(self) -> Steps[int]:
         """The number of stored documents."""
+        if self._embeddings is not None:
+            count: int = yield Work(self._server_count)
+            return count
         return (yield from self._read_steps(len))
 
     count, acount = twins(_count)
@@ -213,6 +267,9 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         def body(connection: Connection) -> _Collection:
             state = self._bump(connection, clear=True)
             connection.execute(sa.delete(self._vectors).where(self._vectors.c.collection_key == self._key))
+            if self._embeddings is not None:
+                embeddings = self._embeddings.table
+                connection.execute(sa.delete(embeddings).where(embeddings.c.collection_key == self._key))
             return state
 
         self._applied((yield Work(body, write=True)), VectorIndex.clear, cleared=True)
@@ -221,9 +278,70 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
 
     def _ids(self) -> Steps[list[str]]:
         """The ids of every stored document, sorted."""
+        if self._embeddings is not None:
+            ids: list[str] = yield Work(self._server_ids)
+            return ids
         return (yield from self._read_steps(_sorted_ids))
 
     ids, aids = twins(_ids)
+
+    def drop_tables(self) -> None:
+        """Drop every table of this prefix (all the sessions and collections stored under it). Irreversible."""
+        if self._embeddings is not None:
+            with self._db.translated(), self._db.engine.begin() as connection:
+                self._embeddings.drop(connection)
+        super().drop_tables()
+
+    # Server-side search (search="server"): reads in the database, nothing kept in process ----------------------
+
+    def _server_state(self, connection: Connection) -> _Collection:
+        state = self._read_collection(connection)
+        with self._lock:
+            self._learn_dimension(state.dimension)
+        return state
+
+    def _live(self) -> Any:
+        return sa.and_(self._vectors.c.collection_key == self._key, sa.not_(self._vectors.c.deleted))
+
+    def _server_search(self, connection: Connection, embeddings: sa.Table, query: SearchQuery) -> list[ScoredDocument]:
+        state = self._server_state(connection)
+        vector = query.vector_for(state.dimension)
+        if query.top_k == 0 or state.dimension is None:
+            return []
+        batches = candidates(
+            connection,
+            embeddings=embeddings,
+            vectors=self._vectors,
+            collection_key=self._key,
+            metric=self.metric,
+            query=query,
+            vector=vector,
+            decode=lambda rows: self._decode(rows, state.dimension).live,
+        )
+        index = VectorIndex(state.dimension, self.metric)
+        for batch in batches:
+            index.upsert(batch)
+        return index.query(query)
+
+    def _server_get(self, connection: Connection, wanted: list[str]) -> list[VectorDocument]:
+        state = self._server_state(connection)
+        v = self._vectors
+        keys = list(dict.fromkeys(key_of(doc_id) for doc_id in wanted))
+        found: list[Any] = []
+        for start in range(0, len(keys), _CHUNK):
+            columns = (v.c.doc_id, v.c.content, v.c.metadata, v.c.embedding, v.c.deleted)
+            chunk = v.c.doc_key.in_(keys[start : start + _CHUNK])
+            found.extend(connection.execute(sa.select(*columns).where(self._live(), chunk)).all())
+        by_id = {document.id: document for document in self._decode(found, state.dimension).live.documents()}
+        return [by_id[doc_id] for doc_id in wanted if doc_id in by_id]
+
+    def _server_count(self, connection: Connection) -> int:
+        self._server_state(connection)
+        return int(connection.execute(sa.select(sa.func.count()).where(self._live())).scalar_one())
+
+    def _server_ids(self, connection: Connection) -> list[str]:
+        self._server_state(connection)
+        return sorted(connection.execute(sa.select(self._vectors.c.doc_id).where(self._live())).scalars())
 
     def _read_steps(self, read: Callable[[VectorIndex], T]) -> Steps[T]:
         """Bring the index up to date with the table, then `read` it."""
@@ -380,6 +498,8 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         """Apply this object's committed write to its index, if the index was current just before it."""
         with self._lock:
             self._learn_dimension(state.dimension)
+            if self._embeddings is not None:  # server-side search keeps no index
+                return
             before = (state.generation - cleared, state.version - 1)
             if (self._generation, self._seen) == before:
                 change(self._index)
