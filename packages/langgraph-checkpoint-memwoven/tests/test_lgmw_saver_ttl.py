@@ -1,8 +1,9 @@
 """`MemwovenSaver(ttl=...)`: threads expiring after their last put (sliding on write), swept whole by `sweep_ttl`
-(or pruned, strategy ``keep_latest``) and by the sweeper thread / task, on memory, file, SQLite, PostgreSQL,
-MariaDB and Redis; a put racing the sweep (driven step by step) either keeps the thread or fails writing nothing;
-a continued run never resurrects a deleted thread; savers writing one thread concurrently lose no checkpoint.
-Expiry runs on memwoven's clock (`memwoven._clock`), moved forward instead of sleeping."""
+(or pruned, strategy ``keep_latest``) and by the sweeper thread / task, on memory, file, SQLite (also through
+the encryption wrapper, whose filters run in process), PostgreSQL, MariaDB and Redis; a put racing the sweep
+(driven step by step) either keeps the thread or fails writing nothing; a continued run never resurrects a
+deleted thread; savers writing one thread concurrently lose no checkpoint. Expiry runs on memwoven's clock
+(`memwoven._clock`), moved forward instead of sleeping."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
     from conftest import Clock
 
 TTL: Any = {"default_ttl": 1}  # one minute
-ALL = ["memory", "file", "sqlite", "postgresql", "mariadb", "redis"]
+ALL = ["memory", "file", "sqlite", "encrypted-sqlite", "postgresql", "mariadb", "redis"]
 
 
 @pytest.fixture(params=kind_params(ALL))
