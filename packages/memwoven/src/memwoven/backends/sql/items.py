@@ -319,7 +319,9 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         for replace, statement in ((True, statements.replace), (False, statements.create)):
             rows = sorted(
                 (_row(p, next_version(0), now, now) for p in prepared if (p.expected is None) == replace),
-                key=lambda row: str(row["address"]),  # one lock order for concurrent writers
+                # One lock order for concurrent writers; by namespace, not address, so that a namespace's rows stay
+                # together in the table (SQLite's rowid order, PostgreSQL's heap) for the scans that read them.
+                key=lambda row: (str(row["namespace"]), str(row["item_key"])),
             )
             for start in range(0, len(rows), _IN_CHUNK):
                 for address, version in connection.execute(statement, rows[start : start + _IN_CHUNK]):
