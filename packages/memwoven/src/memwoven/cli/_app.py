@@ -88,6 +88,7 @@ def _root(
 
 
 def _print_json(value: Any) -> None:
+    """Print `value` as indented JSON on stdout (non-ASCII kept as is)."""
     sys.stdout.write(json.dumps(value, ensure_ascii=False, indent=2) + "\n")
 
 
@@ -240,6 +241,7 @@ def sessions_delete(
 
 
 def _namespace(text: str, *, prefix: bool = False, hint: str = "NAMESPACE") -> Namespace:
+    """A namespace argument (`NAMESPACE_SYNTAX`) as a tuple; a usage error (exit code 2) naming `hint` if malformed."""
     try:
         return parse_namespace(text, prefix=prefix)
     except ValueError as error:

@@ -17,9 +17,19 @@ from rich.table import Table
 from rich.text import Text
 
 from langgraph.checkpoint.memwoven.base import MemwovenSaver, messages_of
-from memwoven.cli._app import Json, Url, _namespace, _print_json
-from memwoven.cli._render import messages_table, plural, stdout_console, when
-from memwoven.cli._stores import NAMESPACE_SYNTAX, Failure, Store
+from memwoven.cli.plugins import (
+    NAMESPACE_SYNTAX,
+    Failure,
+    Json,
+    Store,
+    Url,
+    messages_table,
+    namespace_argument,
+    plural,
+    print_json,
+    stdout_console,
+    when,
+)
 
 __all__ = ["app"]
 
@@ -43,7 +53,7 @@ def _saver(url: str, namespace: str) -> tuple[Store, MemwovenSaver | None]:
     store = Store(url)
     store.check_exists()
     store.require_items()
-    labels = _namespace(namespace, hint="--namespace")
+    labels = namespace_argument(namespace, hint="--namespace")
     if not store.holds_items():
         return store, None
     return store, MemwovenSaver(store.open_items(), namespace=labels, owns_items=True)
@@ -70,7 +80,7 @@ def threads_list(url: Url, namespace: SaverNamespace = DEFAULT_NAMESPACE, as_jso
         with saver:
             threads = saver.list_threads()
     if as_json:
-        _print_json(
+        print_json(
             [
                 {
                     "thread_id": thread.thread_id,
@@ -134,7 +144,7 @@ def threads_show(
         plain = {
             name: json.loads(json.dumps(value, ensure_ascii=False, default=_plain)) for name, value in values.items()
         }
-        _print_json(
+        print_json(
             {
                 "thread_id": thread_id,
                 "checkpoint_ns": checkpoint_ns,

@@ -51,7 +51,7 @@ from typing_extensions import Self, TypedDict
 
 import memwoven._clock as _clock
 from langchain_memwoven.messages import to_memwoven_messages
-from langgraph.checkpoint.memwoven._ttl import TTLSweeper, minutes_to_seconds
+from langgraph.checkpoint.memwoven.ttl import TTLSweeper, minutes_to_seconds
 from memwoven import Item, ItemMemory, ItemWrite, Message, open_item_memory
 from memwoven._cache import LRUCache
 from memwoven._steps import Call, Runner, Steps, twins

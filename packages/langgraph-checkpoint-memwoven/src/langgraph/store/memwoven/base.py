@@ -68,7 +68,7 @@ from langgraph.store.base import (
 from typing_extensions import Self
 
 from langchain_memwoven.embeddings import EmbedFnEmbeddings, embed_fn_from_embeddings
-from langgraph.checkpoint.memwoven._ttl import TTLSweeper, minutes_to_seconds
+from langgraph.checkpoint.memwoven.ttl import TTLSweeper, minutes_to_seconds
 from memwoven import EmbeddingError, InvalidInputError, ItemMemory, VectorMemory
 from memwoven import Item as StoredItem
 from memwoven._steps import Call, Runner, Steps, twins

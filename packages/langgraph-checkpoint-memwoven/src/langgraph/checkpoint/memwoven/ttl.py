@@ -1,5 +1,6 @@
-"""What the checkpointer and the store share about TTLs: minutes (LangGraph's unit) to seconds, and the sweeper
-that runs an object's `sweep_ttl` / `asweep_ttl` on a schedule (a daemon thread, or a task of the running loop)."""
+"""What the checkpointer (`MemwovenSaver`) and the store (`langgraph.store.memwoven`) share about TTLs: minutes
+(LangGraph's unit) to seconds, and the sweeper that runs an object's `sweep_ttl` / `asweep_ttl` on a schedule (a
+daemon thread, or a task of the running loop)."""
 
 from __future__ import annotations
 
@@ -34,9 +35,11 @@ class TTLSweeper:
     _asweeper: asyncio.Task[None] | None = None
 
     def sweep_ttl(self) -> int:
+        """Delete what has expired; how many things were deleted (the class using the sweeper defines it)."""
         raise NotImplementedError
 
     async def asweep_ttl(self) -> int:
+        """Async twin of `sweep_ttl`."""
         raise NotImplementedError
 
     def _interval(self, sweep_interval_minutes: float | None) -> float | None:
