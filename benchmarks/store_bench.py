@@ -399,12 +399,12 @@ REASONS = [
     "the step runner and the contract's validation; SQLite's own execute is ~6%. SqliteStore runs one SQL string "
     "on a bare sqlite3 cursor and decodes with orjson. On PostgreSQL a read is two server round trips (the query, "
     "then the end of its transaction) against PostgresStore's one on an autocommit connection.",
-    "- LangGraph store on PostgreSQL right after a bulk load: memwoven's write inserts a placeholder row for each "
-    "new item and then overwrites it (the row lock behind compare-and-set), so 100,000 puts leave 200,000 row "
-    "versions, and with no statistics yet the planner ANDs the namespace index with a bitmap of `expires_at_ms IS "
-    "NULL` over all of them (EXPLAIN ANALYZE: ~16-20 ms for a 100-item namespace against 0.22 ms once the table is "
-    "analysed). The benchmark runs ANALYZE on both stores' tables after filling, as autovacuum does within about "
-    "a minute; a store freshly bulk-loaded is slower until then.",
+    "- LangGraph store on PostgreSQL right after a bulk load: with no statistics yet the planner may AND the "
+    "namespace index with a bitmap of `expires_at_ms IS NULL` (EXPLAIN ANALYZE: ~16-20 ms for a 100-item namespace "
+    "against 0.22 ms once the table is analysed; worse when writes inserted a placeholder row per new item, which "
+    "the store's puts, needing no compare-and-set, no longer do). The benchmark runs ANALYZE on both stores' "
+    "tables after filling, as autovacuum does within about a minute; a store freshly bulk-loaded is slower until "
+    "then.",
     "- LangGraph store, filtered search over every namespace (100,000 items; target 20 ms). PostgreSQL: was 1.4-1.9x "
     "of PostgresStore (memwoven's value column is json, text that each JSON function parses again: EXPLAIN ANALYZE "
     "showed a parallel scan of every row, ~35-40 ms, whether the test was a substring search of the text or, on a "
@@ -415,9 +415,10 @@ REASONS = [
     "ANALYZE, and 0.29x of PostgresStore (14 ms against 48 ms) in the benchmark at 100,000 items. Its cost to "
     "writes, put_many of 10,000 items on PostgreSQL, 10-12 rounds each taking turns: 7,700-8,100 items/s before "
     "this table change, 6,600-7,300 with key_head, the jsonb copy and the GIN index (the rounds scatter by "
-    "+-15% on this shared machine; the three additions were not told apart). SQLite (2.1-2.2x of SqliteStore "
-    "in this session's runs, before and after the change): one json_extract per row; no store meets the target "
-    "without an index on the field, the floor lines show the database's own scan over 20 ms.",
+    "+-15% on this shared machine; the three additions were not told apart). SQLite: 1.03x of SqliteStore in "
+    "a run after writes went back to inserting a batch in namespace order (2.1-2.2x while they went in address "
+    "order, which scattered a namespace's rows over the table): one json_extract per row; no store meets the "
+    "target without an index on the field, the floor lines show the database's own scan over 20 ms.",
     "- LangGraph store, search without query over every namespace (100,000 items, limit 10; target 20 ms). "
     "PostgreSQL: was 1.9x (memwoven orders by key then namespace, and no index held that order: keys may be "
     "64 KiB, over a B-tree entry, so PostgreSQL sorted every live row). Now an indexed key_head (the first 100 "
@@ -425,19 +426,20 @@ REASONS = [
     "the first head's rows and an incremental sort, 0.07-0.09x of PostgresStore (2.8-3.9 ms against 37-52 ms). "
     "It needed the namespace range inlined into the SQL text: psycopg prepares a statement after 5 runs, and "
     "PostgreSQL's generic plan for a range on parameters assumes it narrow and walks the namespace index "
-    "(EXPLAIN ANALYZE, forced generic plan: 77 ms with parameters, 4-8 ms inlined). SQLite (3.2-3.8x of "
-    "SqliteStore in this session, before and after): its planner has no statistics telling it that the range "
-    '("users",) holds every row, so it takes the namespace index and sorts (170-230 ms for the bare query); '
+    "(EXPLAIN ANALYZE, forced generic plan: 77 ms with parameters, 4-8 ms inlined). SQLite: 1.24x of SqliteStore "
+    "in a run with rows in namespace order (3.2-3.8x with rows in address order): its planner has no "
+    'statistics telling it that the range ("users",) holds every row, so it takes the namespace index and sorts '
+    "(170-230 ms for the bare query with rows in address order); "
     "forced onto the key index it takes 1.7 ms, but 16 ms instead of 0.09 ms for a one-namespace prefix, so no "
     "hint is given. Ordering by key_head there costs nothing measurable (190 against 201 ms, 12 alternating "
     "runs), and its index ~3% of put_many's rate (within the noise), so the schema is the same on every database.",
-    "- Batch put of 10,000 items on SQLite (target 20,000 items/s): SQLItemMemory.put_many 13,800-27,000 items/s "
-    "between runs this session (the machine shared with test runs), MemwovenStore.batch 17,000-18,000, SqliteStore "
-    "6-8x faster. cProfile of put_many: ~45% is the contract's validation (_check_writes: each namespace label and "
-    "key through check_id, each value through pydantic and freeze_json, and a json.dumps to find lone surrogates), "
-    "~20% encoding each value to JSON again for its row, ~25% SQLAlchemy's 500-row upserts and the read of the "
-    "existing rows (versions for compare-and-set), ~8% SQLite's executemany. MemwovenStore.batch validates its "
-    "values before its refreshing reads run and put_many validates them again. SqliteStore validates nothing, "
+    "- Batch put of 10,000 items on SQLite (target 20,000 items/s): SQLItemMemory.put_many 26,000-28,000 items/s on "
+    "an idle machine (20,000 median in a run beside tests), MemwovenStore.batch ~19,000 beside tests, SqliteStore "
+    "6-8x faster. Since values are validated in one walk (not pydantic and a json.dumps) and writes that need no "
+    "compare-and-set no longer read the stored rows first, cProfile of the store's batch: ~30% the contract's "
+    "validation (each namespace label and key through check_id, each value frozen), ~15% encoding each value to "
+    "JSON for its row, ~35% SQLAlchemy's 500-row upserts (insertmanyvalues, RETURNING the versions), ~8% SQLite's "
+    "executemany, and the store's own per-op work (index texts, namespace checks). SqliteStore validates nothing, "
     "keeps no versions and sends orjson text through one executemany.",
     "- The former 7 s case (store search with a filter matching nothing over 5,000 items, SQLite, target < 10 ms; "
     "7.0 s on the chat-session emulation): 3.6 ms against SqliteStore's 2.8 ms in the same rounds (one "
