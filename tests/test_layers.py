@@ -22,7 +22,7 @@ LAYERS = [
     ["memwoven.errors", "memwoven._redact", "memwoven._steps", "memwoven._cache", "memwoven._clock"],
     ["memwoven.models", "memwoven.filters"],
     ["memwoven.contracts"],
-    ["memwoven.history", "memwoven.vector_index", "memwoven.namespaces", "memwoven.embed"],
+    ["memwoven.history", "memwoven.vector_index", "memwoven._columns", "memwoven.namespaces", "memwoven.embed"],
     ["memwoven.backends"],
     ["memwoven.policies", "memwoven.encryption"],
     ["memwoven.urls"],

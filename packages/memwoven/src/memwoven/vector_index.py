@@ -22,6 +22,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
+from memwoven._columns import Columns
 from memwoven._steps import Call, Steps, async_twin, twins
 from memwoven.contracts import DocumentsIn, Filter, Metric, VectorMemory, check_id, check_ids
 from memwoven.errors import DimensionMismatchError, InvalidInputError
@@ -223,6 +224,7 @@ class VectorIndex:
         self.rows: dict[str, int] = {}
         self.contents: list[str] = []
         self.metadata: list[FrozenDict] = []
+        self._columns = Columns()  # the metadata column-wise, for filters
         self._matrix: Matrix = _aligned_rows(0, dimension or 0)
         self._inverse_norms: Matrix = np.empty(0, dtype=np.float32)
         self._directions: Halves | None = _aligned_rows(0, dimension or 0, np.uint16) if scan == "bfloat16" else None
@@ -260,6 +262,7 @@ class VectorIndex:
             if self._directions is not None:
                 self._directions = _aligned_rows(0, self.dimension, np.uint16)
         rows = np.empty(len(batch.ids), dtype=np.intp)
+        previous: list[FrozenDict | None] = []
         for position, (doc_id, content, metadata) in enumerate(zip(batch.ids, batch.contents, batch.metadata)):
             row = self.rows.get(doc_id)
             if row is None:
@@ -267,11 +270,16 @@ class VectorIndex:
                 self.ids.append(doc_id)
                 self.contents.append(content)
                 self.metadata.append(metadata)
+                previous.append(None)
             else:
+                previous.append(self.metadata[row])
                 self.contents[row] = content
                 self.metadata[row] = metadata
             rows[position] = row
         self._reserve(len(self.ids))
+        self._columns.reserve(len(self.ids), self._matrix.shape[0])
+        for row, metadata, old in zip(rows.tolist(), batch.metadata, previous):
+            self._columns.set(row, metadata, old)
         first = int(rows[0])
         if np.array_equal(rows, np.arange(first, first + len(rows))):
             target: slice | npt.NDArray[np.intp] = slice(first, first + len(rows))  # a plain copy, not a scatter
@@ -293,21 +301,26 @@ class VectorIndex:
             last = len(self.ids) - 1
             if row != last:  # move the last row into the hole to keep rows contiguous
                 moved = self.ids[last]
+                self._columns.move(last, row, self.metadata[last], self.metadata[row])
                 self.ids[row], self.contents[row], self.metadata[row] = moved, self.contents[last], self.metadata[last]
                 self._matrix[row] = self._matrix[last]
                 self._inverse_norms[row] = self._inverse_norms[last]
                 if self._directions is not None:
                     self._directions[row] = self._directions[last]
                 self.rows[moved] = row
+            else:
+                self._columns.clear_row(row, self.metadata[row])
             self.ids.pop()
             self.contents.pop()
             self.metadata.pop()
             removed += 1
+        self._columns.size = len(self.ids)
         return removed
 
     def clear(self) -> None:
         """Remove every document (the dimension stays fixed)."""
         self.ids, self.rows, self.contents, self.metadata = [], {}, [], []
+        self._columns.clear()
 
     def get(self, ids: Iterable[str]) -> list[VectorDocument]:
         """The stored documents with these ids, in the order asked."""
@@ -340,8 +353,8 @@ class VectorIndex:
         if top_k == 0 or not self.ids:
             return []
         rows: Rows | None = None  # the rows still in the running, ascending (None: every live row)
-        if predicate is not None:
-            rows = np.flatnonzero(np.fromiter((predicate(m) for m in self.metadata), bool, len(self.metadata)))
+        if predicate is not None and search.filter is not None:
+            rows = self._selected(search.filter, predicate)
         if self._directions is not None:
             rows = self._prescan(self._directions, query, rows, top_k, threshold)
         scores = self._scores(query, rows)
@@ -352,6 +365,19 @@ class VectorIndex:
         picked = top if rows is None else rows[top]
         ranked = sorted(zip(picked.tolist(), scores[top].tolist()), key=lambda hit: (-hit[1], self.ids[hit[0]]))
         return [ScoredDocument.model_construct(document=self.document(r), score=s) for r, s in ranked[:top_k]]
+
+    def _selected(self, spec: Filter, predicate: Predicate) -> Rows:
+        """The live rows whose metadata matches `spec`, ascending: the columns' mask where it is exact, else the
+        predicate run on the rows that mask leaves (or on every row)."""
+        mask, exact = self._columns.mask(spec)
+        if mask is None:
+            metadata = self.metadata
+            return np.flatnonzero(np.fromiter((predicate(m) for m in metadata), bool, len(metadata)))
+        rows: Rows = np.flatnonzero(mask)
+        if not exact:
+            metadata = self.metadata
+            rows = rows[np.fromiter((predicate(metadata[r]) for r in rows.tolist()), bool, len(rows))]
+        return rows
 
     def _scores(self, query: Matrix, rows: Rows | None) -> Matrix:
         """Exact float32 scores of `rows` (every live row if None), in that order."""
