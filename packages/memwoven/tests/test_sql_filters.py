@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from filter_support import combined_filters
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sql_support import KINDS, sql_place
@@ -62,16 +63,7 @@ def _field_condition(draw: st.DrawFn) -> dict[str, Any]:
     return {field: {op: draw(scalars)}}
 
 
-filters = st.recursive(
-    _field_condition(),
-    lambda inner: st.one_of(
-        st.builds(lambda clauses: {"$and": clauses}, st.lists(inner, min_size=1, max_size=3)),
-        st.builds(lambda clauses: {"$or": clauses}, st.lists(inner, min_size=1, max_size=3)),
-        st.builds(lambda clause: {"$not": clause}, inner),
-        st.builds(lambda a, b: {**a, **b}, inner, inner),
-    ),
-    max_leaves=5,
-)
+filters = combined_filters(_field_condition())
 
 
 @pytest.fixture(scope="module", params=KINDS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+from filter_support import combined_filters
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -44,16 +45,7 @@ def _field_condition() -> st.SearchStrategy[Any]:
 fields = st.dictionaries(
     st.sampled_from(KEYS + KEYS + ["user.x", "a.y", "missing"]), _field_condition(), min_size=1, max_size=2
 )
-filters = st.recursive(
-    fields,
-    lambda inner: st.one_of(
-        st.builds(lambda cs: {"$and": cs}, st.lists(inner, min_size=1, max_size=3)),
-        st.builds(lambda cs: {"$or": cs}, st.lists(inner, min_size=1, max_size=3)),
-        st.builds(lambda c: {"$not": c}, inner),
-        st.builds(lambda a, b: {**a, **b}, inner, fields),
-    ),
-    max_leaves=6,
-)
+filters = combined_filters(fields, merged=fields, max_leaves=6)
 # an operation: ("put", ids, metadata), ("remove", ids) or ("clear",)
 operations = st.lists(
     st.one_of(
