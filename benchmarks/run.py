@@ -225,7 +225,8 @@ def main() -> None:
     turns, conversation_runs = (50, 1) if args.quick else (1_000, 3)
     conversations = conversation.run(report, redis=redis, turns=turns, runs=conversation_runs)
     probe = vector_search.sixteen_bit_probe(10_000 if args.quick else 100_000)
-    _lap("conversations and 16-bit probe")
+    filtered = vector_search.filtered_search(report, 10_000 if args.quick else 100_000)
+    _lap("conversations, 16-bit probe, filtered search")
 
     sql_vector.run(report, url=postgres, count=10_000 if args.quick else 100_000)
     _lap("sql_vector")
@@ -285,6 +286,7 @@ def main() -> None:
             *([] if args.quick else [NOT_RUN, ""]),
             vector_search.markdown(cases, bandwidth),
             probe,
+            filtered,
             "## Chat history: cost per turn against history length",
             "",
             chat_history.markdown(curves, skipped + skipped_peers),
