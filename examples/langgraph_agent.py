@@ -52,7 +52,7 @@ def call(call_id: str, a: int, b: int) -> AIMessage:
 @contextmanager
 def agent(url: str, script: list[BaseMessage], **options: Any) -> Iterator[tuple[Any, MemwovenStore]]:
     """The agent on the memory at `url` (checkpointer and store), answering with `script`; and the store."""
-    with MemwovenSaver.from_url(url) as saver, MemwovenStore.from_url(url, namespace=("agent",)) as store:
+    with MemwovenSaver.from_url(url) as saver, MemwovenStore.from_url(url) as store:
         model = ScriptedModel(messages=iter(script))
         yield create_agent(model, [add], checkpointer=saver, store=store, **options), store
 

@@ -14,14 +14,17 @@ import random
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
 import sqlalchemy as sa
 from langchain_core.embeddings import DeterministicFakeEmbedding, Embeddings
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp, Op, PutOp, SearchOp
 
+from langgraph.checkpoint.memwoven import MemwovenSaver
 from langgraph.store.memwoven import MemwovenStore, StoreNamespaceError
 from memwoven import (
     CorruptMemoryError,
@@ -240,12 +243,12 @@ async def test_a_batch_is_validated_before_anything_is_written(
 ) -> None:
     store = memwoven_backend.open(MemwovenStore, index=INDEX)
     store.put(NS, "lasting", {"v": 0}, ttl=10)
-    before = store.items.get(NS, "lasting")
+    before = store.items.get((*store.namespace, *NS), "lasting")
     clock.advance(60)  # a refresh now would move the expiry a minute on
     with pytest.raises(error):
         await run(store, mode, [GetOp(NS, "lasting", refresh_ttl=True), PutOp(NS, "written", {"text": "no"}), bad])
     assert store.get(NS, "written") is None
-    after = store.items.get(NS, "lasting")
+    after = store.items.get((*store.namespace, *NS), "lasting")
     assert before is not None
     assert after is not None
     assert after.expires_at == before.expires_at  # the batch's refreshing read did not run
@@ -374,14 +377,14 @@ def test_a_refreshing_read_extends_live_items_and_does_not_revive_an_expired_one
     expiring: MemwovenStore, clock: Clock
 ) -> None:
     store = expiring
-    live = store.items.get(("omit", "live"), "l", refresh_ttl=False)
+    live = store.items.get((*store.namespace, "omit", "live"), "l", refresh_ttl=False)
     assert live is not None
     assert live.expires_at is not None
     assert store.get(("omit", "expired"), "e", refresh_ttl=True) is None
     assert "e" not in [item.key for item in store.search(("omit",), refresh_ttl=True)]
     clock.advance(5)
     assert store.get(("omit", "live"), "l", refresh_ttl=True) is not None
-    refreshed = store.items.get(("omit", "live"), "l", refresh_ttl=False)
+    refreshed = store.items.get((*store.namespace, "omit", "live"), "l", refresh_ttl=False)
     assert refreshed is not None
     assert refreshed.expires_at is not None
     assert refreshed.expires_at > live.expires_at
@@ -418,3 +421,19 @@ def test_a_filtered_search_over_5000_items_matching_nothing_takes_milliseconds(m
     assert statistics.median(timings) < 1.0, timings
     assert len(store.search(("docs",), query="note 7", filter={"kind": "note"}, limit=10)) == 10
     assert len(store.search(("docs",), filter={"kind": "note"}, limit=10)) == 10
+
+
+def test_a_store_and_a_saver_on_one_item_memory_never_see_each_other(tmp_path: Path) -> None:
+    """The store's default namespace is its own (the saver's is another): a thread's checkpoints are not store
+    items, and a store item is no checkpoint."""
+    items = SQLItemMemory(f"sqlite:///{tmp_path}/shared.db")
+    with MemwovenStore(items) as store:
+        saver = MemwovenSaver(items)
+        config: Any = {"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}
+        saver.put(config, empty_checkpoint(), {}, {})
+        store.put(("users", "u1"), "prefs", {"drink": "tea"})
+        assert store.list_namespaces() == [("users", "u1")]
+        assert [(item.namespace, item.key) for item in store.search(())] == [(("users", "u1"), "prefs")]
+        assert [thread.thread_id for thread in saver.list_threads()] == ["t1"]
+        assert items.namespaces(prefix=("langgraph_store",)) == [("langgraph_store", "users", "u1")]
+    items.close()

@@ -13,13 +13,20 @@ from contextlib import suppress
 from importlib import metadata
 
 from langgraph.store.memwoven.aio import AsyncMemwovenStore
-from langgraph.store.memwoven.base import DistanceType, MemwovenIndexConfig, MemwovenStore, StoreNamespaceError
+from langgraph.store.memwoven.base import (
+    DEFAULT_NAMESPACE,
+    DistanceType,
+    MemwovenIndexConfig,
+    MemwovenStore,
+    StoreNamespaceError,
+)
 
 __version__ = ""  # when running from a source tree that is not installed
 with suppress(metadata.PackageNotFoundError):
     __version__ = metadata.version("langgraph-checkpoint-memwoven")
 
 __all__ = [
+    "DEFAULT_NAMESPACE",
     "AsyncMemwovenStore",
     "DistanceType",
     "MemwovenIndexConfig",

@@ -3,12 +3,14 @@
 Storage design
 --------------
 * **Items are ItemMemory items.** A LangGraph namespace is an ItemMemory namespace, under the store's own
-  `namespace` prefix (default none); keys, values, `created_at` / `updated_at` and expiry are the item's. Puts are
-  one `put_many` (all or nothing), deletes one `delete_many`. A store reads and writes only under its prefix, label
-  by label, so stores whose prefixes are siblings (``("t", "1")`` and ``("t", "12")``) share a backend without ever
-  seeing each other's items or vectors. A store whose prefix begins another's (``("t",)``, or the default ``()``)
-  sees, writes and deletes that store's items as its own namespaces (``("1", ...)``): nest stores for an
-  administrative view only. `sweep_ttl` deletes every expired item in the backend, whichever store put it (they
+  `namespace` prefix (default ``("langgraph_store",)``, beside the checkpointer's ``("langgraph_checkpoints",)``,
+  so a store and a saver on one backend never see each other's items); keys, values, `created_at` / `updated_at`
+  and expiry are the item's. Puts are one `put_many` (all or nothing), deletes one `delete_many`. A store reads
+  and writes only under its prefix, label by label, so stores whose prefixes are siblings (``("t", "1")`` and
+  ``("t", "12")``) share a backend without ever seeing each other's items or vectors. A store whose prefix begins
+  another's (``("t",)``, or ``()``) sees, writes and deletes that store's items as its own namespaces
+  (``("1", ...)``): nest stores for an administrative view only (``namespace=()`` sees the whole item memory, a
+  saver's items included). `sweep_ttl` deletes every expired item in the backend, whichever store put it (they
   read as absent already), and the stale vectors under its prefix only.
 * **Search without a query** is `ItemMemory.list` of the namespace prefix (a label boundary: ``("a",)`` never
   matches ``("ab",)``) with the filter, ordered by key, then namespace; `list_namespaces` is
@@ -86,7 +88,11 @@ from memwoven.filters import compile_filter
 from memwoven.models import thaw
 from memwoven.urls import open_item_memory, open_vector_memory
 
-__all__ = ["DistanceType", "MemwovenIndexConfig", "MemwovenStore", "StoreNamespaceError"]
+__all__ = ["DEFAULT_NAMESPACE", "DistanceType", "MemwovenIndexConfig", "MemwovenStore", "StoreNamespaceError"]
+
+DEFAULT_NAMESPACE: tuple[str, ...] = ("langgraph_store",)
+"""The item namespace a store keeps its items under unless told otherwise (the checkpointer's is
+``("langgraph_checkpoints",)``)."""
 
 DistanceType = Literal["cosine", "inner_product", "l2"]
 _METRICS: dict[str, Literal["cosine", "dot"]] = {"cosine": "cosine", "inner_product": "dot", "l2": "dot"}
@@ -205,13 +211,13 @@ class MemwovenStore(TTLSweeper, BaseStore, Runner):
         vectors: VectorMemory | None = None,
         index: MemwovenIndexConfig | IndexConfig | None = None,
         ttl: TTLConfig | None = None,
-        namespace: Sequence[str] = (),
+        namespace: Sequence[str] = DEFAULT_NAMESPACE,
         owns_memories: bool = False,
     ) -> None:
         """Keep items in `items` and, with `index` (LangGraph's `IndexConfig`), their vectors in `vectors`.
 
-        `namespace` is put in front of every namespace (a store sees only what is under it). `ttl` is LangGraph's
-        `TTLConfig` (minutes). With `owns_memories`, `close()` closes the memories.
+        `namespace` is put in front of every namespace (a store sees only what is under it; ``()``: everything).
+        `ttl` is LangGraph's `TTLConfig` (minutes). With `owns_memories`, `close()` closes the memories.
         """
         if not isinstance(items, ItemMemory):
             raise InvalidInputError(f"items must be a memwoven ItemMemory, got {type(items).__name__}")
@@ -270,7 +276,7 @@ class MemwovenStore(TTLSweeper, BaseStore, Runner):
         *,
         index: MemwovenIndexConfig | IndexConfig | None = None,
         ttl: TTLConfig | None = None,
-        namespace: Sequence[str] = (),
+        namespace: Sequence[str] = DEFAULT_NAMESPACE,
         collection: str = "langgraph_store",
         **options: Any,
     ) -> Self:
