@@ -605,7 +605,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             return
         now = _clock.wall_ms()
         claimed = yield Call(
-            self.items, "put", (self._ns(_THREADS), thread_id, self._record(thread_id, _DELETING, now))
+            self.items, "put", (self._ns(_THREADS), thread_id, self._record(thread_id, _DELETING, now, now=now))
         )
         yield from self._finish_deletion(thread_id, claimed, drop=False)
 
@@ -613,12 +613,15 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
 
     # --- thread records, TTL ---------------------------------------------------------------------------------
 
-    def _record(self, thread_id: str, state: str, expires_at_ms: int | None, incarnation: str = "") -> dict[str, Any]:
+    def _record(
+        self, thread_id: str, state: str, expires_at_ms: int | None, incarnation: str = "", *, now: int
+    ) -> dict[str, Any]:
+        """A thread record written at `now` (epoch ms, the same reading its expiry was computed from)."""
         return {
             "thread_id": thread_id,
             "state": state,
             "incarnation": incarnation,
-            "updated_at_ms": _clock.wall_ms(),
+            "updated_at_ms": now,
             "expires_at_ms": expires_at_ms,
         }
 
@@ -661,7 +664,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             expected, incarnation = known or (0, uuid.uuid4().hex)
         for _ in range(_ATTEMPTS):
             now = _clock.wall_ms()
-            value = self._record(thread_id, _LIVE, now + self._ttl_ms, incarnation)
+            value = self._record(thread_id, _LIVE, now + self._ttl_ms, incarnation, now=now)
             try:
                 versions = yield Call(
                     self.items, "put_many", ([*writes, ItemWrite(namespace, thread_id, value, None, expected)],)
@@ -685,8 +688,8 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             if drop:
                 yield Call(self.items, "delete", (namespace, thread_id), {"expected_version": claimed})
             else:
-                expires = _clock.wall_ms() + (self._ttl_ms or 0)
-                tombstone = self._record(thread_id, _DELETED, expires)
+                now = _clock.wall_ms()
+                tombstone = self._record(thread_id, _DELETED, now + (self._ttl_ms or 0), now=now)
                 yield Call(self.items, "put", (namespace, thread_id, tombstone), {"expected_version": claimed})
         except ConcurrentModificationError:
             pass
@@ -708,7 +711,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
                     kept = {**record.value, "expires_at_ms": None}
                     yield Call(self.items, "put", (namespace, thread_id, kept), {"expected_version": record.version})
                 else:
-                    claim = self._record(thread_id, _DELETING, now)
+                    claim = self._record(thread_id, _DELETING, now, now=now)
                     claimed = yield Call(
                         self.items, "put", (namespace, thread_id, claim), {"expected_version": record.version}
                     )
