@@ -731,14 +731,9 @@ def sixteen_bit_probe(count: int, dimension: int = 384, runs: int = 7) -> str:
         ),
     }
     base = next(iter(timings.values())).median
-    lines = [
-        f"#### 16-bit scan probe, {count:,}x{dimension} (which kernel the bfloat16 scan uses, and why)",
-        "",
-        "| scan | time | vs float32 |",
-        "| --- | --- | --- |",
-    ]
-    lines += [f"| {name} | {timing} | {timing.median / base:.1f}x |" for name, timing in timings.items()]
-    return "\n".join([*lines, ""])
+    title = f"#### 16-bit scan probe, {count:,}x{dimension} (which kernel the bfloat16 scan uses, and why)"
+    ratios = {name: timing.median / base for name, timing in timings.items()}
+    return _ratio_table(title, ("scan", "time", "vs float32"), timings, ratios)
 
 
 FILTERED_1_GOAL = 0.2  # issue 22: a 1%-selective equality filter <= 0.2x the unfiltered search
@@ -779,11 +774,12 @@ def filtered_search(report: Report, count: int, dimension: int = 384, runs: int 
     label = f"filtered top-10, {count:,}x{dimension} in memory"
     report.target(f"{label}: 1% filter / unfiltered", ratios['1% equality {"tenant": 7}'], FILTERED_1_GOAL, False)
     report.target(f"{label}: 50% filter / unfiltered", ratios['50% equality {"half": true}'], FILTERED_50_GOAL, False)
-    lines = [
-        f"#### Filtered search, {count:,}x{dimension} clustered, in memory (metadata kept column-wise; recall 1.0)",
-        "",
-        "| filter | p50 | vs unfiltered |",
-        "| --- | --- | --- |",
-    ]
+    title = f"#### Filtered search, {count:,}x{dimension} clustered, in memory (metadata kept column-wise; recall 1.0)"
+    return _ratio_table(title, ("filter", "p50", "vs unfiltered"), timings, ratios)
+
+
+def _ratio_table(title: str, header: tuple[str, str, str], timings: dict[str, Timing], ratios: dict[str, float]) -> str:
+    """A Markdown section: `title`, then one row per timing with its ratio."""
+    lines = [title, "", f"| {' | '.join(header)} |", "| --- | --- | --- |"]
     lines += [f"| {name} | {timing} | {ratios[name]:.2f}x |" for name, timing in timings.items()]
     return "\n".join([*lines, ""])
