@@ -839,17 +839,3 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             yield Call(self.items, "close")
 
     close, aclose = twins(_close)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop_sweeper_thread()
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self._astop_sweepers()
-        await self.aclose()

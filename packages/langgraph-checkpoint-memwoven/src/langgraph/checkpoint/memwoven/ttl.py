@@ -9,6 +9,8 @@ import math
 import threading
 from concurrent.futures import Future
 
+from typing_extensions import Self
+
 from memwoven import InvalidInputError
 
 __all__ = ["TTLSweeper", "minutes_to_seconds"]
@@ -27,7 +29,8 @@ def minutes_to_seconds(minutes: float | None, what: str) -> float | None:
 
 class TTLSweeper:
     """`start_ttl_sweeper` / `stop_ttl_sweeper` and their async twins, as LangGraph's stores name them, for an
-    object with `sweep_ttl()` / `asweep_ttl()` and a default interval (`_sweep_seconds`, None: no sweeping)."""
+    object with `sweep_ttl()` / `asweep_ttl()` and a default interval (`_sweep_seconds`, None: no sweeping); and
+    its context managers (``with`` / ``async with``), which stop the sweepers and then `close()` / `aclose()`."""
 
     _sweep_seconds: float | None = None
     _sweeper: threading.Thread | None = None
@@ -110,3 +113,25 @@ class TTLSweeper:
         """Stop both sweepers (leaving ``async with``)."""
         await self.astop_ttl_sweeper()
         self._stop_sweeper_thread()
+
+    def close(self) -> None:
+        """Release what the object holds (the class using the sweeper defines it)."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """Async twin of `close`."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop_sweeper_thread()
+        self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._astop_sweepers()
+        await self.aclose()

@@ -615,20 +615,6 @@ class MemwovenStore(TTLSweeper, BaseStore, Runner):
 
     close, aclose = twins(_close)
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop_sweeper_thread()
-        self.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self._astop_sweepers()
-        await self.aclose()
-
 
 def _vector_id(address: tuple[Namespace, str], position: int) -> str:
     """The id of an item's `position`-th vector document: the item's JSON address, then `#position`."""
