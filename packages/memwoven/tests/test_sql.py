@@ -635,6 +635,41 @@ def test_vector_changes_reach_other_objects_incrementally(place: Place) -> None:
     assert len([s for s in statements if "SELECT" in s]) == 1  # nothing changed: one query, no document rows
 
 
+def test_a_full_load_reads_pages_into_one_matrix(place: Place, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tracemalloc
+
+    import numpy as np
+
+    import memwoven.backends.sql.vector as sql_vector
+
+    monkeypatch.setattr(sql_vector, "_PAGE", 250)  # many pages, the last one partial
+    rows, width = 5510, 512
+    vectors = np.random.default_rng(7).standard_normal((rows, width)).astype(np.float32)
+    writer = place.vector(collection="bulk")
+    for start in range(0, rows, 1000):
+        writer.store(
+            [
+                {"id": f"d{i}", "content": "", "embedding": vectors[i].tolist()}
+                for i in range(start, start + 1000)[: rows - start]
+            ]
+        )
+    writer.delete(["d0", "d2999"])
+    reader = place.vector(collection="bulk")
+    tracemalloc.start()
+    try:
+        assert reader.count() == rows - 2
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    matrix = rows * width * 4
+    # the rows' vectors once, plus one page, ids and norms (per-row float lists or a joined copy would be >= 2x)
+    assert peak < 1.3 * matrix
+    hits = reader.search(vectors[4321].tolist(), top_k=1)
+    assert hits[0].document.id == "d4321"
+    assert hits[0].document.embedding == vectors[4321].tolist()
+    assert sorted(reader.ids()) == sorted(f"d{i}" for i in range(rows) if i not in (0, 2999))
+
+
 def test_collections_are_separate_and_keep_their_dimension_and_metric(place: Place) -> None:
     first = place.vector(collection="one", dimension=3)
     first.store([_doc("a", [1.0, 2.0, 3.0])])

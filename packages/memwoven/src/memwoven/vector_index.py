@@ -229,6 +229,25 @@ class VectorIndex:
         self._inverse_norms: Matrix = np.empty(0, dtype=np.float32)
         self._directions: Halves | None = _aligned_rows(0, dimension or 0, np.uint16) if scan == "bfloat16" else None
 
+    @classmethod
+    def of_batch(cls, batch: DocumentBatch, metric: Metric = "cosine") -> VectorIndex:
+        """An index holding exactly `batch` (unique ids, rows validated), built in one pass: it takes the batch's
+        matrix as its own when that is a writable C-contiguous float32 array (no copy), so a bulk load costs the
+        matrix once."""
+        vectors = batch.vectors
+        index = cls(int(vectors.shape[1]), metric)
+        if not batch.ids:
+            return index
+        if vectors.dtype != np.float32 or not vectors.flags.c_contiguous or not vectors.flags.writeable:
+            vectors = np.array(vectors, dtype=np.float32, order="C")
+        index.ids, index.contents, index.metadata = list(batch.ids), list(batch.contents), list(batch.metadata)
+        index.rows = {doc_id: row for row, doc_id in enumerate(index.ids)}
+        index._columns.reserve(len(index.ids), len(index.ids))
+        for row, metadata in enumerate(index.metadata):
+            index._columns.set(row, metadata)
+        index._matrix, index._inverse_norms = vectors, _inverse_norms(vectors)
+        return index
+
     def __len__(self) -> int:
         return len(self.ids)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
@@ -46,6 +46,8 @@ __all__ = ["SQLVectorMemory", "list_collections"]
 
 T = TypeVar("T")
 _CHUNK = 500  # ids per DELETE ... IN (...) statement
+_PAGE = 2048  # rows per statement of a full load
+_NEVER = 2**62  # a version no collection reaches: the change query then returns the collection row alone
 
 
 class _Collection(NamedTuple):
@@ -272,7 +274,7 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
                 connection.execute(sa.delete(embeddings).where(embeddings.c.collection_key == self._key))
             return state
 
-        self._applied((yield Work(body, write=True)), VectorIndex.clear, cleared=True)
+        self._applied((yield Work(body, write=True)), lambda index: index.clear(), cleared=True)
 
     clear, aclear = twins(_clear)
 
@@ -420,15 +422,15 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         """Apply to the index what changed in the table since the version it reflects.
 
         Usually one statement (one round trip, one consistent snapshot): the collection row joined with the rows
-        written after the version this index has seen (an index range scan). When `clear()` moved the generation
-        meanwhile, a second statement reloads every live row.
+        written after the version this index has seen (an index range scan). The first read, and a read after
+        `clear()` moved the generation, loads every live row instead (`_load`).
         """
-        c, v = self._collections, self._vectors
-        columns = (v.c.doc_id, v.c.content, v.c.metadata, v.c.embedding, v.c.deleted)
+        c = self._collections
         while True:
             with self._lock:
                 base = (self._generation, self._seen)
-            rows = connection.execute(self._changes_query, {"seen": base[1]}).all()
+            # Before the first load, only the collection row: the load reads the rows page by page
+            rows = connection.execute(self._changes_query, {"seen": base[1] if base[1] >= 0 else _NEVER}).all()
             if not rows:
                 raise CorruptMemoryError(f"collection {self.collection!r}: its row in {c.name} is missing")
             head = rows[0]
@@ -437,21 +439,68 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
             stored = _Collection(int(head.version), int(head.generation), head.dimension)
             if base >= (stored.generation, stored.version):
                 return
-            reload = base[0] != stored.generation
-            found: Sequence[Any] = [row for row in rows if row.doc_id is not None]
-            if reload:
-                live = sa.select(*columns).where(v.c.collection_key == self._key, sa.not_(v.c.deleted))
-                found = connection.execute(live).all()
-            changes = self._decode(found, stored.dimension)
+            loaded: VectorIndex | None = None
+            changes = _Changes(DocumentBatch([], [], [], np.empty((0, 0), np.float32)), [])
+            if base[0] != stored.generation:
+                loaded = self._load(connection, stored.dimension)
+            else:
+                changes = self._decode([row for row in rows if row.doc_id is not None], stored.dimension)
             with self._lock:
                 if (self._generation, self._seen) != base:
                     continue  # another call moved the index meanwhile; look again
-                index = VectorIndex(stored.dimension, self.metric) if reload else self._index
-                index.remove(changes.removed)
-                index.upsert(changes.live)
-                self._index = index
+                if loaded is not None:
+                    self._index = loaded
+                else:
+                    self._index.remove(changes.removed)
+                    self._index.upsert(changes.live)
                 self._generation, self._seen = stored.generation, stored.version
                 return
+
+    def _load(self, connection: Connection, dimension: int | None) -> VectorIndex:
+        """An index of every live row, read page by page into one preallocated matrix (no per-row vectors).
+
+        The pages are separate statements, so a row may be read in a state newer than the collection row read
+        before them: the caller records that older version, and the next refresh applies the newer rows again
+        (idempotent), as it does deletes made meanwhile.
+        """
+        if dimension is None:  # never stored into
+            return VectorIndex(None, self.metric)
+        v = self._vectors
+        live = sa.and_(v.c.collection_key == self._key, sa.not_(v.c.deleted))
+        expected = int(connection.execute(sa.select(sa.func.count()).where(live)).scalar_one())
+        matrix = np.empty((expected, dimension), dtype=np.float32)
+        ids: list[str] = []
+        contents: list[str] = []
+        metadata: list[FrozenDict] = []
+        for rows in self._live_pages(connection):
+            page = self._decode(rows, dimension).live
+            start, end = len(ids), len(ids) + len(page.ids)
+            if end > len(matrix):  # rows added since the count
+                matrix = np.concatenate([matrix[:start], np.empty((end - start, matrix.shape[1]), np.float32)])
+            matrix[start:end] = page.vectors
+            ids += page.ids
+            contents += page.contents
+            metadata += page.metadata
+        return VectorIndex.of_batch(DocumentBatch(ids, contents, metadata, matrix[: len(ids)]), self.metric)
+
+    def _live_pages(self, connection: Connection) -> Iterator[Sequence[Any]]:
+        """The collection's live rows (doc_key, doc_id, content, metadata, embedding, deleted), `_PAGE` at a time
+        in doc_key order (keyset pagination: each page an index range scan from where the last one ended)."""
+        v = self._vectors
+        page = (
+            sa.select(v.c.doc_key, v.c.doc_id, v.c.content, v.c.metadata, v.c.embedding, v.c.deleted)
+            .where(v.c.collection_key == self._key, sa.not_(v.c.deleted), v.c.doc_key > sa.bindparam("after"))
+            .order_by(v.c.doc_key)
+            .limit(_PAGE)
+        )
+        after = ""
+        while True:
+            rows = connection.execute(page, {"after": after}).all()
+            if rows:
+                yield rows
+            if len(rows) < _PAGE:
+                return
+            after = rows[-1].doc_key
 
     def _decode(self, rows: Sequence[Any], dimension: int | None) -> _Changes:
         ids: list[str] = []
