@@ -11,7 +11,8 @@
 A few backend options can ride in the URL's query string, so that a URL alone (an environment variable, a CLI
 argument) can name any store: `table_prefix` and `schema` on SQL URLs
 (``postgresql://host/db?table_prefix=app_``), `prefix` on Redis URLs (``redis://host:6379/0?prefix=app``), and on
-a vector memory's SQL URL `search` (``postgresql://host/db?search=server``: pgvector search in the database). They
+a vector memory's SQL URL `search` (``postgresql://host/db?search=server``: pgvector search in the database) and
+`cache_dir` (``sqlite:///f.db?cache_dir=on``: the index in a file shared by the machine's processes). They
 are taken out of the URL before it reaches the driver; every other query parameter goes to the driver as before.
 `vector_collections(url)` lists the collections stored at a URL.
 """
@@ -64,7 +65,7 @@ BACKENDS = {
 """URL scheme -> the kind of backend that opens it (an SQL scheme may name a driver: ``postgresql+psycopg``)."""
 URL_OPTIONS = {"sql": ("table_prefix", "schema"), "redis": ("prefix",)}
 """The backend options a URL's query string may carry, per kind of URL."""
-VECTOR_URL_OPTIONS = {"sql": ("search",)}
+VECTOR_URL_OPTIONS = {"sql": ("search", "cache_dir")}
 """The options a vector memory's URL may carry besides `URL_OPTIONS` (``postgresql://host/db?search=server``)."""
 ITEM_BACKENDS = {
     "memory": "memwoven.backends.memory:InMemoryItemMemory",
@@ -268,6 +269,7 @@ def vector_collections(url: str | URL | None = None, **options: Any) -> list[Col
     scheme, resolved = _resolve(url, VECTOR_URL_VARIABLE)
     resolved, options = _with_url_options(scheme, resolved, options, vector=True)
     options.pop("search", None)  # where searches run does not change which collections are stored
+    options.pop("cache_dir", None)  # nor where their client-side index is cached
     if scheme == "memory":
         return []
     if scheme == "file":

@@ -31,16 +31,20 @@ from memwoven.models import FrozenDict, FrozenList, ScoredDocument, VectorDocume
 
 __all__ = [
     "DocumentBatch",
+    "Matrix",
+    "Rows",
     "SearchQuery",
     "VectorIndex",
     "VectorMemoryBase",
     "as_matrix",
     "as_query",
+    "best_rows",
     "check_dimension",
     "check_metric",
     "check_scan",
     "check_search_args",
     "check_stored_dimension",
+    "inverse_norms",
     "require_utf8",
 ]
 
@@ -376,13 +380,8 @@ class VectorIndex:
             rows = self._selected(search.filter, predicate)
         if self._directions is not None:
             rows = self._prescan(self._directions, query, rows, top_k, threshold)
-        scores = self._scores(query, rows)
-        if threshold is not None:
-            above = np.flatnonzero(scores > threshold)
-            rows, scores = (above if rows is None else rows[above]), scores[above]
-        top = _top_rows(scores, top_k)
-        picked = top if rows is None else rows[top]
-        ranked = sorted(zip(picked.tolist(), scores[top].tolist()), key=lambda hit: (-hit[1], self.ids[hit[0]]))
+        picked, scores = best_rows(self.matrix, self._inverse_norms[: len(self.ids)], query, rows, search, self.metric)
+        ranked = sorted(zip(picked.tolist(), scores.tolist()), key=lambda hit: (-hit[1], self.ids[hit[0]]))
         return [ScoredDocument.model_construct(document=self.document(r), score=s) for r, s in ranked[:top_k]]
 
     def _selected(self, spec: Filter, predicate: Predicate) -> Rows:
@@ -397,20 +396,6 @@ class VectorIndex:
             metadata = self.metadata
             rows = rows[np.fromiter((predicate(metadata[r]) for r in rows.tolist()), bool, len(rows))]
         return rows
-
-    def _scores(self, query: Matrix, rows: Rows | None) -> Matrix:
-        """Exact float32 scores of `rows` (every live row if None), in that order."""
-        live = len(self.ids)
-        if rows is None or 4 * len(rows) > live:  # gathering most of the rows costs more than scanning them all
-            scores, inverse_norms = self.matrix @ query, self._inverse_norms[:live]
-            if rows is not None:
-                scores, inverse_norms = scores[rows], inverse_norms[rows]
-        else:
-            scores, inverse_norms = self._matrix[rows] @ query, self._inverse_norms[rows]
-        if self.metric == "cosine":
-            scores *= inverse_norms / np.float32(np.linalg.norm(query))
-            np.clip(scores, -1.0, 1.0, out=scores)
-        return scores
 
     def _prescan(
         self, directions: Halves, query: Matrix, rows: Rows | None, top_k: int, threshold: float | None
@@ -503,6 +488,33 @@ class VectorMemoryBase(VectorMemory):
     _ascan = async_twin(_scan)
 
 
+def best_rows(
+    matrix: Matrix, inverse_norms: Matrix, query: Matrix, rows: Rows | None, search: SearchQuery, metric: Metric
+) -> tuple[Rows, Matrix]:
+    """The rows of `matrix` (of `rows`, ascending; every row if None) that make the search's top k, with their
+    exact scores: only scores above its threshold, and every row tied with the k-th score (for the id tie-break)."""
+    scores = _scores(matrix, inverse_norms, query, rows, metric)
+    if search.threshold is not None:
+        above = np.flatnonzero(scores > search.threshold)
+        rows, scores = (above if rows is None else rows[above]), scores[above]
+    top = _top_rows(scores, search.top_k)
+    return (top if rows is None else rows[top]), scores[top]
+
+
+def _scores(matrix: Matrix, inverse_norms: Matrix, query: Matrix, rows: Rows | None, metric: Metric) -> Matrix:
+    """Exact float32 scores of `rows` of `matrix` (every row if None), in that order."""
+    if rows is None or 4 * len(rows) > len(matrix):  # gathering most of the rows costs more than scanning them all
+        scores = matrix @ query
+        if rows is not None:
+            scores, inverse_norms = scores[rows], inverse_norms[rows]
+    else:
+        scores, inverse_norms = matrix[rows] @ query, inverse_norms[rows]
+    if metric == "cosine":
+        scores *= inverse_norms / np.float32(np.linalg.norm(query))
+        np.clip(scores, -1.0, 1.0, out=scores)
+    return scores
+
+
 def _aligned_rows(rows: int, dimension: int, dtype: type[np.generic] = np.float32) -> Any:
     """An uninitialised C-contiguous (rows, dimension) matrix starting on a 64-byte (cache line) boundary."""
     size = rows * dimension * np.dtype(dtype).itemsize
@@ -515,6 +527,11 @@ def _bfloat16(values: Matrix) -> Halves:
     """float32 values rounded to bfloat16 (to nearest, ties to even), as raw 16-bit patterns (finite input)."""
     bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def inverse_norms(vectors: Matrix) -> Matrix:
+    """1 / the norm of each row (0 for a zero row), as float32."""
+    return _inverse_norms(vectors)
 
 
 def _inverse_norms(vectors: Matrix) -> Matrix:

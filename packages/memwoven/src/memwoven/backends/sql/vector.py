@@ -11,8 +11,12 @@ Its own writes are applied to its index directly after they commit.
 from __future__ import annotations
 
 import json
+import logging
+import os
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
@@ -21,6 +25,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memwoven._steps import Steps, twins
+from memwoven._vector_cache import CachedIndex, CacheFile, CacheWriter, cache_identity, default_cache_dir, newest
 from memwoven.backends.sql._base import SQLBackend, SQLOptions
 from memwoven.backends.sql._engine import Database, Work
 from memwoven.backends.sql._pgvector import EmbeddingsTable, candidates, check_search_mode, jsonb_metadata, norms
@@ -44,9 +49,12 @@ if TYPE_CHECKING:
 
 __all__ = ["SQLVectorMemory", "list_collections"]
 
+logger = logging.getLogger(__name__)
+
 T = TypeVar("T")
 _CHUNK = 500  # ids per DELETE ... IN (...) statement
 _PAGE = 2048  # rows per statement of a full load
+_CACHE_TOKEN = "vector_cache_token"  # noqa: S105 (a meta row naming the tables in cache files, not a secret)
 _NEVER = 2**62  # a version no collection reaches: the change query then returns the collection row alone
 
 
@@ -81,6 +89,11 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
     embedding as a pgvector ``vector`` and searches in the database (exact; see `memwoven.backends.sql._pgvector`),
     and `get`, `count` and `ids` read the table: nothing of the collection is held in process. Open every object of
     a collection with the same `search`: the server-side copy is written only by objects in "server" mode.
+
+    `cache_dir` keeps the client-side index in a memory-mapped file shared by every process of the machine
+    (`memwoven._vector_cache`): a directory, True (or "on") for `default_cache_dir()`, False (or "off", the default)
+    for none. A new process maps the collection's newest file and applies the changes since, instead of reading
+    every row; reads stay as fresh as without it.
     """
 
     _table_names = ("collections", "vectors")
@@ -93,12 +106,14 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         dimension: int | None = None,
         metric: Metric = "cosine",
         search: str = "client",
+        cache_dir: str | os.PathLike[str] | bool = False,
         **options: Unpack[SQLOptions],
     ) -> None:
         self.collection = check_collection(collection)  # stored as data, keyed by its hash
         self.metric = check_metric(metric)
         self.search_mode = check_search_mode(search)
         self._wanted_dimension = check_dimension(dimension)
+        self.cache_dir = _check_cache_dir(cache_dir)
         super().__init__(url_or_engine, **options)
         self._embeddings: EmbeddingsTable | None = None
         if self.search_mode == "server":
@@ -120,7 +135,7 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
             .where(c.c.collection_key == self._key)
         )
         self._lock = threading.Lock()  # guards the index and the state below; never held during I/O
-        self._index = VectorIndex(dimension, self.metric)
+        self._index: VectorIndex | CachedIndex = VectorIndex(dimension, self.metric)
         self._generation = -1  # (generation, version) of the stored collection the index reflects
         self._seen = -1
         if self._wanted_dimension is not None:
@@ -345,7 +360,7 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         self._server_state(connection)
         return sorted(connection.execute(sa.select(self._vectors.c.doc_id).where(self._live())).scalars())
 
-    def _read_steps(self, read: Callable[[VectorIndex], T]) -> Steps[T]:
+    def _read_steps(self, read: Callable[[VectorIndex | CachedIndex], T]) -> Steps[T]:
         """Bring the index up to date with the table, then `read` it."""
         yield Work(self._refresh)
         with self._lock:
@@ -393,6 +408,9 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         metric = connection.execute(sa.select(c.c.metric).where(c.c.collection_key == self._key)).scalar_one()
         state = self._read_collection(connection, check_documents=True)  # every write bumps the version
         self._check_settings(metric, state.dimension)
+        if self.cache_dir is not None:  # names this database's tables in cache files: new tables, new token
+            meta = self._tables.meta
+            connection.execute(insert_ignoring(connection, meta, {"name": _CACHE_TOKEN, "value": uuid.uuid4().hex}))
         wanted = self._wanted_dimension
         if wanted is not None and state.dimension is None:
             connection.execute(self._collection_update().values(dimension=wanted))
@@ -439,10 +457,10 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
             stored = _Collection(int(head.version), int(head.generation), head.dimension)
             if base >= (stored.generation, stored.version):
                 return
-            loaded: VectorIndex | None = None
+            loaded: VectorIndex | CachedIndex | None = None
             changes = _Changes(DocumentBatch([], [], [], np.empty((0, 0), np.float32)), [])
             if base[0] != stored.generation:
-                loaded = self._load(connection, stored.dimension)
+                loaded = self._load(connection, stored)
             else:
                 changes = self._decode([row for row in rows if row.doc_id is not None], stored.dimension)
             with self._lock:
@@ -456,15 +474,65 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
                 self._generation, self._seen = stored.generation, stored.version
                 return
 
-    def _load(self, connection: Connection, dimension: int | None) -> VectorIndex:
-        """An index of every live row, read page by page into one preallocated matrix (no per-row vectors).
+    def _load(self, connection: Connection, stored: _Collection) -> VectorIndex | CachedIndex:
+        """An index of every live row, as of `stored` or later: mapped from the cache directory's newest file (see
+        `memwoven._vector_cache`) brought up to date, else read from the table (written to the cache directory on
+        the way, when there is one).
 
-        The pages are separate statements, so a row may be read in a state newer than the collection row read
+        The reads are separate statements, so a row may be read in a state newer than the collection row read
         before them: the caller records that older version, and the next refresh applies the newer rows again
         (idempotent), as it does deletes made meanwhile.
         """
-        if dimension is None:  # never stored into
+        if stored.dimension is None:  # never stored into
             return VectorIndex(None, self.metric)
+        if self.cache_dir is not None:
+            cached = self._load_cached(connection, stored, stored.dimension, self.cache_dir)
+            if cached is not None:
+                return cached
+        return self._load_rows(connection, stored.dimension)
+
+    def _load_cached(
+        self, connection: Connection, stored: _Collection, dimension: int, directory: Path
+    ) -> CachedIndex | None:
+        """The collection mapped from its newest cache file, with the changes since applied; written from the
+        table first if there is none (or rewritten if the changes since are many). None if the files cannot be
+        written (logged)."""
+        meta = self._tables.meta
+        token = connection.execute(sa.select(meta.c.value).where(meta.c.name == _CACHE_TOKEN)).scalar()
+        if token is None:  # tables set up by a memwoven without the cache: no identity to name files by
+            return None
+        identity = cache_identity(token, self._key)
+        found = newest(directory, identity, stored.generation, stored.version, dimension, self.metric)
+        if found is not None:
+            index = CachedIndex(found, self.metric)
+            rows = connection.execute(self._changes_query, {"seen": found.version}).all()
+            changes = self._decode([row for row in rows if row.doc_id is not None], dimension)
+            index.remove(changes.removed)
+            index.upsert(changes.live)
+            if not index.needs_rewrite():
+                return index
+        writer = CacheWriter(directory, identity, dimension, self.metric)
+        try:
+            if found is not None:
+                index.write(writer)
+            else:
+                for rows in self._live_pages(connection):
+                    page = self._decode(rows, dimension).live  # checks every row
+                    hashes = np.frombuffer(bytes.fromhex("".join(row.doc_key[:16] for row in rows)), dtype=">u8")
+                    writer.add(page.ids, page.contents, [row.metadata for row in rows], page.vectors, hashes)
+            path = writer.commit(stored.generation, stored.version)
+        except OSError as error:
+            writer.abort()
+            logger.warning("vector cache in %s not written (%s): the collection is read into memory", directory, error)
+            return None
+        except BaseException:
+            writer.abort()
+            raise
+        opened = CacheFile.open(path, identity, dimension, self.metric)
+        return None if opened is None else CachedIndex(opened, self.metric)
+
+    def _load_rows(self, connection: Connection, dimension: int) -> VectorIndex:
+        """An index of every live row, read page by page into one preallocated matrix (no per-row vectors)."""
         v = self._vectors
         live = sa.and_(v.c.collection_key == self._key, sa.not_(v.c.deleted))
         expected = int(connection.execute(sa.select(sa.func.count()).where(live)).scalar_one())
@@ -543,7 +611,9 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
             if state.version == 0 and self._seen < 0:  # never written: the empty index is up to date
                 self._generation, self._seen = state.generation, state.version
 
-    def _applied(self, state: _Collection, change: Callable[[VectorIndex], object], *, cleared: bool = False) -> None:
+    def _applied(
+        self, state: _Collection, change: Callable[[VectorIndex | CachedIndex], object], *, cleared: bool = False
+    ) -> None:
         """Apply this object's committed write to its index, if the index was current just before it."""
         with self._lock:
             self._learn_dimension(state.dimension)
@@ -600,5 +670,16 @@ def _ignore(_: object) -> None:
     return None
 
 
-def _sorted_ids(index: VectorIndex) -> list[str]:
+def _sorted_ids(index: VectorIndex | CachedIndex) -> list[str]:
     return sorted(index.ids)
+
+
+def _check_cache_dir(cache_dir: str | os.PathLike[str] | bool | None) -> Path | None:
+    """The cache directory `cache_dir` names: False (or "off") none, True (or "on") `default_cache_dir()`."""
+    if cache_dir is None or cache_dir is False or cache_dir in ("off", "false", "0", ""):
+        return None
+    if cache_dir is True or cache_dir in ("on", "true", "1"):
+        return default_cache_dir()
+    if not isinstance(cache_dir, (str, os.PathLike)):
+        raise InvalidInputError(f"cache_dir must be a directory, True or False, got {cache_dir!r}")
+    return Path(cache_dir)

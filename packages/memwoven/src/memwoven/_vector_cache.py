@@ -1,0 +1,463 @@
+"""A collection's index in a memory-mapped file, shared read-only by every process of a machine.
+
+A backend that keeps a client-side index of a stored collection (the SQL vector backend) writes the collection's
+live rows, as of one version of its change stream, to one file per state under a cache directory; a process
+opening the collection maps the newest file of the same collection and generation instead of reading every row,
+then applies the changes made after that version (`CachedIndex`: the mapped rows, minus those changed or deleted
+since, plus a small private `VectorIndex` of the changed rows). The file is a cache, never the durable copy: it is
+written to a temporary file, fsynced and renamed into place (a reader sees a whole file or none), and a file whose
+header, size or checksums do not hold, or that belongs to another database, collection, generation, metric or
+dimension, is ignored (and a damaged one removed): the backend then reads the database.
+
+Layout (little-endian): a 4 KiB header (magic, the length and CRC-32 of a JSON description, the description),
+then the sections it lists, each with its offset, length and CRC-32, 4 KiB aligned: the float32 matrix, the
+rows' inverse norms, the 64-bit hashes of the ids sorted (and the row of each), and for ids, contents and
+metadata (JSON text) one UTF-8 blob each with int64 offsets. Ids, contents and metadata are decoded only for the
+rows a search returns; an id is found by binary search over the hashes, then checked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import mmap
+import os
+import struct
+import tempfile
+import zlib
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import numpy.typing as npt
+
+from memwoven.contracts import DocumentsIn, Metric, check_ids
+from memwoven.models import FrozenDict, FrozenList, ScoredDocument, VectorDocument, freeze_json
+from memwoven.vector_index import DocumentBatch, Matrix, Rows, SearchQuery, VectorIndex, best_rows, inverse_norms
+
+__all__ = ["CacheFile", "CacheWriter", "CachedIndex", "cache_identity", "default_cache_dir", "id_hashes", "newest"]
+
+logger = logging.getLogger(__name__)
+
+_MAGIC = b"MWVCACHE"
+_FORMAT = 1
+_HEADER = 4096  # bytes before the first section
+_ALIGN = 4096  # sections start on a page
+_PREFIX = struct.Struct("<8sII")  # magic, JSON length, JSON CRC-32
+_SUFFIX = ".mwvc"
+_TEXTS = ("ids", "contents", "metadata")
+
+
+def default_cache_dir() -> Path:
+    """The machine's cache directory for memwoven: ``$MEMWOVEN_CACHE_DIR``, else ``$XDG_CACHE_HOME/memwoven``,
+    else ``~/.cache/memwoven``."""
+    chosen = os.environ.get("MEMWOVEN_CACHE_DIR")
+    if chosen:
+        return Path(chosen)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "memwoven"
+
+
+def cache_identity(*parts: str) -> str:
+    """A file-name-safe identity of a stored collection, from the parts that name it (database token, key)."""
+    return hashlib.sha256("\x00".join(parts).encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
+def id_hashes(ids: Sequence[str]) -> npt.NDArray[np.uint64]:
+    """The 64-bit hash of each id: the first 8 bytes (big-endian) of the SHA-256 of its UTF-8 bytes."""
+    digests = b"".join(hashlib.sha256(i.encode("utf-8", "surrogatepass")).digest()[:8] for i in ids)
+    return np.frombuffer(digests, dtype=">u8").astype(np.uint64)
+
+
+def _padding(size: int) -> int:
+    return -size % _ALIGN
+
+
+class CacheWriter:
+    """Writes one cache file: `add` the live rows page by page (the matrix goes straight to the file), then
+    `commit` names the version they reflect (or `abort`). Ids must be unique."""
+
+    def __init__(self, directory: Path, identity: str, dimension: int, metric: Metric) -> None:
+        self.directory, self.identity, self.dimension, self.metric = directory, identity, dimension, metric
+        directory.mkdir(parents=True, exist_ok=True)
+        descriptor, name = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=_SUFFIX)
+        self._path = Path(name)
+        self._file: BinaryIO = os.fdopen(descriptor, "w+b")
+        self._file.write(bytes(_HEADER))
+        self._count = 0
+        self._matrix_crc = 0
+        self._norms: list[Matrix] = []
+        self._hashes: list[npt.NDArray[np.uint64]] = []
+        self._texts: dict[str, tuple[bytearray, list[int]]] = {name: (bytearray(), []) for name in _TEXTS}
+
+    @property
+    def count(self) -> int:
+        """The rows added so far."""
+        return self._count
+
+    def add(
+        self,
+        ids: Sequence[str],
+        contents: Sequence[str],
+        metadata: Sequence[str],
+        vectors: Matrix,
+        hashes: npt.NDArray[np.uint64] | None = None,
+    ) -> None:
+        """Append rows: ids, contents, metadata as JSON text, their float32 vectors and (if known) `id_hashes`."""
+        data = np.ascontiguousarray(vectors, dtype="<f4")
+        if data.shape != (len(ids), self.dimension):
+            raise ValueError(f"expected a ({len(ids)}, {self.dimension}) matrix, got {data.shape}")
+        self._file.write(memoryview(data).cast("B"))
+        self._matrix_crc = zlib.crc32(memoryview(data).cast("B"), self._matrix_crc)
+        self._norms.append(inverse_norms(data))
+        self._hashes.append(id_hashes(ids) if hashes is None else hashes.astype(np.uint64))
+        for name, values in zip(_TEXTS, (ids, contents, metadata)):
+            blob, lengths = self._texts[name]
+            for value in values:
+                encoded = value.encode("utf-8", "surrogatepass")
+                blob += encoded
+                lengths.append(len(encoded))
+        self._count += len(ids)
+
+    def commit(self, generation: int, version: int) -> Path:
+        """Finish the file as the collection's state at (`generation`, `version`), fsync it and rename it into
+        place; older files of the collection are removed. Returns its path."""
+        count = self._count
+        sections: dict[str, list[int]] = {"matrix": [_HEADER, count * self.dimension * 4, self._matrix_crc]}
+        self._file.write(bytes(_padding(_HEADER + sections["matrix"][1])))
+        hashes = np.concatenate(self._hashes) if self._hashes else np.empty(0, np.uint64)
+        order = np.argsort(hashes, kind="stable").astype("<i8")
+        arrays: dict[str, Any] = {
+            "norms": np.concatenate(self._norms) if self._norms else np.empty(0, np.float32),
+            "hashes": hashes[order].astype("<u8"),
+            "order": order,
+        }
+        for name in _TEXTS:
+            blob, lengths = self._texts[name]
+            offsets = np.zeros(count + 1, dtype="<i8")
+            np.cumsum(lengths, out=offsets[1:])
+            arrays[f"{name}_offsets"] = offsets
+            arrays[name] = np.frombuffer(bytes(blob), dtype=np.uint8)
+        for name, array in arrays.items():
+            data = memoryview(np.ascontiguousarray(array)).cast("B")
+            sections[name] = [self._file.tell(), len(data), zlib.crc32(data)]
+            self._file.write(data)
+            self._file.write(bytes(_padding(len(data))))
+        description = json.dumps(
+            {
+                "format": _FORMAT,
+                "identity": self.identity,
+                "generation": generation,
+                "version": version,
+                "count": count,
+                "dimension": self.dimension,
+                "metric": self.metric,
+                "size": self._file.tell(),
+                "sections": sections,
+            }
+        ).encode()
+        if _PREFIX.size + len(description) > _HEADER:
+            raise ValueError("cache header too long")
+        self._file.seek(0)
+        self._file.write(_PREFIX.pack(_MAGIC, len(description), zlib.crc32(description)) + description)
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        path = self.directory / f"{self.identity}.{generation}.{version}{_SUFFIX}"
+        os.replace(self._path, path)
+        _fsync_directory(self.directory)
+        for older in _files(self.directory, self.identity):
+            if older[:2] < (generation, version):
+                with contextlib.suppress(OSError):  # another process may have removed it first
+                    older[2].unlink()
+        return path
+
+    def abort(self) -> None:
+        """Drop the unfinished file."""
+        with contextlib.suppress(OSError):
+            self._file.close()
+        with contextlib.suppress(OSError):
+            self._path.unlink()
+
+
+def _fsync_directory(directory: Path) -> None:
+    if os.name != "posix":
+        return
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _files(directory: Path, identity: str) -> list[tuple[int, int, Path]]:
+    """(generation, version, path) of the collection's finished cache files, newest first."""
+    found = []
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return []
+    for path in entries:
+        parts = path.name.split(".")
+        if len(parts) == 4 and parts[0] == identity and "." + parts[3] == _SUFFIX:
+            with contextlib.suppress(ValueError):
+                found.append((int(parts[1]), int(parts[2]), path))
+    return sorted(found, reverse=True)
+
+
+class CacheFile:
+    """One mapped, checked cache file: the matrix, inverse norms and id hashes as read-only arrays over the
+    mapping, ids, contents and metadata decoded one row at a time. `sections` maps each section's name to its
+    (offset, length, CRC-32)."""
+
+    sections: dict[str, tuple[int, ...]]
+
+    def __init__(self, path: Path, header: dict[str, Any], mapping: mmap.mmap) -> None:
+        self.path = path
+        self.generation: int = header["generation"]
+        self.version: int = header["version"]
+        self.count: int = header["count"]
+        self.dimension: int = header["dimension"]
+        self._mapping = mapping
+        sections = self.sections = {name: tuple(where) for name, where in header["sections"].items()}
+
+        def array(name: str, dtype: str) -> Any:
+            offset, length, _ = sections[name]
+            kind = np.dtype(dtype)
+            return np.frombuffer(mapping, dtype=kind, count=length // kind.itemsize, offset=offset)
+
+        self.matrix: Matrix = array("matrix", "<f4").reshape(self.count, self.dimension)
+        self.inverse_norms: Matrix = array("norms", "<f4")
+        self._hashes = array("hashes", "<u8")
+        self._order = array("order", "<i8")
+        self._texts = {name: (array(f"{name}_offsets", "<i8"), array(name, "u1")) for name in _TEXTS}
+
+    @classmethod
+    def open(cls, path: Path, identity: str, dimension: int, metric: Metric) -> CacheFile | None:
+        """The file mapped and checked (header, size, every section's CRC-32, identity, metric, dimension), or
+        None, logged, if it does not hold (a damaged file is removed)."""
+        try:
+            with path.open("rb") as file:
+                size = os.fstat(file.fileno()).st_size
+                if size < _HEADER:
+                    raise ValueError(f"{size} bytes, shorter than a header")
+                mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        except OSError as error:
+            logger.warning("vector cache %s unreadable (%s): reading the database instead", path, error)
+            return None
+        except ValueError as error:
+            return _discard(path, str(error))
+        try:
+            header = _check(mapping, size)
+        except (ValueError, KeyError, TypeError) as error:
+            mapping.close()
+            return _discard(path, str(error))
+        if (header["identity"], header["dimension"], header["metric"]) != (identity, dimension, metric):
+            mapping.close()  # another collection's (a hash collision of names) or other settings: not ours
+            logger.warning("vector cache %s belongs to another collection or settings: ignored", path)
+            return None
+        return cls(path, header, mapping)
+
+    def row_of(self, doc_ids: Sequence[str]) -> list[int | None]:
+        """The row of each id, or None where the file does not hold it."""
+        hashes = id_hashes(doc_ids)
+        starts = np.searchsorted(self._hashes, hashes, side="left").tolist()
+        found: list[int | None] = []
+        for doc_id, wanted, start in zip(doc_ids, hashes.tolist(), starts):
+            row = None
+            position = start
+            while position < self.count and int(self._hashes[position]) == wanted:
+                candidate = int(self._order[position])
+                if self.id(candidate) == doc_id:
+                    row = candidate
+                    break
+                position += 1
+            found.append(row)
+        return found
+
+    def text(self, name: str, row: int) -> str:
+        """The id, content or metadata (JSON text) at `row`: `name` is "ids", "contents" or "metadata"."""
+        offsets, blob = self._texts[name]
+        return bytes(blob[offsets[row] : offsets[row + 1]]).decode("utf-8", "surrogatepass")
+
+    def id(self, row: int) -> str:
+        """The id at `row`."""
+        return self.text("ids", row)
+
+    def document(self, row: int) -> VectorDocument:
+        """The document at `row`."""
+        metadata = json.loads(self.text("metadata", row))
+        return VectorDocument.model_construct(
+            id=self.id(row),
+            content=self.text("contents", row),
+            embedding=FrozenList(self.matrix[row].tolist()),
+            metadata=freeze_json(metadata),
+        )
+
+    def metadata(self) -> list[FrozenDict]:
+        """Every row's metadata, decoded (for a filter)."""
+        return [freeze_json(json.loads(self.text("metadata", row))) for row in range(self.count)]
+
+
+def _check(mapping: mmap.mmap, size: int) -> dict[str, Any]:
+    """The header of a mapped file, or ValueError/KeyError/TypeError if anything does not hold."""
+    magic, length, crc = _PREFIX.unpack_from(mapping, 0)
+    if magic != _MAGIC:
+        raise ValueError("not a memwoven vector cache")
+    description = mapping[_PREFIX.size : _PREFIX.size + length]
+    if _PREFIX.size + length > _HEADER or zlib.crc32(description) != crc:
+        raise ValueError("header checksum mismatch")
+    header: dict[str, Any] = json.loads(description)
+    if header["format"] != _FORMAT:
+        raise ValueError(f"format {header['format']}, this memwoven reads {_FORMAT}")
+    if header["size"] != size:
+        raise ValueError(f"{size} bytes, the header says {header['size']} (truncated?)")
+    count, dimension = header["count"], header["dimension"]
+    expected = {"matrix": count * dimension * 4, "norms": count * 4, "hashes": count * 8, "order": count * 8}
+    expected.update({f"{name}_offsets": (count + 1) * 8 for name in _TEXTS})
+    view = memoryview(mapping)
+    try:
+        for name, (offset, length, checksum) in header["sections"].items():
+            if name in expected and length != expected.pop(name):
+                raise ValueError(f"section {name} has {length} bytes")
+            if name in _TEXTS:
+                expected.pop(name, None)
+            if offset < _HEADER or offset + length > size or zlib.crc32(view[offset : offset + length]) != checksum:
+                raise ValueError(f"section {name} checksum mismatch")
+    finally:
+        view.release()
+    if expected:
+        raise ValueError(f"sections missing: {sorted(expected)}")
+    return header
+
+
+def _discard(path: Path, reason: str) -> None:
+    logger.warning("vector cache %s is damaged (%s): removed, reading the database instead", path, reason)
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return None
+
+
+def newest(
+    directory: Path, identity: str, generation: int, version: int, dimension: int, metric: Metric
+) -> CacheFile | None:
+    """The newest usable cache file of a collection at `generation` reflecting at most `version` (a file from a
+    later version belongs to another history, a restored database: ignored), or None."""
+    for found_generation, found_version, path in _files(directory, identity):
+        if found_generation == generation and found_version <= version:
+            opened = CacheFile.open(path, identity, dimension, metric)
+            if opened is not None and (opened.generation, opened.version) == (found_generation, found_version):
+                return opened
+    return None
+
+
+class CachedIndex:
+    """A collection's index over a mapped `CacheFile`: its rows minus those changed or deleted since (`dead`),
+    plus a private `VectorIndex` of the rows changed since. Answers as a `VectorIndex` of the same rows would."""
+
+    def __init__(self, base: CacheFile, metric: Metric) -> None:
+        self.base = base
+        self.metric = metric
+        self.dimension: int | None = base.dimension
+        self.overlay = VectorIndex(base.dimension, metric)
+        self._dead = np.zeros(base.count, dtype=bool)
+        self._live = base.count  # base rows not dead
+        self._metadata: list[FrozenDict] | None = None  # the base's metadata, decoded by the first filter
+
+    def __len__(self) -> int:
+        return self._live + len(self.overlay)
+
+    @property
+    def ids(self) -> list[str]:
+        """Every live id (decoded: for listing, not for searching)."""
+        live = np.flatnonzero(~self._dead).tolist()
+        return [self.base.id(row) for row in live] + list(self.overlay.ids)
+
+    def prepare(self, documents: DocumentsIn) -> DocumentBatch:
+        """Validate documents against this index (as `VectorIndex.prepare`)."""
+        return self.overlay.prepare(documents)
+
+    def _kill(self, doc_ids: Sequence[str]) -> None:
+        for row in self.base.row_of(doc_ids):
+            if row is not None and not self._dead[row]:
+                self._dead[row] = True
+                self._live -= 1
+
+    def upsert(self, batch: DocumentBatch) -> None:
+        """Insert or replace the batch's documents (in the overlay; their mapped rows, if any, stop counting)."""
+        self._kill(batch.ids)
+        self.overlay.upsert(batch)
+
+    def remove(self, ids: Iterable[str]) -> int:
+        """Delete documents by id (unknown ids ignored); returns how many were removed."""
+        wanted = list(dict.fromkeys(check_ids(ids)))
+        before = len(self)
+        self.overlay.remove(wanted)
+        self._kill(wanted)
+        return before - len(self)
+
+    def clear(self) -> None:
+        """Remove every document."""
+        self._dead[:] = True
+        self._live = 0
+        self.overlay.clear()
+
+    def get(self, ids: Iterable[str]) -> list[VectorDocument]:
+        """The stored documents with these ids, in the order asked."""
+        wanted = check_ids(ids)
+        rows = self.base.row_of(wanted)
+        found = []
+        for doc_id, row in zip(wanted, rows):
+            if doc_id in self.overlay.rows:
+                found.append(self.overlay.document(self.overlay.rows[doc_id]))
+            elif row is not None and not self._dead[row]:
+                found.append(self.base.document(row))
+        return found
+
+    def query(self, search: SearchQuery) -> list[ScoredDocument]:
+        """`VectorIndex.query` over the mapped rows still live and the overlay, merged."""
+        query = search.vector_for(self.dimension)
+        if search.top_k == 0:
+            return []
+        hits = [(hit.score, hit.document.id, hit) for hit in self.overlay.query(search)]
+        if self._live:
+            rows: Rows | None = None if self._live == self.base.count else np.flatnonzero(~self._dead)
+            if search.predicate is not None:
+                if self._metadata is None:
+                    self._metadata = self.base.metadata()
+                metadata, predicate = self._metadata, search.predicate
+                candidates = range(self.base.count) if rows is None else rows.tolist()
+                rows = np.fromiter((r for r in candidates if predicate(metadata[r])), dtype=np.intp)
+            if rows is None or len(rows):
+                picked, scores = best_rows(self.base.matrix, self.base.inverse_norms, query, rows, search, self.metric)
+                for row, score in zip(picked.tolist(), scores.tolist()):
+                    hits.append((score, self.base.id(row), row))
+        hits.sort(key=lambda hit: (-hit[0], hit[1]))
+        return [
+            hit
+            if isinstance(hit, ScoredDocument)
+            else ScoredDocument.model_construct(document=self.base.document(hit), score=score)
+            for score, _, hit in hits[: search.top_k]
+        ]
+
+    def needs_rewrite(self) -> bool:
+        """Whether the rows changed since the file are many enough that a fresh file pays (a sixteenth of it, or
+        4,096 rows, whichever is more)."""
+        return len(self.overlay) + (self.base.count - self._live) > max(4096, self.base.count // 16)
+
+    def write(self, writer: CacheWriter, page: int = 8192) -> None:
+        """Add every live row (the mapped ones, then the overlay's) to `writer`."""
+        live = np.flatnonzero(~self._dead)
+        base = self.base
+        for start in range(0, len(live), page):
+            rows = live[start : start + page].tolist()
+            ids, contents, metadata = ([base.text(name, row) for row in rows] for name in _TEXTS)
+            writer.add(ids, contents, metadata, base.matrix[rows])
+        overlay = self.overlay
+        for start in range(0, len(overlay), page):
+            end = min(len(overlay), start + page)
+            metadata = [json.dumps(m) for m in overlay.metadata[start:end]]  # ASCII: keeps any lone surrogate
+            writer.add(overlay.ids[start:end], overlay.contents[start:end], metadata, overlay.matrix[start:end])

@@ -1,0 +1,317 @@
+"""The SQL vector backend with its machine-wide cache (`cache_dir`): the conformance suite, processes sharing a
+file, and files that must not be used (damaged, another collection, generation or database)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from process_support import process_context, start
+from sql_support import sql_place
+
+from memwoven._vector_cache import CachedIndex, CacheFile
+from memwoven.backends.sql import SQLVectorMemory
+from memwoven.contracts import VectorMemory
+from memwoven.errors import InvalidInputError
+from memwoven.testing import VectorMemoryContract
+from memwoven.urls import open_vector_memory, vector_collections
+from memwoven_test_support import unique_name
+
+CACHED_KINDS = ("sqlite", "postgresql")
+
+
+@pytest.fixture(params=CACHED_KINDS)
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    with sql_place(request.param, tmp_path) as place:
+        yield place
+
+
+class AlwaysMapped(SQLVectorMemory):
+    """Reads as a process that just started would, on every call: forgets its index first, so each read maps the
+    collection's newest cache file and applies the changes made since it was written (or writes one)."""
+
+    def _refresh(self, connection: Any) -> None:
+        with self._lock:
+            self._generation, self._seen = -1, -1
+        super()._refresh(connection)
+
+
+class TestSQLVectorCached(VectorMemoryContract):
+    @pytest.fixture
+    def vector_memory_factory(self, where: tuple[str, str], tmp_path: Path) -> Iterator[Callable[..., VectorMemory]]:
+        opened: list[SQLVectorMemory] = []
+
+        def make(dimension: int | None, metric: str) -> VectorMemory:
+            opened.append(
+                AlwaysMapped(
+                    where[0],
+                    table_prefix=where[1],
+                    collection=unique_name("c"),
+                    dimension=dimension,
+                    metric=metric,  # type: ignore[arg-type]
+                    cache_dir=tmp_path / "cache",
+                )
+            )
+            return opened[-1]
+
+        yield make
+        for memory in opened:
+            memory.close()
+
+    def reopen(self, memory: VectorMemory) -> VectorMemory:
+        assert isinstance(memory, SQLVectorMemory)
+        return AlwaysMapped(
+            memory.engine.url,
+            table_prefix=memory.table_prefix,
+            collection=memory.collection,
+            metric=memory.metric,
+            cache_dir=memory.cache_dir or False,
+        )
+
+    @contextlib.contextmanager
+    def neighbour(self, memory: VectorMemory) -> Iterator[VectorMemory]:
+        assert isinstance(memory, SQLVectorMemory)
+        with AlwaysMapped(
+            memory.engine.url,
+            table_prefix=memory.table_prefix,
+            collection=memory.collection + "s",
+            cache_dir=memory.cache_dir or False,
+        ) as neighbour:
+            yield neighbour
+
+
+def _docs(vectors: np.ndarray, start: int = 0, **metadata: Any) -> list[dict[str, Any]]:
+    return [
+        {"id": f"d{start + i}", "content": f"text {start + i}", "embedding": v.tolist(), "metadata": metadata}
+        for i, v in enumerate(vectors)
+    ]
+
+
+def _open(where: tuple[str, str], cache: Path | bool, **options: Any) -> SQLVectorMemory:
+    return SQLVectorMemory(where[0], table_prefix=where[1], collection="docs", cache_dir=cache, **options)
+
+
+def _files(cache: Path) -> list[str]:
+    return sorted(p.name for p in cache.glob("*.mwvc"))
+
+
+@pytest.fixture
+def filled(where: tuple[str, str], tmp_path: Path) -> tuple[np.ndarray, Path]:
+    """300 random 8-dimensional documents in collection "docs", and a cache directory holding them."""
+    vectors = np.random.default_rng(3).standard_normal((300, 8)).astype(np.float32)
+    cache = tmp_path / "cache"
+    with _open(where, False) as writer:
+        writer.store(_docs(vectors, tag="a"))
+    with _open(where, cache) as first:
+        assert first.count() == 300  # loads from the table and writes the file
+    assert len(_files(cache)) == 1
+    return vectors, cache
+
+
+def _top(memory: SQLVectorMemory, vector: np.ndarray, k: int = 5) -> list[tuple[str, float]]:
+    return [(hit.document.id, hit.score) for hit in memory.search(vector.tolist(), top_k=k)]
+
+
+def test_a_second_object_maps_the_file_and_answers_as_the_table(
+    where: tuple[str, str], filled: tuple[np.ndarray, Path]
+) -> None:
+    vectors, cache = filled
+    with _open(where, cache) as cached, _open(where, False) as plain:
+        query = vectors[17] + 0.1
+        assert _top(cached, query) == _top(plain, query)
+        assert isinstance(cached._index, CachedIndex)  # mapped, not read from the table
+        assert cached._index.base.count == 300
+        assert cached.get(["d5", "nope", "d7"]) == plain.get(["d5", "nope", "d7"])
+        assert cached.ids() == plain.ids()
+        hits = cached.search(query.tolist(), top_k=300, filter={"tag": "a"}, threshold=0.0)
+        assert [h.document.id for h in hits] == [
+            h.document.id for h in plain.search(query.tolist(), top_k=300, filter={"tag": "a"}, threshold=0.0)
+        ]
+
+
+def test_changes_after_the_file_reach_every_object(where: tuple[str, str], filled: tuple[np.ndarray, Path]) -> None:
+    vectors, cache = filled
+    with _open(where, cache) as reader, _open(where, cache) as writer:
+        assert reader.count() == 300
+        writer.store(_docs(vectors[:2] * -1, start=0, tag="b"))  # d0, d1 replaced
+        writer.delete(["d2"])
+        writer.store(_docs(vectors[:1], start=1000))  # d1000 new
+        for memory in (reader, writer):  # read-your-writes and the other object's freshness
+            assert memory.count() == 300
+            assert memory.get(["d2"]) == []
+            assert [d.metadata for d in memory.get(["d0", "d1"])] == [{"tag": "b"}, {"tag": "b"}]
+            top = _top(memory, vectors[2], k=300)
+            assert "d2" not in [i for i, _ in top]
+            assert top[0][0] != "d2"
+            assert _top(memory, -vectors[0], k=1)[0][0] == "d0"
+            assert {h.document.id for h in memory.search(vectors[0].tolist(), top_k=300, filter={"tag": "b"})} == {
+                "d0",
+                "d1",
+            }
+        with _open(where, cache) as late:  # maps the old file, then applies the changes since
+            assert late.count() == 300
+            assert isinstance(late._index, CachedIndex)
+            assert late.get(["d2"]) == []
+            assert _top(late, vectors[0], k=1)[0][0] == "d1000"  # d0 now points the other way
+
+
+def test_clear_moves_to_a_new_generation(where: tuple[str, str], filled: tuple[np.ndarray, Path]) -> None:
+    vectors, cache = filled
+    with _open(where, cache) as reader, _open(where, cache) as writer:
+        assert reader.count() == 300
+        writer.clear()
+        assert reader.count() == 0
+        assert reader.search(vectors[0].tolist()) == []
+        writer.store(_docs(vectors[:3], start=500))
+    with _open(where, cache) as late:  # the generation-0 file is never used for generation 1
+        assert late.count() == 3
+        assert late.ids() == ["d500", "d501", "d502"]
+        assert _top(late, vectors[0], k=1)[0][0] == "d500"
+    assert all(".1." in name for name in _files(cache))  # the new generation's file replaced the old one
+
+
+def _damage(path: Path, offset: int) -> None:
+    with path.open("r+b") as file:
+        file.seek(offset)
+        byte = file.read(1)
+        file.seek(offset)
+        file.write(bytes([byte[0] ^ 0x40]))
+
+
+@pytest.mark.parametrize("damage", ["matrix", "ids", "header", "truncated"])
+def test_a_damaged_file_is_ignored_and_rebuilt(
+    where: tuple[str, str], filled: tuple[np.ndarray, Path], damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    vectors, cache = filled
+    (path,) = cache.glob("*.mwvc")
+    with _open(where, False) as plain:
+        expected = _top(plain, vectors[9])
+    if damage == "truncated":
+        with path.open("r+b") as file:
+            file.truncate(path.stat().st_size - 4096)
+    else:
+        opened = CacheFile.open(path, path.name.split(".")[0], 8, "cosine")
+        assert opened is not None
+        section = {"matrix": "matrix", "ids": "ids", "header": None}[damage]
+        offset = 40 if section is None else opened.sections[section][0]
+        del opened
+        _damage(path, offset + 9 * 4)  # row 9's first float, or bytes of the first id / the header
+    with caplog.at_level(logging.WARNING, logger="memwoven._vector_cache"), _open(where, cache) as reader:
+        assert _top(reader, vectors[9]) == expected
+        assert isinstance(reader._index, CachedIndex)  # a fresh file, written from the table
+    assert any("damaged" in record.message for record in caplog.records)
+    (rebuilt,) = cache.glob("*.mwvc")
+    assert CacheFile.open(rebuilt, rebuilt.name.split(".")[0], 8, "cosine") is not None
+
+
+def test_a_file_of_another_collection_or_database_is_not_used(
+    where: tuple[str, str], filled: tuple[np.ndarray, Path], tmp_path: Path
+) -> None:
+    vectors, cache = filled
+    (path,) = cache.glob("*.mwvc")
+    identity = path.name.split(".")[0]
+    other_vectors = np.random.default_rng(4).standard_normal((50, 8)).astype(np.float32)
+    with SQLVectorMemory(where[0], table_prefix=where[1], collection="other") as other:
+        other.store(_docs(other_vectors))
+    with SQLVectorMemory(where[0], table_prefix=where[1], collection="other", cache_dir=cache) as other:
+        assert other.count() == 50  # loaded from the table: its own file
+    other_files = [p for p in cache.glob("*.mwvc") if not p.name.startswith(identity)]
+    assert len(other_files) == 1
+    # the other collection's file under this collection's name: its header names the other collection
+    path.unlink()
+    other_files[0].rename(path)
+    with _open(where, cache) as reader:
+        assert _top(reader, vectors[4], k=1)[0][0] == "d4"
+        assert reader.count() == 300
+    # the tables dropped and made again: the same names, version (1) and generation, but a new database token
+    with _open(where, False) as dropper:
+        dropper.drop_tables()
+    with _open(where, False) as writer:
+        writer.store(_docs(-vectors))
+    with _open(where, cache) as reader:
+        assert _top(reader, -vectors[4], k=1)[0][0] == "d4"
+        assert reader.get(["d4"])[0].embedding == (-vectors[4]).tolist()
+
+
+def test_a_process_started_after_the_file_maps_it_and_sees_later_writes(
+    where: tuple[str, str], filled: tuple[np.ndarray, Path]
+) -> None:
+    vectors, cache = filled
+    context = process_context()
+    results, proceed = context.Queue(), context.Event()
+    script = """
+from memwoven.backends.sql import SQLVectorMemory
+from memwoven._vector_cache import CachedIndex
+memory = SQLVectorMemory(url, table_prefix=prefix, collection="docs", cache_dir=cache)
+results.put((memory.search(query, top_k=1)[0].document.id, isinstance(memory._index, CachedIndex)))
+proceed.wait(60)
+results.put((memory.search(query, top_k=1)[0].document.id, memory.count()))
+memory.close()
+"""
+    query = vectors[42].tolist()
+    child = start(
+        context, script, url=where[0], prefix=where[1], cache=str(cache), query=query, results=results, proceed=proceed
+    )
+    try:
+        assert results.get(timeout=120) == ("d42", True)
+        with _open(where, cache) as writer:
+            writer.delete(["d42"])
+            writer.store(_docs(vectors[42:43], start=900))
+        proceed.set()
+        assert results.get(timeout=120) == ("d900", 300)
+    finally:
+        child.join(timeout=60)
+    assert child.exitcode == 0
+
+
+def test_many_changes_since_the_file_write_a_new_one(where: tuple[str, str], filled: tuple[np.ndarray, Path]) -> None:
+    _, cache = filled
+    more = np.random.default_rng(5).standard_normal((4200, 8)).astype(np.float32)
+    with _open(where, False) as writer:
+        writer.store(_docs(more, start=10_000))
+    before = _files(cache)
+    with _open(where, cache) as reader:
+        assert reader.count() == 4500
+        assert isinstance(reader._index, CachedIndex)
+        assert reader._index.base.count == 4500
+    after = _files(cache)
+    assert len(after) == 1
+    assert after != before
+    with _open(where, cache) as late:
+        assert _top(late, more[77], k=1)[0][0] == "d10077"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(True, "env"), ("on", "env"), (False, None), ("off", None), ("elsewhere", "elsewhere")],
+)
+def test_cache_dir_values(
+    where: tuple[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, value: Any, expected: str | None
+) -> None:
+    monkeypatch.setenv("MEMWOVEN_CACHE_DIR", str(tmp_path / "env"))
+    if value == "elsewhere":
+        value = tmp_path / "elsewhere"
+    with _open(where, value) as memory:
+        assert memory.cache_dir == (None if expected is None else tmp_path / expected)
+
+
+def test_cache_dir_refuses_other_values(where: tuple[str, str]) -> None:
+    with pytest.raises(InvalidInputError, match="cache_dir"):
+        _open(where, 3)  # type: ignore[arg-type]
+
+
+def test_the_url_can_name_the_cache_dir(where: tuple[str, str], filled: tuple[np.ndarray, Path]) -> None:
+    vectors, cache = filled
+    separator = "&" if "?" in where[0] else "?"
+    url = f"{where[0]}{separator}table_prefix={where[1]}&cache_dir={cache}"
+    with open_vector_memory(url, collection="docs") as memory:
+        assert isinstance(memory, SQLVectorMemory)
+        assert memory.cache_dir == cache
+        assert _top(memory, vectors[3], k=1)[0][0] == "d3"
+        assert isinstance(memory._index, CachedIndex)
+    assert [c.name for c in vector_collections(url)] == ["docs"]
