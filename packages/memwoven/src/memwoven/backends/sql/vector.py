@@ -10,6 +10,7 @@ Its own writes are applied to its index directly after they commit.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -516,7 +517,7 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
             if found is not None:
                 index.write(writer)
             else:
-                for rows in self._live_pages(connection):
+                for rows in self._live_pages(connection, self._live_count(connection)):
                     page = self._decode(rows, dimension).live  # checks every row
                     hashes = np.frombuffer(bytes.fromhex("".join(row.doc_key[:16] for row in rows)), dtype=">u8")
                     writer.add(page.ids, page.contents, [row.metadata for row in rows], page.vectors, hashes)
@@ -533,14 +534,12 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
 
     def _load_rows(self, connection: Connection, dimension: int) -> VectorIndex:
         """An index of every live row, read page by page into one preallocated matrix (no per-row vectors)."""
-        v = self._vectors
-        live = sa.and_(v.c.collection_key == self._key, sa.not_(v.c.deleted))
-        expected = int(connection.execute(sa.select(sa.func.count()).where(live)).scalar_one())
+        expected = self._live_count(connection)
         matrix = np.empty((expected, dimension), dtype=np.float32)
         ids: list[str] = []
         contents: list[str] = []
         metadata: list[FrozenDict] = []
-        for rows in self._live_pages(connection):
+        for rows in self._live_pages(connection, expected):
             page = self._decode(rows, dimension).live
             start, end = len(ids), len(ids) + len(page.ids)
             if end > len(matrix):  # rows added since the count
@@ -551,24 +550,30 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
             metadata += page.metadata
         return VectorIndex.of_batch(DocumentBatch(ids, contents, metadata, matrix[: len(ids)]), self.metric)
 
-    def _live_pages(self, connection: Connection) -> Iterator[Sequence[Any]]:
-        """The collection's live rows (doc_key, doc_id, content, metadata, embedding, deleted), `_PAGE` at a time
-        in doc_key order (keyset pagination: each page an index range scan from where the last one ended)."""
+    def _live_count(self, connection: Connection) -> int:
         v = self._vectors
-        page = (
-            sa.select(v.c.doc_key, v.c.doc_id, v.c.content, v.c.metadata, v.c.embedding, v.c.deleted)
-            .where(v.c.collection_key == self._key, sa.not_(v.c.deleted), v.c.doc_key > sa.bindparam("after"))
-            .order_by(v.c.doc_key)
-            .limit(_PAGE)
+        live = sa.and_(v.c.collection_key == self._key, sa.not_(v.c.deleted))
+        return int(connection.execute(sa.select(sa.func.count()).where(live)).scalar_one())
+
+    def _live_pages(self, connection: Connection, expected: int) -> Iterator[Sequence[Any]]:
+        """The collection's live rows (doc_key, doc_id, content, metadata, embedding, deleted), about `_PAGE` at a
+        time: doc keys are hex SHA-256 digests, spread evenly, so the key space is cut into ranges of about
+        `_PAGE` of the `expected` rows, each read by an index range scan (no sort, no page read twice; a row
+        added since the count only makes its page larger)."""
+        v = self._vectors
+        page = sa.select(v.c.doc_key, v.c.doc_id, v.c.content, v.c.metadata, v.c.embedding, v.c.deleted).where(
+            v.c.collection_key == self._key,
+            sa.not_(v.c.deleted),
+            v.c.doc_key >= sa.bindparam("low"),
+            v.c.doc_key < sa.bindparam("high"),
         )
-        after = ""
-        while True:
-            rows = connection.execute(page, {"after": after}).all()
+        pages = min(max(1, -(-expected // _PAGE)), 16**6)
+        # "" sorts before and "g" after every lowercase hex key: the ranges cover the whole key space
+        bounds = ["", *(f"{(16**6 * i) // pages:06x}" for i in range(1, pages)), "g"]
+        for low, high in itertools.pairwise(bounds):
+            rows = connection.execute(page, {"low": low, "high": high}).all()
             if rows:
                 yield rows
-            if len(rows) < _PAGE:
-                return
-            after = rows[-1].doc_key
 
     def _decode(self, rows: Sequence[Any], dimension: int | None) -> _Changes:
         ids: list[str] = []
