@@ -6,6 +6,7 @@ import argparse
 import os
 import platform
 import sys
+import tempfile
 import time
 from datetime import datetime, timezone
 from importlib.metadata import version
@@ -25,6 +26,7 @@ import qdrant_bench
 import redis_bench
 import sql_vector
 import store_bench
+import vector_cache
 import vector_search
 import window_bench
 from harness import Report
@@ -230,6 +232,11 @@ def main() -> None:
 
     sql_vector.run(report, url=postgres, count=10_000 if args.quick else 100_000)
     _lap("sql_vector")
+    cache_count = int(os.environ.get("MEMWOVEN_BENCH_CACHE_COUNT", 10_000 if args.quick else 100_000))
+    with tempfile.TemporaryDirectory() as directory:
+        for url in (f"sqlite:///{directory}/cache-bench.db", postgres):
+            vector_cache.run(report, url=url, count=cache_count, runs=10 if args.quick else 30)
+    _lap("vector_cache (MEMWOVEN_BENCH_CACHE_COUNT=1000000 for the issue's 1M target)")
     langchain_history.run(report, turns=200 if args.quick else 1_000, runs=1 if args.quick else 3)
     _lap("langchain_history")
     llama_index_bench.run(report, count=10_000 if args.quick else 100_000, runs=3 if args.quick else 10)
