@@ -315,3 +315,36 @@ def test_the_url_can_name_the_cache_dir(where: tuple[str, str], filled: tuple[np
         assert _top(memory, vectors[3], k=1)[0][0] == "d3"
         assert isinstance(memory._index, CachedIndex)
     assert [c.name for c in vector_collections(url)] == ["docs"]
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["no-cache", "cache"])
+def test_a_clear_during_a_full_load_is_not_mixed_in(
+    where: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cached: bool
+) -> None:
+    import memwoven.backends.sql.vector as sql_vector
+
+    monkeypatch.setattr(sql_vector, "_PAGE", 50)  # several ranges
+    vectors = np.random.default_rng(6).standard_normal((300, 8)).astype(np.float32)
+    with _open(where, False) as writer:
+        writer.store(_docs(vectors))
+    read_pages = SQLVectorMemory._live_pages
+    cleared: list[bool] = []
+
+    def pages(self: SQLVectorMemory, connection: Any, expected: int) -> Iterator[Any]:
+        for number, rows in enumerate(read_pages(self, connection, expected)):
+            if number == 1 and not cleared:  # another process clears and refills between two pages
+                with _open(where, False) as other:
+                    other.clear()
+                    other.store(_docs(vectors[:5], start=700))
+                cleared.append(True)
+            yield rows
+
+    monkeypatch.setattr(SQLVectorMemory, "_live_pages", pages)
+    old, new = sorted(f"d{i}" for i in range(300)), [f"d{i}" for i in range(700, 705)]
+    with _open(where, tmp_path / "cache" if cached else False) as reader:
+        assert reader.ids() in (old, new)  # one state or the other (SQLite reads in one snapshot), never a mix
+        assert cleared
+        assert reader.ids() == new
+        assert _top(reader, vectors[3], k=1)[0][0] == "d703"
+    with _open(where, tmp_path / "cache" if cached else False) as late:
+        assert late.ids() == new

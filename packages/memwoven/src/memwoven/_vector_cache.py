@@ -110,8 +110,9 @@ class CacheWriter:
         data = np.ascontiguousarray(vectors, dtype="<f4")
         if data.shape != (len(ids), self.dimension):
             raise ValueError(f"expected a ({len(ids)}, {self.dimension}) matrix, got {data.shape}")
-        self._file.write(memoryview(data).cast("B"))
-        self._matrix_crc = zlib.crc32(memoryview(data).cast("B"), self._matrix_crc)
+        raw = data.data.cast("B")
+        self._file.write(raw)
+        self._matrix_crc = zlib.crc32(raw, self._matrix_crc)
         self._norms.append(inverse_norms(data))
         self._hashes.append(id_hashes(ids) if hashes is None else hashes.astype(np.uint64))
         for name, values in zip(_TEXTS, (ids, contents, metadata)):
@@ -142,7 +143,7 @@ class CacheWriter:
             arrays[f"{name}_offsets"] = offsets
             arrays[name] = np.frombuffer(bytes(blob), dtype=np.uint8)
         for name, array in arrays.items():
-            data = memoryview(np.ascontiguousarray(array)).cast("B")
+            data = np.ascontiguousarray(array).data.cast("B")
             sections[name] = [self._file.tell(), len(data), zlib.crc32(data)]
             self._file.write(data)
             self._file.write(bytes(_padding(len(data))))
@@ -249,12 +250,14 @@ class CacheFile:
             logger.warning("vector cache %s unreadable (%s): reading the database instead", path, error)
             return None
         except ValueError as error:
-            return _discard(path, str(error))
+            _discard(path, str(error))
+            return None
         try:
             header = _check(mapping, size)
         except (ValueError, KeyError, TypeError) as error:
             mapping.close()
-            return _discard(path, str(error))
+            _discard(path, str(error))
+            return None
         if (header["identity"], header["dimension"], header["metric"]) != (identity, dimension, metric):
             mapping.close()  # another collection's (a hash collision of names) or other settings: not ours
             logger.warning("vector cache %s belongs to another collection or settings: ignored", path)
@@ -338,7 +341,6 @@ def _discard(path: Path, reason: str) -> None:
     logger.warning("vector cache %s is damaged (%s): removed, reading the database instead", path, reason)
     with contextlib.suppress(OSError):
         path.unlink()
-    return None
 
 
 def newest(

@@ -67,6 +67,10 @@ class _Collection(NamedTuple):
     dimension: int | None
 
 
+class _GenerationMoved(Exception):
+    """The collection was cleared during a full load."""
+
+
 class _Changes(NamedTuple):
     live: DocumentBatch
     removed: list[str]
@@ -461,7 +465,11 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
             loaded: VectorIndex | CachedIndex | None = None
             changes = _Changes(DocumentBatch([], [], [], np.empty((0, 0), np.float32)), [])
             if base[0] != stored.generation:
-                loaded = self._load(connection, stored)
+                try:
+                    loaded = self._load(connection, stored)
+                    self._check_generation(connection, stored)
+                except _GenerationMoved:
+                    continue  # cleared while the rows were read: their mix is no state of the collection
             else:
                 changes = self._decode([row for row in rows if row.doc_id is not None], stored.dimension)
             with self._lock:
@@ -521,6 +529,7 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
                     page = self._decode(rows, dimension).live  # checks every row
                     hashes = np.frombuffer(bytes.fromhex("".join(row.doc_key[:16] for row in rows)), dtype=">u8")
                     writer.add(page.ids, page.contents, [row.metadata for row in rows], page.vectors, hashes)
+            self._check_generation(connection, stored)
             path = writer.commit(stored.generation, stored.version)
         except OSError as error:
             writer.abort()
@@ -549,6 +558,14 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
             contents += page.contents
             metadata += page.metadata
         return VectorIndex.of_batch(DocumentBatch(ids, contents, metadata, matrix[: len(ids)]), self.metric)
+
+    def _check_generation(self, connection: Connection, stored: _Collection) -> None:
+        """Raise `_GenerationMoved` if the collection was cleared since `stored` was read (the rows read since may
+        then mix two generations)."""
+        c = self._collections
+        generation = connection.execute(sa.select(c.c.generation).where(c.c.collection_key == self._key)).scalar()
+        if generation != stored.generation:
+            raise _GenerationMoved
 
     def _live_count(self, connection: Connection) -> int:
         v = self._vectors
