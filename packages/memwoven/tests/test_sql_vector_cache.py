@@ -14,7 +14,7 @@ import pytest
 from process_support import process_context, start
 from sql_support import sql_place
 
-from memwoven._vector_cache import CachedIndex, CacheFile
+from memwoven._vector_cache import CachedIndex, CacheFile, writing
 from memwoven.backends.sql import SQLVectorMemory
 from memwoven.contracts import VectorMemory
 from memwoven.errors import InvalidInputError
@@ -348,3 +348,28 @@ def test_a_clear_during_a_full_load_is_not_mixed_in(
         assert _top(reader, vectors[3], k=1)[0][0] == "d703"
     with _open(where, tmp_path / "cache" if cached else False) as late:
         assert late.ids() == new
+
+
+def test_a_long_lived_reader_moves_to_a_new_file_unless_another_process_writes_one(
+    where: tuple[str, str], filled: tuple[np.ndarray, Path]
+) -> None:
+    _, cache = filled
+    (identity,) = {name.split(".")[0] for name in _files(cache)}
+    more = np.random.default_rng(8).standard_normal((4200, 8)).astype(np.float32)
+    with _open(where, cache) as reader, _open(where, False) as writer:
+        assert reader.count() == 300
+        assert isinstance(reader._index, CachedIndex)
+        before = _files(cache)
+        writer.store(_docs(more, start=10_000))
+        with writing(cache, identity, wait=True):  # as if another process were writing a file
+            assert reader.count() == 4500  # from the overlay
+            assert _top(reader, more[5], k=1)[0][0] == "d10005"
+            assert _files(cache) == before
+        writer.delete(["d10005"])
+        assert reader.count() == 4499  # the lock is free: this read writes a new file and maps it
+        assert _files(cache) != before
+        assert isinstance(reader._index, CachedIndex)
+        assert reader._index.base.count >= 4499
+        assert len(reader._index.overlay) <= 1
+        assert reader.get(["d10005"]) == []
+        assert _top(reader, more[6], k=1)[0][0] == "d10006"

@@ -27,7 +27,7 @@ import os
 import struct
 import tempfile
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -38,7 +38,16 @@ from memwoven.contracts import DocumentsIn, Metric, check_ids
 from memwoven.models import FrozenDict, FrozenList, ScoredDocument, VectorDocument, freeze_json
 from memwoven.vector_index import DocumentBatch, Matrix, Rows, SearchQuery, VectorIndex, best_rows, inverse_norms
 
-__all__ = ["CacheFile", "CacheWriter", "CachedIndex", "cache_identity", "default_cache_dir", "id_hashes", "newest"]
+__all__ = [
+    "CacheFile",
+    "CacheWriter",
+    "CachedIndex",
+    "cache_identity",
+    "default_cache_dir",
+    "id_hashes",
+    "newest",
+    "writing",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -184,6 +193,29 @@ class CacheWriter:
             self._path.unlink()
 
 
+@contextlib.contextmanager
+def writing(directory: Path, identity: str, *, wait: bool) -> Iterator[bool]:
+    """Hold the right to write a collection's file (an exclusive `flock` on ``<identity>.lock`` in `directory`,
+    released when the block ends or the process dies): yields True once held, or False at once if another process
+    holds it and `wait` is False. Without `fcntl` (Windows), always True."""
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield True
+        return
+    descriptor = os.open(directory / f"{identity}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(descriptor)
+
+
 def _fsync_directory(directory: Path) -> None:
     if os.name != "posix":
         return
@@ -254,7 +286,7 @@ class CacheFile:
             return None
         try:
             header = _check(mapping, size)
-        except (ValueError, KeyError, TypeError) as error:
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
             mapping.close()
             _discard(path, str(error))
             return None
@@ -306,7 +338,7 @@ class CacheFile:
 
 
 def _check(mapping: mmap.mmap, size: int) -> dict[str, Any]:
-    """The header of a mapped file, or ValueError/KeyError/TypeError if anything does not hold."""
+    """The header of a mapped file, or ValueError (KeyError, TypeError, AttributeError) if anything does not hold."""
     magic, length, crc = _PREFIX.unpack_from(mapping, 0)
     if magic != _MAGIC:
         raise ValueError("not a memwoven vector cache")
@@ -449,6 +481,17 @@ class CachedIndex:
         """Whether the rows changed since the file are many enough that a fresh file pays (a sixteenth of it, or
         4,096 rows, whichever is more)."""
         return len(self.overlay) + (self.base.count - self._live) > max(4096, self.base.count // 16)
+
+    def wants_newer_file(self) -> bool:
+        """Whether to map a newer file, or write one: `needs_rewrite`, and no other process is writing one now (if
+        one is, its file is mapped once it is done)."""
+        if not self.needs_rewrite():
+            return False
+        try:
+            with writing(self.base.path.parent, self.base.path.name.split(".")[0], wait=False) as free:
+                return free
+        except OSError:  # the directory went away or became read-only: keep the overlay
+            return False
 
     def write(self, writer: CacheWriter, page: int = 8192) -> None:
         """Add every live row (the mapped ones, then the overlay's) to `writer`."""

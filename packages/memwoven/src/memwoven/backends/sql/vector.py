@@ -26,7 +26,15 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memwoven._steps import Steps, twins
-from memwoven._vector_cache import CachedIndex, CacheFile, CacheWriter, cache_identity, default_cache_dir, newest
+from memwoven._vector_cache import (
+    CachedIndex,
+    CacheFile,
+    CacheWriter,
+    cache_identity,
+    default_cache_dir,
+    newest,
+    writing,
+)
 from memwoven.backends.sql._base import SQLBackend, SQLOptions
 from memwoven.backends.sql._engine import Database, Work
 from memwoven.backends.sql._pgvector import EmbeddingsTable, candidates, check_search_mode, jsonb_metadata, norms
@@ -451,7 +459,9 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         c = self._collections
         while True:
             with self._lock:
-                base = (self._generation, self._seen)
+                base, index = (self._generation, self._seen), self._index
+            # many changes over a mapped file: map a newer one (or write it), as a new process would
+            stale = isinstance(index, CachedIndex) and index.wants_newer_file()
             # Before the first load, only the collection row: the load reads the rows page by page
             rows = connection.execute(self._changes_query, {"seen": base[1] if base[1] >= 0 else _NEVER}).all()
             if not rows:
@@ -464,7 +474,7 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
                 return
             loaded: VectorIndex | CachedIndex | None = None
             changes = _Changes(DocumentBatch([], [], [], np.empty((0, 0), np.float32)), [])
-            if base[0] != stored.generation:
+            if base[0] != stored.generation or stale:
                 try:
                     loaded = self._load(connection, stored)
                     self._check_generation(connection, stored)
@@ -504,25 +514,60 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         self, connection: Connection, stored: _Collection, dimension: int, directory: Path
     ) -> CachedIndex | None:
         """The collection mapped from its newest cache file, with the changes since applied; written from the
-        table first if there is none (or rewritten if the changes since are many). None if the files cannot be
-        written (logged)."""
+        table first if there is none (one process writes, the others wait for its file), or rewritten if the
+        changes since are many (unless another process is writing one). None if no file can be written (logged).
+        """
         meta = self._tables.meta
         token = connection.execute(sa.select(meta.c.value).where(meta.c.name == _CACHE_TOKEN)).scalar()
         if token is None:  # tables set up by a memwoven without the cache: no identity to name files by
             return None
         identity = cache_identity(token, self._key)
+        index = self._mapped(connection, stored, dimension, directory, identity)
+        if index is not None and not index.needs_rewrite():
+            return index
+        try:
+            with writing(directory, identity, wait=index is None) as held:
+                if not held:  # another process is writing a newer file: the overlay serves meanwhile
+                    return index
+                if index is None:  # its file, if another process wrote one while this one waited
+                    index = self._mapped(connection, stored, dimension, directory, identity)
+                    if index is not None:
+                        return index
+                path = self._write_cache(connection, stored, dimension, directory, identity, index)
+        except OSError as error:
+            logger.warning("vector cache in %s not written (%s): the collection is read into memory", directory, error)
+            return None
+        opened = CacheFile.open(path, identity, dimension, self.metric)
+        return None if opened is None else CachedIndex(opened, self.metric)
+
+    def _mapped(
+        self, connection: Connection, stored: _Collection, dimension: int, directory: Path, identity: str
+    ) -> CachedIndex | None:
+        """The newest usable cache file mapped, with the changes made since its version applied, or None."""
         found = newest(directory, identity, stored.generation, stored.version, dimension, self.metric)
-        if found is not None:
-            index = CachedIndex(found, self.metric)
-            rows = connection.execute(self._changes_query, {"seen": found.version}).all()
-            changes = self._decode([row for row in rows if row.doc_id is not None], dimension)
-            index.remove(changes.removed)
-            index.upsert(changes.live)
-            if not index.needs_rewrite():
-                return index
+        if found is None:
+            return None
+        index = CachedIndex(found, self.metric)
+        rows = connection.execute(self._changes_query, {"seen": found.version}).all()
+        changes = self._decode([row for row in rows if row.doc_id is not None], dimension)
+        index.remove(changes.removed)
+        index.upsert(changes.live)
+        return index
+
+    def _write_cache(
+        self,
+        connection: Connection,
+        stored: _Collection,
+        dimension: int,
+        directory: Path,
+        identity: str,
+        index: CachedIndex | None,
+    ) -> Path:
+        """Write the collection's cache file as of `stored` (or later): from `index` (an older file and the changes
+        since), else from the table."""
         writer = CacheWriter(directory, identity, dimension, self.metric)
         try:
-            if found is not None:
+            if index is not None:
                 index.write(writer)
             else:
                 for rows in self._live_pages(connection, self._live_count(connection)):
@@ -530,16 +575,10 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
                     hashes = np.frombuffer(bytes.fromhex("".join(row.doc_key[:16] for row in rows)), dtype=">u8")
                     writer.add(page.ids, page.contents, [row.metadata for row in rows], page.vectors, hashes)
             self._check_generation(connection, stored)
-            path = writer.commit(stored.generation, stored.version)
-        except OSError as error:
-            writer.abort()
-            logger.warning("vector cache in %s not written (%s): the collection is read into memory", directory, error)
-            return None
+            return writer.commit(stored.generation, stored.version)
         except BaseException:
             writer.abort()
             raise
-        opened = CacheFile.open(path, identity, dimension, self.metric)
-        return None if opened is None else CachedIndex(opened, self.metric)
 
     def _load_rows(self, connection: Connection, dimension: int) -> VectorIndex:
         """An index of every live row, read page by page into one preallocated matrix (no per-row vectors)."""
