@@ -373,3 +373,30 @@ def test_a_long_lived_reader_moves_to_a_new_file_unless_another_process_writes_o
         assert len(reader._index.overlay) <= 1
         assert reader.get(["d10005"]) == []
         assert _top(reader, more[6], k=1)[0][0] == "d10006"
+
+
+def test_a_process_starting_while_another_writes_the_file_waits_and_maps_it(
+    where: tuple[str, str], filled: tuple[np.ndarray, Path], tmp_path: Path
+) -> None:
+    import threading
+
+    vectors, cache = filled
+    (path,) = cache.glob("*.mwvc")
+    identity = path.name.split(".")[0]
+    kept = tmp_path / "kept.mwvc"
+    path.rename(kept)  # no file yet: the first reader would read the table
+    inode = kept.stat().st_ino
+    result: list[Any] = []
+    with _open(where, cache) as reader:
+        with writing(cache, identity, wait=True):  # another process is writing it
+            thread = threading.Thread(target=lambda: result.append(_top(reader, vectors[11], k=1)))
+            thread.start()
+            thread.join(0.5)
+            assert thread.is_alive()  # waiting for the writer's file
+            kept.rename(path)  # the writer's file, in place
+        thread.join(60)
+        assert result == [[("d11", pytest.approx(1.0))]]
+        assert isinstance(reader._index, CachedIndex)
+        assert reader._index.base.path == path  # mapped, not written again
+    assert _files(cache) == [path.name]
+    assert path.stat().st_ino == inode  # the same file, not one written again under its name
