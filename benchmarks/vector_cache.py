@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import _threads  # noqa: F401  (before numpy: one BLAS thread here and in the workers, as in run.py)
 import numpy as np
 from harness import Report, Timing
 from vector_search import _corpus, _memwoven
