@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,7 @@ __all__ = [
     "insert_ignoring",
     "key_of",
     "upsert",
+    "upsert_rows",
 ]
 
 SCHEMA_VERSION = "3"  # 3: items' key_head (and value_jsonb on PostgreSQL); 2: message ids unique per session,
@@ -294,6 +296,18 @@ def insert_ignoring(connection: Connection, table: sa.Table, values: Mapping[str
 def upsert(connection: Connection, table: sa.Table, rows: list[dict[str, Any]]) -> None:
     """Insert `rows` or replace the rows with the same primary key: one statement, executed for many rows."""
     connection.execute(_upsert_statement(table, tuple(rows[0]), connection.dialect.name), rows)
+
+
+def upsert_rows(
+    connection: Connection, table: sa.Table, columns: tuple[str, ...], rows: Iterable[tuple[Any, ...]], chunk: int
+) -> None:
+    """`upsert` of rows given as tuples of `columns`, sent `chunk` rows at a time as the driver's own parameters:
+    no per-row SQLAlchemy processing, so each value must be one the driver takes as it is (str, bytes, int, bool)."""
+    compiled = _upsert_statement(table, columns, connection.dialect.name).compile(dialect=connection.dialect)
+    statement, positional = str(compiled), tuple(compiled.positiontup or ()) == columns
+    remaining = iter(rows)
+    while batch := list(itertools.islice(remaining, chunk)):
+        connection.exec_driver_sql(statement, batch if positional else [dict(zip(columns, row)) for row in batch])
 
 
 @functools.lru_cache(maxsize=256)
