@@ -42,6 +42,7 @@ __all__ = [
     "check_search_args",
     "check_stored_dimension",
     "require_utf8",
+    "store_columns",
 ]
 
 Matrix = npt.NDArray[np.float32]
@@ -81,14 +82,14 @@ class DocumentBatch:
         (n, d) array taken as it is when it is C-contiguous float32, and missing contents and metadata are ""
         and one shared empty object, so no per-row object is built beyond the ids."""
         id_list = check_ids(ids.tolist() if isinstance(ids, np.ndarray) else ids)
+        count = len(id_list)
         try:
             two_dimensional = np.ndim(embeddings) == 2
         except ValueError:  # a ragged list
             two_dimensional = False
-        if not two_dimensional:
+        if not two_dimensional and (count or np.size(embeddings)):
             raise InvalidInputError("embeddings must be an (n, dimension) array: one row per id")
-        vectors = as_matrix(embeddings, dimension, metric) if len(id_list) else None
-        count = len(id_list)
+        vectors = as_matrix(embeddings, dimension, metric) if count else None
         if vectors is not None and vectors.shape[0] != count:
             raise InvalidInputError(f"{count} ids but {vectors.shape[0]} embeddings")
         content_list = _column(contents, count, "contents", "")
@@ -585,6 +586,29 @@ class VectorMemoryBase(VectorMemory):
         raise NotImplementedError
 
     _ascan = async_twin(_scan)
+
+
+def store_columns(
+    memory: VectorMemory,
+    ids: Sequence[str],
+    embeddings: Any,
+    *,
+    contents: Sequence[str] | None = None,
+    metadata: Sequence[Mapping[str, Any]] | None = None,
+) -> Steps[None]:
+    """The steps of storing documents given as columns into any `VectorMemory`: by `store_arrays` on the built-in
+    backends, else as documents through `store` (for the adapters, which take any `VectorMemory`)."""
+    if isinstance(memory, VectorMemoryBase):
+        yield Call(memory, "store_arrays", (ids, embeddings), {"contents": contents, "metadata": metadata})
+        return
+    columns = zip(
+        ids,
+        _column(embeddings, len(ids), "embeddings", None),
+        _column(contents, len(ids), "contents", ""),
+        _column(metadata, len(ids), "metadata", _EMPTY),
+    )
+    documents = [{"id": i, "embedding": e, "content": c, "metadata": m} for i, e, c, m in columns]
+    yield Call(memory, "store", (documents,))
 
 
 def _aligned_rows(rows: int, dimension: int, dtype: type[np.generic] = np.float32) -> Any:
