@@ -116,15 +116,15 @@ def _replace_by_copy(
     driver = connection.connection.driver_connection
     import psycopg
 
-    if isinstance(driver, psycopg.AsyncConnection):  # the async engine: this runs in its `run_sync` greenlet
-        from sqlalchemy.util import await_only
-
-        await_only(_acopy(driver, statement, types, rows))
+    if isinstance(driver, psycopg.Connection):
+        with driver.cursor() as cursor, cursor.copy(statement) as copy:
+            copy.set_types(list(types))
+            for row in rows:
+                copy.write_row(row)
         return
-    with driver.cursor() as cursor, cursor.copy(statement) as copy:
-        copy.set_types(list(types))
-        for row in rows:
-            copy.write_row(row)
+    from sqlalchemy.util import await_only
+
+    await_only(_acopy(driver, statement, types, rows))  # the async engine's connection, in its `run_sync` greenlet
 
 
 async def _acopy(driver: Any, statement: str, types: tuple[str, ...], rows: Iterable[tuple[Any, ...]]) -> None:

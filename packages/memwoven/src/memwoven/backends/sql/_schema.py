@@ -311,7 +311,7 @@ def upsert_rows(
 
 
 @functools.lru_cache(maxsize=256)
-def _upsert_statement(table: sa.Table, columns: tuple[str, ...], dialect: str) -> sa.Executable:
+def _upsert_statement(table: sa.Table, columns: tuple[str, ...], dialect: str) -> sa.Insert:
     """The upsert of `columns` into `table` on `dialect`, built once: building it costs more than a one-row write."""
     keys = [column.name for column in table.primary_key.columns]
     replaced = [name for name in columns if name not in keys]
