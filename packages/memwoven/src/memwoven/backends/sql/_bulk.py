@@ -35,7 +35,7 @@ _EMBEDDING_TYPES = ("text", "text", "bytea", "float8", "bytea")
 _JSONB_VERSION = b"\x01"
 
 
-def dump_metadata(metadata: FrozenDict) -> str:
+def _dump_metadata(metadata: FrozenDict) -> str:
     """A document's metadata as the JSON text the vectors table stores."""
     return json.dumps(metadata, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
@@ -50,7 +50,7 @@ def write_documents(
 ) -> None:
     """Insert or replace the batch's documents (stamped with `version`), and their pgvector rows if `embeddings`."""
     keys = [key_of(doc_id) for doc_id in batch.ids]
-    texts = [dump_metadata(metadata) if metadata else "{}" for metadata in batch.metadata]
+    texts = [_dump_metadata(metadata) if metadata else "{}" for metadata in batch.metadata]
     cells = batch.vectors.astype("<f4", copy=False)  # float32 little-endian, as the blob column holds it
     rows = (  # built one at a time: never a list of a million blobs
         (collection_key, key, doc_id, content, text, cell.tobytes(), version, False)
