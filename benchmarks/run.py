@@ -18,6 +18,7 @@ import _threads  # noqa: F401  (before numpy)
 import chat_history
 import checkpoint_bench
 import conversation
+import ingest_bench
 import langchain_history
 import llama_index_bench
 import numpy as np
@@ -229,6 +230,9 @@ def main() -> None:
     probe = vector_search.sixteen_bit_probe(10_000 if args.quick else 100_000)
     filtered = vector_search.filtered_search(report, 10_000 if args.quick else 100_000)
     _lap("conversations, 16-bit probe, filtered search")
+    pgvector = os.environ.get("MEMWOVEN_PGVECTOR_URL")
+    ingest = ingest_bench.run(report, postgres=postgres, pgvector=pgvector, count=20_000 if args.quick else 1_000_000)
+    _lap("columnar ingest")
 
     sql_vector.run(report, url=postgres, count=10_000 if args.quick else 100_000)
     _lap("sql_vector")
@@ -294,6 +298,7 @@ def main() -> None:
             vector_search.markdown(cases, bandwidth),
             probe,
             filtered,
+            ingest,
             "## Chat history: cost per turn against history length",
             "",
             chat_history.markdown(curves, skipped + skipped_peers),

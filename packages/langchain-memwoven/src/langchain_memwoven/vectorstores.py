@@ -19,6 +19,7 @@ from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.embed import EmbedFn
 from memwoven.models import thaw
 from memwoven.urls import open_vector_memory
+from memwoven.vector_index import store_columns
 
 __all__ = ["MemwovenVectorStore"]
 
@@ -33,26 +34,15 @@ def _scored(hits: list[ScoredDocument]) -> list[tuple[Document, float]]:
     return [(_document(hit.document), hit.score) for hit in hits]
 
 
-def _records(
+def _ids(
     texts: Sequence[str], metadatas: Sequence[dict[str, Any]] | None, ids: Sequence[str | None] | None
-) -> tuple[list[str], list[dict[str, Any]]]:
-    """The ids (generated where missing) and the document records to store, without their embeddings."""
+) -> list[str]:
+    """The documents' ids (generated where missing), once the lengths are checked."""
     if metadatas is not None and len(metadatas) != len(texts):
         raise InvalidInputError(f"got {len(metadatas)} metadatas for {len(texts)} texts")
     if ids is not None and len(ids) != len(texts):
         raise InvalidInputError(f"got {len(ids)} ids for {len(texts)} texts")
-    final_ids = [given or str(uuid.uuid4()) for given in (ids or [None] * len(texts))]
-    records = [
-        {"id": doc_id, "content": text, "metadata": metadatas[i] if metadatas else {}}
-        for i, (doc_id, text) in enumerate(zip(final_ids, texts))
-    ]
-    return final_ids, records
-
-
-def _with_embeddings(records: list[dict[str, Any]], vectors: list[list[float]]) -> list[dict[str, Any]]:
-    if len(vectors) != len(records):
-        raise InvalidInputError(f"the embeddings returned {len(vectors)} vectors for {len(records)} texts")
-    return [{**record, "embedding": vector} for record, vector in zip(records, vectors)]
+    return [given or str(uuid.uuid4()) for given in (ids or [None] * len(texts))]
 
 
 def _memory(memory: VectorMemory | None, url: str | None, collection: str) -> VectorMemory:
@@ -102,10 +92,12 @@ class MemwovenVectorStore(VectorStore, Runner):
     ) -> Steps[list[str]]:
         """Embed and upsert texts; returns their ids (generated where `ids` has none)."""
         texts = list(texts)
-        final_ids, records = _records(texts, metadatas, ids)
-        if records:
+        final_ids = _ids(texts, metadatas, ids)
+        if texts:
             vectors = yield Call(self._embeddings, "embed_documents", (texts,))
-            yield Call(self.memory, "store", (_with_embeddings(records, vectors),))
+            if len(vectors) != len(texts):
+                raise InvalidInputError(f"the embeddings returned {len(vectors)} vectors for {len(texts)} texts")
+            yield from store_columns(self.memory, final_ids, vectors, contents=texts, metadata=metadatas)
         return final_ids
 
     def _delete(self, /, ids: list[str] | None = None, **kwargs: Any) -> Steps[bool | None]:

@@ -106,7 +106,27 @@ def check_ids(ids: Iterable[str], what: str = "document id") -> list[str]:
     """Validate a collection of ids (a lone string is refused: it would iterate as characters)."""
     if isinstance(ids, (str, bytes)):
         raise InvalidInputError(f"expected a list of {what}s, got a single {type(ids).__name__}")
-    return [check_id(value, what) for value in ids]
+    values = list(ids)
+    if _plain_ids(values):
+        return values
+    return [check_id(value, what) for value in values]
+
+
+def _plain_ids(values: list[Any]) -> bool:
+    """Whether every value passes `check_id`, tested over all of them at once (a million ids in a few tens of
+    milliseconds); False when any may not, for `check_id` to name the culprit."""
+    try:
+        joined = "".join(values)  # a TypeError unless every value is a str
+    except TypeError:
+        return False
+    if not values or "\x00" in joined or not all(values) or max(map(len, values)) * 4 > MAX_ID_BYTES:
+        return not values
+    if not joined.isascii():
+        try:
+            joined.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+    return True
 
 
 def _backoff(attempt: int) -> float:

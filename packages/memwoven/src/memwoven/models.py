@@ -51,6 +51,7 @@ __all__ = [
     "coerce_message",
     "coerce_messages",
     "coerce_messages_after",
+    "coerce_metadata",
     "freeze_json",
     "same_prefix",
     "thaw",
@@ -416,6 +417,20 @@ def _equal(known: list[Message], items: list[object]) -> bool:
         return known == items
     except Exception:  # noqa: BLE001 - a foreign object's comparison may raise (a numpy array's truth value)
         return False
+
+
+def coerce_metadata(values: Iterable[object]) -> list[FrozenDict]:
+    """Validate metadata objects as a `VectorDocument`'s `metadata` is validated, raising `InvalidInputError` that
+    names the position of the first bad one."""
+    if isinstance(values, (str, bytes, Mapping)):
+        raise InvalidInputError("expected a list of metadata objects, got a single value")
+    frozen: list[FrozenDict] = []
+    for position, value in enumerate(values):
+        try:
+            frozen.append(_JSON_OBJECT.validate_python(value))  # type: ignore[arg-type]
+        except ValidationError as error:
+            raise _invalid(error, f"metadata {position}") from None
+    return frozen
 
 
 def coerce_documents(documents: Iterable[VectorDocument | Mapping[str, Any]], start: int = 0) -> list[VectorDocument]:

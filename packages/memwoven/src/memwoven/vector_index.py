@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -27,7 +27,7 @@ from memwoven._steps import Call, Steps, async_twin, twins
 from memwoven.contracts import DocumentsIn, Filter, Metric, VectorMemory, check_id, check_ids
 from memwoven.errors import DimensionMismatchError, InvalidInputError
 from memwoven.filters import Predicate, compile_filter
-from memwoven.models import FrozenDict, FrozenList, ScoredDocument, VectorDocument, coerce_documents
+from memwoven.models import FrozenDict, FrozenList, ScoredDocument, VectorDocument, coerce_documents, coerce_metadata
 
 __all__ = [
     "DocumentBatch",
@@ -46,6 +46,7 @@ __all__ = [
     "check_stored_dimension",
     "inverse_norms",
     "require_utf8",
+    "store_columns",
 ]
 
 Matrix = npt.NDArray[np.float32]
@@ -69,6 +70,49 @@ class DocumentBatch:
     metadata: list[FrozenDict]
     vectors: Matrix
 
+    @classmethod
+    def of_arrays(
+        cls,
+        ids: Iterable[str],
+        embeddings: Any,
+        contents: Iterable[str] | None,
+        metadata: Iterable[Mapping[str, Any]] | None,
+        *,
+        dimension: int | None,
+        metric: Metric,
+    ) -> DocumentBatch:
+        """Validate documents given as columns into a batch, as `VectorIndex.prepare` validates documents (ids,
+        dimension, finiteness, metadata; the last of repeated ids wins), but over whole arrays: `embeddings` is an
+        (n, d) array taken as it is when it is C-contiguous float32, and missing contents and metadata are ""
+        and one shared empty object, so no per-row object is built beyond the ids."""
+        id_list = check_ids(ids.tolist() if isinstance(ids, np.ndarray) else ids)
+        count = len(id_list)
+        try:
+            two_dimensional = np.ndim(embeddings) == 2
+        except ValueError:  # a ragged list
+            two_dimensional = False
+        if not two_dimensional and (count or np.size(embeddings)):
+            raise InvalidInputError("embeddings must be an (n, dimension) array: one row per id")
+        vectors = as_matrix(embeddings, dimension, metric) if count else None
+        if vectors is not None and vectors.shape[0] != count:
+            raise InvalidInputError(f"{count} ids but {vectors.shape[0]} embeddings")
+        content_list = _column(contents, count, "contents", "")
+        if contents is not None and not all(isinstance(content, str) for content in content_list):
+            raise InvalidInputError("contents must be strings")
+        metadata_list = _column(metadata, count, "metadata", _EMPTY)
+        if metadata is not None:
+            metadata_list = coerce_metadata(metadata_list)
+        if vectors is None:
+            return cls([], [], [], np.empty((0, dimension or 0), dtype=np.float32))
+        if len(set(id_list)) != count:  # the last occurrence of an id wins, at the place of its first
+            latest = dict(zip(id_list, range(count)))
+            keep = list(latest.values())
+            id_list = list(latest)
+            vectors = vectors[np.array(keep, dtype=np.intp)]
+            content_list = [content_list[position] for position in keep]
+            metadata_list = [metadata_list[position] for position in keep]
+        return cls(id_list, content_list, metadata_list, vectors)
+
     def documents(self) -> list[VectorDocument]:
         """The batch as `VectorDocument`s."""
         return [
@@ -78,6 +122,19 @@ class DocumentBatch:
 
 
 _MAX_SQUARED_NORM = np.float32(np.finfo(np.float32).max / 2)
+_EMPTY = FrozenDict()  # the metadata of every row stored without any: one object, shared
+
+
+def _column(values: Iterable[Any] | None, count: int, what: str, default: Any) -> list[Any]:
+    """A column of `count` values as a list (`default` repeated when None), refusing another length."""
+    if values is None:
+        return [default] * count
+    if isinstance(values, (str, bytes, Mapping)):
+        raise InvalidInputError(f"{what} must be a list with one value per id, got a single {type(values).__name__}")
+    found = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    if len(found) != count:
+        raise InvalidInputError(f"{count} ids but {len(found)} {what}")
+    return found
 
 
 def check_metric(metric: str) -> Metric:
@@ -136,10 +193,12 @@ def as_matrix(vectors: Any, dimension: int | None, metric: Metric) -> Matrix:
     if matrix.ndim != 2 or matrix.shape[1] == 0:
         raise InvalidInputError("embeddings must be non-empty lists of numbers")
     _check_width(matrix.shape[1], dimension)
-    if not np.isfinite(matrix).all():
-        raise InvalidInputError("embeddings cannot contain NaN or infinity (or values beyond float32 range)")
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
         squares = np.einsum("ij,ij->i", matrix, matrix)
+    # NaN and ±inf propagate into their row's sum of squares: a finite sum proves the row finite without a
+    # matrix-sized temporary; a sum that is not finite may also be an overflow, which the norm check refuses
+    if not np.isfinite(squares).all() and not np.isfinite(matrix).all():
+        raise InvalidInputError("embeddings cannot contain NaN or infinity (or values beyond float32 range)")
     if metric == "cosine" and not np.all(squares > 0):
         raise InvalidInputError("a zero vector has no direction; cosine similarity is undefined for it")
     # |a.b| <= |a| |b| (Cauchy-Schwarz): with every squared norm at most half the float32 range, no score (and no
@@ -249,7 +308,7 @@ class VectorIndex:
         index._columns.reserve(len(index.ids), len(index.ids))
         for row, metadata in enumerate(index.metadata):
             index._columns.set(row, metadata)
-        index._matrix, index._inverse_norms = vectors, _inverse_norms(vectors)
+        index._matrix, index._inverse_norms = vectors, inverse_norms(vectors)
         return index
 
     def __len__(self) -> int:
@@ -279,11 +338,42 @@ class VectorIndex:
         """Insert or replace the batch's documents (already validated by `prepare`)."""
         if not batch.ids:
             return
+        _check_width(batch.vectors.shape[1], self.dimension)
         if self.dimension is None:
             self.dimension = batch.vectors.shape[1]
             self._matrix = _aligned_rows(0, self.dimension)
             if self._directions is not None:
                 self._directions = _aligned_rows(0, self.dimension, np.uint16)
+        if self.rows.keys().isdisjoint(batch.ids):  # only new ids (a bulk load): appended, no per-row loop
+            first = len(self.ids)
+            rows = np.arange(first, first + len(batch.ids))
+            self.rows.update(zip(batch.ids, range(first, first + len(batch.ids))))
+            self.ids.extend(batch.ids)
+            self.contents.extend(batch.contents)
+            self.metadata.extend(batch.metadata)
+            previous: list[FrozenDict | None] | None = None  # every row new
+        else:
+            rows, previous = self._place(batch)
+        self._reserve(len(self.ids))
+        self._columns.reserve(len(self.ids), self._matrix.shape[0])
+        if previous is not None or any(batch.metadata):  # rows without metadata, old or new, have no column entry
+            for row, metadata, old in zip(rows.tolist(), batch.metadata, previous or itertools.repeat(None)):
+                if metadata or old:
+                    self._columns.set(row, metadata, old)
+        first = int(rows[0])
+        if np.array_equal(rows, np.arange(first, first + len(rows))):
+            target: slice | npt.NDArray[np.intp] = slice(first, first + len(rows))  # a plain copy, not a scatter
+        else:
+            target = rows
+        scales = inverse_norms(batch.vectors)
+        self._matrix[target] = batch.vectors
+        self._inverse_norms[target] = scales
+        if self._directions is not None:
+            self._directions[target] = _bfloat16(batch.vectors * scales[:, None])
+
+    def _place(self, batch: DocumentBatch) -> tuple[Rows, list[FrozenDict | None]]:
+        """Give each document of the batch its row (its own if stored, else a new one at the end); return the rows
+        and the metadata each replaced (None for a new row)."""
         rows = np.empty(len(batch.ids), dtype=np.intp)
         previous: list[FrozenDict | None] = []
         for position, (doc_id, content, metadata) in enumerate(zip(batch.ids, batch.contents, batch.metadata)):
@@ -299,20 +389,7 @@ class VectorIndex:
                 self.contents[row] = content
                 self.metadata[row] = metadata
             rows[position] = row
-        self._reserve(len(self.ids))
-        self._columns.reserve(len(self.ids), self._matrix.shape[0])
-        for row, metadata, old in zip(rows.tolist(), batch.metadata, previous):
-            self._columns.set(row, metadata, old)
-        first = int(rows[0])
-        if np.array_equal(rows, np.arange(first, first + len(rows))):
-            target: slice | npt.NDArray[np.intp] = slice(first, first + len(rows))  # a plain copy, not a scatter
-        else:
-            target = rows
-        inverse_norms = _inverse_norms(batch.vectors)
-        self._matrix[target] = batch.vectors
-        self._inverse_norms[target] = inverse_norms
-        if self._directions is not None:
-            self._directions[target] = _bfloat16(batch.vectors * inverse_norms[:, None])
+        return rows, previous
 
     def remove(self, ids: Iterable[str]) -> int:
         """Delete documents by id (unknown ids ignored); returns how many were removed."""
@@ -470,6 +547,33 @@ class VectorMemoryBase(VectorMemory):
 
     search, asearch = twins(_search)
 
+    def _store_arrays(
+        self,
+        ids: Iterable[str],
+        embeddings: Any,
+        *,
+        contents: Iterable[str] | None = None,
+        metadata: Iterable[Mapping[str, Any]] | None = None,
+    ) -> Steps[None]:
+        """Insert or replace documents given as columns: `ids`, an (n, d) array of `embeddings` (numpy float32 is
+        taken without conversion), and optionally one content string and one metadata object per id.
+
+        The same documents as ``store([{"id": i, "embedding": e, "content": c, "metadata": m}, ...])``, validated
+        the same way over whole arrays (the last of repeated ids wins) before anything is written, and written
+        through the backend's bulk path where it has one (PostgreSQL ``COPY``, one prepared SQLite statement).
+        """
+        batch = DocumentBatch.of_arrays(
+            ids, embeddings, contents, metadata, dimension=self._query_dimension(), metric=self.metric
+        )
+        yield from self._store_batch(batch)
+
+    store_arrays, astore_arrays = twins(_store_arrays)
+
+    def _store_batch(self, batch: DocumentBatch) -> Steps[None]:
+        """Write a validated batch; by default as documents through `store` (a backend with a faster path for a
+        `DocumentBatch` overrides this)."""
+        yield Call(self, "store", (batch.documents(),))
+
     def _query_dimension(self) -> int | None:
         """The dimension a query is checked against before any I/O, if known without any (else None: the
         backend checks it with `SearchQuery.vector_for`)."""
@@ -515,6 +619,29 @@ def _scores(matrix: Matrix, inverse_norms: Matrix, query: Matrix, rows: Rows | N
     return scores
 
 
+def store_columns(
+    memory: VectorMemory,
+    ids: Sequence[str],
+    embeddings: Any,
+    *,
+    contents: Sequence[str] | None = None,
+    metadata: Sequence[Mapping[str, Any]] | None = None,
+) -> Steps[None]:
+    """The steps of storing documents given as columns into any `VectorMemory`: by `store_arrays` on the built-in
+    backends, else as documents through `store` (for the adapters, which take any `VectorMemory`)."""
+    if isinstance(memory, VectorMemoryBase):
+        yield Call(memory, "store_arrays", (ids, embeddings), {"contents": contents, "metadata": metadata})
+        return
+    columns = zip(
+        ids,
+        _column(embeddings, len(ids), "embeddings", None),
+        _column(contents, len(ids), "contents", ""),
+        _column(metadata, len(ids), "metadata", _EMPTY),
+    )
+    documents = [{"id": i, "embedding": e, "content": c, "metadata": m} for i, e, c, m in columns]
+    yield Call(memory, "store", (documents,))
+
+
 def _aligned_rows(rows: int, dimension: int, dtype: type[np.generic] = np.float32) -> Any:
     """An uninitialised C-contiguous (rows, dimension) matrix starting on a 64-byte (cache line) boundary."""
     size = rows * dimension * np.dtype(dtype).itemsize
@@ -531,10 +658,6 @@ def _bfloat16(values: Matrix) -> Halves:
 
 def inverse_norms(vectors: Matrix) -> Matrix:
     """1 / the norm of each row (0 for a zero row), as float32."""
-    return _inverse_norms(vectors)
-
-
-def _inverse_norms(vectors: Matrix) -> Matrix:
     norms = np.sqrt(np.einsum("ij,ij->i", vectors, vectors, dtype=np.float32))
     with np.errstate(divide="ignore"):
         return np.where(norms > 0, 1.0 / norms, 0.0).astype(np.float32)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
 import memwoven._clock as _clock
-from memwoven._steps import async_twin, no_io
+from memwoven._steps import Call, Steps, async_twin, no_io
 from memwoven.backends._items import ttl_milliseconds
 from memwoven.contracts import (
     ChatMemory,
@@ -40,7 +40,7 @@ from memwoven.models import (
     coerce_messages,
     coerce_messages_after,
 )
-from memwoven.vector_index import Scan, SearchQuery, VectorIndex, VectorMemoryBase
+from memwoven.vector_index import DocumentBatch, Scan, SearchQuery, VectorIndex, VectorMemoryBase
 
 __all__ = ["InMemoryChatMemory", "InMemoryItemMemory", "InMemoryVectorMemory"]
 
@@ -180,8 +180,16 @@ class InMemoryVectorMemory(VectorMemoryBase):
 
     def store(self, documents: DocumentsIn) -> None:
         """Insert or replace documents by id."""
+        self._upsert(self._index.prepare(documents))
+
+    def _store_batch(self, batch: DocumentBatch) -> Steps[None]:
+        yield Call(self, "_upsert", (batch,))  # `astore_arrays` copies the rows in off the event loop
+
+    def _upsert(self, batch: DocumentBatch) -> None:
         with self._lock:
-            self._index.upsert(self._index.prepare(documents))
+            self._index.upsert(batch)
+
+    _aupsert = async_twin(_upsert)
 
     def _query_dimension(self) -> int | None:
         return self._index.dimension

@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 
 from memwoven.contracts import VectorMemory
@@ -14,6 +15,7 @@ from memwoven.errors import DimensionMismatchError, InvalidInputError
 from memwoven.models import VectorDocument
 from memwoven.testing._driver import MODES, Driver, StorageHooks, driving
 from memwoven.testing.samples import OVER_THE_LIMITS, values_at_the_limits
+from memwoven.vector_index import VectorMemoryBase
 
 __all__ = ["VectorMemoryContract"]
 
@@ -376,6 +378,92 @@ class VectorMemoryContract(StorageHooks[VectorMemory]):
         assert memory.get(["a"])[0].metadata == {"v": 2}
         memory.clear()
         assert memory.ids() == []
+
+    # Columnar ingest (`store_arrays`) -------------------------------------------------------------------------
+
+    def _columnar(self, memory: Driver) -> None:
+        if not isinstance(memory.target, VectorMemoryBase):
+            pytest.skip(f"{type(memory.target).__name__} has no store_arrays")
+
+    def _read_back(self, memory: Driver, ids: list[str]) -> list[VectorDocument]:
+        """The documents with `ids` as stored: read by a fresh object when the backend has one."""
+        second = self.reopen(memory.target)
+        if second is None:
+            return list(memory.get(ids))
+        with driving(second, "async" if memory.is_async else "sync", memory.loop) as fresh:
+            return list(fresh.get(ids))
+
+    @pytest.mark.parametrize("count", [3, 150])  # a small batch and one for a bulk path (PostgreSQL's COPY)
+    def test_store_arrays_stores_what_store_stores(self, make: Callable[..., Driver], count: int) -> None:
+        columnar, plain = make(), make()
+        self._columnar(columnar)
+        rng = np.random.default_rng(count)
+        ids = [f"d{i}" for i in range(count)] + ["d0", "é\u2603"]  # "d0" again: the last one wins
+        vectors = rng.standard_normal((len(ids), DIMENSION)).astype(np.float32)
+        contents = [f"text {i}" for i in range(len(ids))]
+        metadata: list[dict[str, Any]] = [{"n": i, "even": i % 2 == 0} if i % 3 else {} for i in range(len(ids))]
+        plain.store(
+            [
+                {"id": i, "embedding": v.tolist(), "content": c, "metadata": m}
+                for i, v, c, m in zip(ids, vectors, contents, metadata)
+            ]
+        )
+        columnar.store_arrays(ids, vectors, contents=contents, metadata=metadata)
+        unique = sorted(set(ids))
+        assert self._read_back(columnar, unique) == plain.get(unique)
+        assert columnar.count() == plain.count() == count + 1
+        query = rng.standard_normal(DIMENSION).tolist()
+        assert columnar.search(query, top_k=5, filter={"even": True}) == plain.search(
+            query, top_k=5, filter={"even": True}
+        )
+        # replacing half the documents and adding one, without contents or metadata
+        replaced = [f"d{i}" for i in range(1, count, 2)] + ["new"]
+        again = rng.standard_normal((len(replaced), DIMENSION)).astype(np.float32)
+        columnar.store_arrays(replaced, again)
+        plain.store([{"id": i, "embedding": v.tolist()} for i, v in zip(replaced, again)])
+        unique.append("new")
+        assert self._read_back(columnar, unique) == plain.get(unique)
+        assert columnar.search(query, top_k=3, filter={"n": 1}) == []
+
+    def test_store_arrays_keeps_the_last_of_repeated_ids(self, memory: Driver) -> None:
+        self._columnar(memory)
+        vectors = np.array([axis(0), axis(1), axis(2)], dtype=np.float32)
+        memory.store_arrays(["a", "a", "a"], vectors, metadata=[{"v": 1}, {"v": 2}, {"v": 3}])
+        assert memory.count() == 1
+        [stored] = memory.get(["a"])
+        assert stored.metadata == {"v": 3}
+        assert stored.embedding == pytest.approx(axis(2))
+
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            {"embeddings": [[math.nan] + [1.0] * (DIMENSION - 1)] * 2},
+            {"embeddings": [[math.inf] * DIMENSION] * 2},
+            {"embeddings": [[1.0] * (DIMENSION + 1)] * 2},  # another dimension than the stored one
+            {"embeddings": [[0.0] * DIMENSION] * 2},  # a zero vector has no cosine
+            {"embeddings": [1.0] * DIMENSION},  # not 2-D
+            {"embeddings": [[[1.0] * DIMENSION]] * 2},
+            {"embeddings": [[1.0] * DIMENSION] * 3},  # more rows than ids
+            {"ids": ["ok", ""]},
+            {"ids": ["ok", "nul\x00"]},
+            {"ids": ["ok", 7]},
+            {"ids": "ab"},
+            {"contents": ["one"]},
+            {"contents": ["one", 2]},
+            {"metadata": [{}, {"set": {1, 2}}]},
+            {"metadata": [{}, "not an object"]},
+            {"metadata": [{}]},
+        ],
+    )
+    def test_store_arrays_refuses_bad_input_before_writing(self, memory: Driver, bad: dict[str, Any]) -> None:
+        self._columnar(memory)
+        memory.store([doc("kept", axis(0))])
+        arguments: dict[str, Any] = {"ids": ["ok", "bad"], "embeddings": np.array([axis(1), axis(2)]), **bad}
+        with pytest.raises(InvalidInputError):
+            memory.store_arrays(
+                arguments.pop("ids"), np.asarray(arguments.pop("embeddings"), dtype=np.float64), **arguments
+            )
+        assert memory.ids() == ["kept"]
 
     # A second object over the same storage ------------------------------------------------------------------
 

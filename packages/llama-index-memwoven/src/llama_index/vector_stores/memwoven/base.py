@@ -29,6 +29,7 @@ from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.contracts import Metric, VectorMemory
 from memwoven.models import ScoredDocument, VectorDocument
 from memwoven.urls import open_vector_memory
+from memwoven.vector_index import store_columns
 
 __all__ = ["NODE_ID_KEY", "MemwovenVectorStore"]
 
@@ -79,9 +80,11 @@ class MemwovenVectorStore(BasePydanticVectorStore, Runner):
 
     def _add(self, /, nodes: Sequence[BaseNode], **kwargs: Any) -> Steps[list[str]]:
         """Insert or replace nodes (they must have embeddings); return their ids."""
-        documents = [_document(node) for node in nodes]
-        yield Call(self._memory, "store", (documents,))
-        return [document.id for document in documents]
+        ids = [node.node_id for node in nodes]
+        embeddings = [node.get_embedding() for node in nodes]
+        contents = [node.get_content(metadata_mode=MetadataMode.NONE) for node in nodes]
+        yield from store_columns(self._memory, ids, embeddings, contents=contents, metadata=list(map(_metadata, nodes)))
+        return ids
 
     def _delete(self, /, ref_doc_id: str, **delete_kwargs: Any) -> Steps[None]:
         """Delete every node of the source document `ref_doc_id`."""
@@ -193,14 +196,10 @@ class _Search:
         )
 
 
-def _document(node: BaseNode) -> VectorDocument:
+def _metadata(node: BaseNode) -> dict[str, Any]:
+    """The node's stored metadata: LlamaIndex's flattening plus its id under `NODE_ID_KEY`."""
     metadata = node_to_metadata_dict(node, remove_text=True, flat_metadata=False)
-    return VectorDocument(
-        id=node.node_id,
-        content=node.get_content(metadata_mode=MetadataMode.NONE),
-        embedding=node.get_embedding(),
-        metadata={**metadata, NODE_ID_KEY: node.node_id},
-    )
+    return {**metadata, NODE_ID_KEY: node.node_id}
 
 
 def _node(document: VectorDocument) -> BaseNode:

@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import itertools
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,7 @@ __all__ = [
     "insert_ignoring",
     "key_of",
     "upsert",
+    "upsert_rows",
 ]
 
 SCHEMA_VERSION = "3"  # 3: items' key_head (and value_jsonb on PostgreSQL); 2: message ids unique per session,
@@ -296,8 +298,20 @@ def upsert(connection: Connection, table: sa.Table, rows: list[dict[str, Any]]) 
     connection.execute(_upsert_statement(table, tuple(rows[0]), connection.dialect.name), rows)
 
 
+def upsert_rows(
+    connection: Connection, table: sa.Table, columns: tuple[str, ...], rows: Iterable[tuple[Any, ...]], chunk: int
+) -> None:
+    """`upsert` of rows given as tuples of `columns`, sent `chunk` rows at a time as the driver's own parameters:
+    no per-row SQLAlchemy processing, so each value must be one the driver takes as it is (str, bytes, int, bool)."""
+    compiled = _upsert_statement(table, columns, connection.dialect.name).compile(dialect=connection.dialect)
+    statement, positional = str(compiled), tuple(compiled.positiontup or ()) == columns
+    remaining = iter(rows)
+    while batch := list(itertools.islice(remaining, chunk)):
+        connection.exec_driver_sql(statement, batch if positional else [dict(zip(columns, row)) for row in batch])
+
+
 @functools.lru_cache(maxsize=256)
-def _upsert_statement(table: sa.Table, columns: tuple[str, ...], dialect: str) -> sa.Executable:
+def _upsert_statement(table: sa.Table, columns: tuple[str, ...], dialect: str) -> sa.Insert:
     """The upsert of `columns` into `table` on `dialect`, built once: building it costs more than a one-row write."""
     keys = [column.name for column in table.primary_key.columns]
     replaced = [name for name in columns if name not in keys]

@@ -36,9 +36,10 @@ from memwoven._vector_cache import (
     writing,
 )
 from memwoven.backends.sql._base import SQLBackend, SQLOptions
+from memwoven.backends.sql._bulk import write_documents
 from memwoven.backends.sql._engine import Database, Work
-from memwoven.backends.sql._pgvector import EmbeddingsTable, candidates, check_search_mode, jsonb_metadata, norms
-from memwoven.backends.sql._schema import Tables, check_identifier, insert_ignoring, key_of, upsert
+from memwoven.backends.sql._pgvector import EmbeddingsTable, candidates, check_search_mode
+from memwoven.backends.sql._schema import Tables, check_identifier, insert_ignoring, key_of
 from memwoven.contracts import CollectionInfo, DocumentsIn, Metric, check_collection, check_ids
 from memwoven.errors import CorruptMemoryError, DimensionMismatchError, InvalidInputError
 from memwoven.models import FrozenDict, ScoredDocument, VectorDocument, freeze_json
@@ -82,10 +83,6 @@ class _GenerationMoved(Exception):
 class _Changes(NamedTuple):
     live: DocumentBatch
     removed: list[str]
-
-
-def _dump_metadata(metadata: FrozenDict) -> str:
-    return json.dumps(metadata, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 class SQLVectorMemory(SQLBackend, VectorMemoryBase):
@@ -176,7 +173,9 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
 
     def _store(self, documents: DocumentsIn) -> Steps[None]:
         """Insert or replace documents by id, in one transaction."""
-        batch = self._index.prepare(documents)  # validated before anything is written
+        yield from self._store_batch(self._index.prepare(documents))  # validated before anything is written
+
+    def _store_batch(self, batch: DocumentBatch) -> Steps[None]:
         require_utf8(batch)
         if self._db.dialect == "postgresql" and any("\x00" in content for content in batch.contents):
             raise InvalidInputError("PostgreSQL text cannot hold NUL characters (document content)")
@@ -184,33 +183,6 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
             yield Work(_ignore)
             return
         dimension = int(batch.vectors.shape[1])
-        vectors = batch.vectors.astype("<f4", copy=False)
-        rows = [
-            {
-                "collection_key": self._key,
-                "doc_key": key_of(doc_id),
-                "doc_id": doc_id,
-                "content": content,
-                "metadata": _dump_metadata(metadata),
-                "embedding": vector.tobytes(),
-                "deleted": False,
-            }
-            for doc_id, content, metadata, vector in zip(batch.ids, batch.contents, batch.metadata, vectors)
-        ]
-        server_rows = (
-            [
-                {
-                    "collection_key": self._key,
-                    "doc_key": row["doc_key"],
-                    "embedding": vector,
-                    "norm": norm,
-                    "meta": jsonb_metadata(row["metadata"]),
-                }
-                for row, vector, norm in zip(rows, vectors, norms(vectors))
-            ]
-            if self._embeddings is not None
-            else []
-        )
 
         def body(connection: Connection) -> _Collection:
             state = self._bump(connection)
@@ -220,9 +192,7 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
                 raise DimensionMismatchError(
                     f"embedding has dimension {dimension}, collection {self.collection!r} has {state.dimension}"
                 )
-            upsert(connection, self._vectors, [{**row, "version": state.version} for row in rows])
-            if self._embeddings is not None:
-                upsert(connection, self._embeddings.table, server_rows)
+            write_documents(connection, self._vectors, self._embeddings, self._key, batch, state.version)
             return state._replace(dimension=dimension)
 
         self._applied((yield Work(body, write=True)), lambda index: index.upsert(batch))
