@@ -202,6 +202,11 @@ def fill(place: Place, count: int, results: StoreResults | None = None) -> None:
         results.fills += [(place.database, name, count / seconds) for name, seconds in spent.items()]
 
 
+def _stored(place: Place, prefix: tuple[str, ...]) -> tuple[str, ...]:
+    """Where memwoven's store keeps the items of `prefix` in its item memory (under the store's own namespace)."""
+    return (*place.ours.namespace, *prefix)
+
+
 def _matches(spec: Mapping[str, Any] | None) -> Callable[[Mapping[str, Any]], bool]:
     return lambda found: spec is None or all(found.get(name) == wanted for name, wanted in spec.items())
 
@@ -211,7 +216,7 @@ def _check(place: Place, prefix: tuple[str, ...], spec: dict[str, Any] | None, e
     pages = {
         OURS: [item.value for item in place.ours.search(prefix, filter=spec, limit=10)],
         place.peer_name: [item.value for item in place.peer.search(prefix, filter=spec, limit=10)],
-        RAW_LIST: [dict(item.value) for item in place.items.list(prefix, filter=spec, limit=10)],
+        RAW_LIST: [dict(item.value) for item in place.items.list(_stored(place, prefix), filter=spec, limit=10)],
     }
     for name, page in pages.items():
         if len(page) != expected or not all(map(_matches(spec), page)):
@@ -222,8 +227,8 @@ def _calls(place: Place, prefix: tuple[str, ...], spec: dict[str, Any] | None) -
     return {
         OURS: lambda: place.ours.search(prefix, filter=spec, limit=10),
         place.peer_name: lambda: place.peer.search(prefix, filter=spec, limit=10),
-        RAW_LIST: lambda: place.items.list(prefix, filter=spec, limit=10),
-        RAW_COUNT: lambda: place.items.count(prefix, filter=spec),
+        RAW_LIST: lambda: place.items.list(_stored(place, prefix), filter=spec, limit=10),
+        RAW_COUNT: lambda: place.items.count(_stored(place, prefix), filter=spec),
     }
 
 
@@ -241,7 +246,7 @@ def search_cases(place: Place, count: int, runs: int) -> list[CaseResult]:
     results = []
     for case, prefix, spec, matching in cases:
         _check(place, prefix, spec, min(10, matching))
-        if place.items.count(prefix, filter=spec) != matching:
+        if place.items.count(_stored(place, prefix), filter=spec) != matching:
             raise AssertionError(f"{place.database} count {prefix} {spec} is not {matching}")
         calls = _calls(place, prefix, spec)
         if spec is not None and prefix == everything:  # the floor: the database's own scan of every JSON value
@@ -267,8 +272,8 @@ def put_batches(directory: Path, count: int, runs: int) -> dict[str, Timing]:
             },
             runs=runs,
         )
-        for root in ("store", "raw"):
-            written = sum(place.items.count((f"{root}{r}",)) for r in range(rounds))
+        for root, under in (("store", place.ours.namespace), ("raw", ())):
+            written = sum(place.items.count((*under, f"{root}{r}")) for r in range(rounds))
             if written != rounds * count:
                 raise AssertionError(f"{root}: {written} items written, not {rounds * count}")
     return timings
@@ -284,7 +289,7 @@ def former_case(directory: Path, runs: int) -> dict[str, Timing]:
             {
                 OURS: lambda: place.ours.search(("users",), filter=spec, limit=10),
                 place.peer_name: lambda: place.peer.search(("users",), filter=spec, limit=10),
-                RAW_LIST: lambda: place.items.list(("users",), filter=spec, limit=10),
+                RAW_LIST: lambda: place.items.list(_stored(place, ("users",)), filter=spec, limit=10),
             },
             runs=runs,
         )
