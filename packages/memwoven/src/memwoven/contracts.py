@@ -17,7 +17,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypedDict, TypeVar, runtime_checkable
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 from memwoven._steps import Call, Invoke, Runner, Sleep, Steps, arun, async_twin, run, twins
 from memwoven.errors import ConcurrentModificationError, InvalidInputError
@@ -37,6 +40,7 @@ __all__ = [
     "ItemOrder",
     "ItemQuery",
     "ItemWrite",
+    "ListOptions",
     "Metric",
     "Namespace",
     "NamespaceQuery",
@@ -477,6 +481,17 @@ class CheckedWrite(NamedTuple):
     expected_version: int | None
 
 
+class ListOptions(TypedDict, total=False):
+    """The options of `ItemMemory.list` after its namespace prefix (what `list_plain` takes too)."""
+
+    filter: Filter | None
+    order: ItemOrder
+    after: str | None
+    before: str | None
+    limit: int | None
+    offset: int
+
+
 class PlainItem(NamedTuple):
     """An item as `ItemMemory.list_plain` returns it: the fields of `Item`, its value a plain dict of the caller's
     own (not frozen: a fresh copy nobody else holds), for callers that hand values on as mutable dicts."""
@@ -808,19 +823,11 @@ class ItemMemory(_Closable, ABC):
     list, alist = twins(_list)
 
     def _list_plain(
-        self,
-        namespace_prefix: Sequence[str] = (),
-        *,
-        filter: Filter | None = None,
-        order: ItemOrder = "asc",
-        after: str | None = None,
-        before: str | None = None,
-        limit: int | None = None,
-        offset: int = 0,
+        self, namespace_prefix: Sequence[str] = (), **options: Unpack[ListOptions]
     ) -> Steps[builtins.list[PlainItem]]:
-        """`list`, each item as a `PlainItem` (its value a mutable dict of the caller's own): for callers that would
-        copy every value out of its frozen `Item` (a backend may then skip freezing it)."""
-        query = ItemQuery.of(namespace_prefix, filter, order, after, before, limit, offset)
+        """`list` (the same options), each item as a `PlainItem` (its value a mutable dict of the caller's own): for
+        callers that would copy every value out of its frozen `Item` (a backend may then skip freezing it)."""
+        query = ItemQuery.of(namespace_prefix, **options)
         if query.limit == 0:
             return []
         items: builtins.list[PlainItem] = yield from self._select_plain(query)

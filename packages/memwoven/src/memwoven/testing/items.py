@@ -536,8 +536,9 @@ class ItemMemoryContract(StorageHooks[ItemMemory]):
         memory.put(("n",), "b", {"kind": "note"}, ttl=MAX_TTL)
         memory.put(("n", "m"), "c", {"kind": "fact"})
         memory.put(("o",), "a", {"kind": "fact"})
+        pages: list[dict[str, Any]] = [{}, {"order": "desc"}, {"limit": 1, "offset": 1}, {"after": "a"}, {"limit": 0}]
         for spec in [None, {"kind": "fact"}, {"user.level": {"$gte": 3}}]:
-            for options in [{}, {"order": "desc"}, {"limit": 1, "offset": 1}, {"after": "a"}, {"limit": 0}]:
+            for options in pages:
                 items = memory.list(("n",), filter=spec, **options)
                 assert memory.list_plain(("n",), filter=spec, **options) == [PlainItem.of(i) for i in items]
         first = memory.list_plain(("n",))[0]

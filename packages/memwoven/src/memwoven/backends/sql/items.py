@@ -57,7 +57,7 @@ import builtins
 import functools
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
@@ -232,7 +232,8 @@ class _Statements:
                 items.c.namespace >= low,
                 items.c.namespace < high,
             )
-        self._listings: dict[tuple[str, bool, bool, bool], sa.Select[Any]] = {}
+        self._listings: dict[tuple[Any, ...], sa.Select[Any]] = {}
+        self._driver_sql: LRUCache[int, tuple[sa.Select[Any], _DriverSQL | None]] = LRUCache(4 * _REMEMBERED_FILTERS)
         self._selecting: LRUCache[tuple[Any, ...], sa.Select[Any]] = LRUCache(_REMEMBERED_FILTERS)
         self.preselections: LRUCache[tuple[str, str], tuple[_Preselection | None]] = LRUCache(_REMEMBERED_FILTERS)
         self._writes: dict[str, _Writes] = {}
@@ -244,9 +245,11 @@ class _Statements:
             found = self._writes[dialect] = _unlocked_writes(self.items, dialect)
         return found
 
-    def listing(self, scope: _Scope, query: ItemQuery, selected: _Preselection | None = None) -> sa.Select[Any]:
+    def listing(
+        self, scope: _Scope, query: ItemQuery, selected: _Preselection | None = None, *, paged: bool = False
+    ) -> sa.Select[Any]:
         """The rows of `scope` in the query's order, after/before its keys (parameters ``after``, ``before``), kept
-        by the pre-selection `selected` if given."""
+        by the pre-selection `selected` if given, or else, `paged`, one page (parameters ``limit``, ``offset``)."""
         shape = (scope.shape, query.after is not None, query.before is not None, query.descending)
         if selected is not None:
             if selected.key is None:
@@ -256,7 +259,8 @@ class _Statements:
                 found = self.listing(scope, query).where(selected.condition)
                 self._selecting.put((*shape, *selected.key), found)
             return found
-        statement = self._listings.get(shape)
+        key = (*shape, paged)
+        statement = self._listings.get(key)
         if statement is None:
             items = self.items
             statement = sa.select(*(items.c[name] for name in _COLUMNS)).where(*scope.conditions)
@@ -266,8 +270,47 @@ class _Statements:
                 statement = statement.where(items.c.item_key < sa.bindparam("before"))
             columns = (items.c.key_head, items.c.item_key, items.c.namespace)
             statement = statement.order_by(*(column.desc() if query.descending else column for column in columns))
-            self._listings[shape] = statement
+            if paged:
+                statement = statement.limit(sa.bindparam("limit")).offset(sa.bindparam("offset"))
+            self._listings[key] = statement
         return statement
+
+    def execute(self, connection: Connection, statement: sa.Select[Any], params: dict[str, Any]) -> Iterable[Any]:
+        """The rows of `statement`, one of this object's, executed on SQLite as its SQL text compiled once: SQLAlchemy
+        keys and looks up its compiled form on every execution, which took longer than SQLite's own execution of a
+        one-namespace listing."""
+        if connection.dialect.name != "sqlite":
+            return connection.execute(statement, params)
+        remembered = self._driver_sql.get(id(statement))
+        if remembered is None or remembered[0] is not statement:  # an id is unique among live objects only
+            remembered = (statement, _DriverSQL.of(statement, connection.dialect))
+            self._driver_sql.put(id(statement), remembered)
+        driver = remembered[1]
+        if driver is None:
+            return connection.execute(statement, params)
+        values = {**driver.fixed, **params}
+        return connection.exec_driver_sql(driver.text, tuple(values[name] for name in driver.names))
+
+
+class _DriverSQL(NamedTuple):
+    """A statement compiled for a driver with positional parameters: its text, the names of its parameters in
+    order, and the values bound in the statement itself (a filter's operands)."""
+
+    text: str
+    names: tuple[str, ...]
+    fixed: dict[str, Any]
+
+    @classmethod
+    def of(cls, statement: sa.Select[Any], dialect: sa.Dialect) -> _DriverSQL | None:
+        """`statement` compiled for `dialect`, or None if its parameters need SQLAlchemy (a type converting them,
+        a list expanded, a value rendered into the text)."""
+        compiled = statement.compile(dialect=dialect)
+        names = compiled.positiontup
+        binds = compiled.binds.values()
+        if names is None or compiled._bind_processors or any(b.expanding or b.literal_execute for b in binds):
+            return None
+        fixed = {name: bind.value for name, bind in compiled.binds.items() if not bind.required}
+        return cls(compiled.string, tuple(names), fixed)
 
 
 class SQLItemMemory(SQLBackend, ItemMemory):
@@ -337,7 +380,14 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                 versions.update(self._write_locked(connection, locked))
             return [versions[p.address] for p in prepared]
 
-        versions: builtins.list[int] = yield Work(body, write=True)
+        # Replacing at most a chunk of items is one upsert (`_write_unlocked`): atomic alone, and applying it twice
+        # leaves what applying it once does (each item holding its value, at a higher version).
+        single = (
+            self._db.dialect in _UPSERT_RETURNING
+            and len(prepared) <= _IN_CHUNK
+            and all(p.expected is None for p in prepared)
+        )
+        versions: builtins.list[int] = yield Work(body, write=True, single=single)
         return versions
 
     def _write_unlocked(self, connection: Connection, prepared: Sequence[_Prepared]) -> dict[str, int]:
@@ -405,19 +455,22 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         """The answer to `query`, each row made an item by `convert` (`_item` or `_plain_item`)."""
 
         def read(connection: Connection, scope: _Scope, selected: _Preselection | None) -> builtins.list[_Listed]:
-            statement = self._statements.listing(scope, query, selected)
-            params = {**scope.params, "after": query.after, "before": query.before}
             exact = connection.dialect.name not in _MYSQL
-            if query.predicate is None and exact:  # no filter: the page too is SQL's
-                statement = statement.offset(query.offset) if query.offset else statement
-                statement = statement.limit(query.limit) if query.limit is not None else statement
-                return [convert(row) for row in connection.execute(statement, params)]
+            paged = query.predicate is None and exact and query.limit is not None  # no filter: the page is SQL's
+            statement = self._statements.listing(scope, query, selected, paged=paged)
+            params = {**scope.params, "after": query.after, "before": query.before}
+            if query.predicate is None and exact:
+                if paged:
+                    params.update(limit=query.limit, offset=query.offset)
+                elif query.offset:
+                    statement = statement.offset(query.offset)
+                return [convert(row) for row in self._statements.execute(connection, statement, params)]
             if not exact:  # MariaDB/MySQL sort BLOBs on their first `max_sort_length` bytes: make it exact
                 rows = sorted(connection.execute(statement, params), key=_order, reverse=query.descending)
                 return query.page([item for item in map(convert, rows) if _matches(query, item.value)])
             wanted = None if query.limit is None else query.offset + query.limit
             found = []
-            for row in connection.execute(statement, params):  # in order: stop once the page is full
+            for row in self._statements.execute(connection, statement, params):  # in order: stop once the page is full
                 item = convert(row)
                 if _matches(query, item.value):
                     found.append(item)
