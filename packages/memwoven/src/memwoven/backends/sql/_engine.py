@@ -94,14 +94,17 @@ class Work(Generic[R]):
     write: bool = False
     ddl: bool = False
     single: bool = False
-    """A write whose body runs one statement, atomic on its own and harmless to apply twice (an upsert needing
-    no compare-and-set): on SQLite and PostgreSQL it runs without BEGIN and COMMIT (two of its three round trips
-    on PostgreSQL), and again on a new connection if its connection turns out closed."""
+    """A body running one statement, atomic on its own (a read; a write also harmless to apply twice, such as an
+    upsert needing no compare-and-set): on SQLite it runs without BEGIN, a write on PostgreSQL without BEGIN and
+    COMMIT (two of its three round trips) as reads there always do; a write runs again on a new connection if its
+    connection turns out closed."""
 
     @property
     def mode(self) -> str:
-        """Which engine options it runs with: "read", "write" or "single" (`Database._modes`)."""
-        return "single" if self.single and self.write else "write" if self.write else "read"
+        """Which engine options it runs with: "read", "single read", "write" or "single" (`Database._modes`)."""
+        if self.write:
+            return "single" if self.single else "write"
+        return "single read" if self.single else "read"
 
 
 def _backend_url(url: URL, where: str) -> tuple[str, URL, URL]:
@@ -619,6 +622,7 @@ class Database:
             single = {_WRITE: True}
         return {
             "read": engine.execution_options(**self._reads),
+            "single read": engine.execution_options(**self._reads, **{_SINGLE: self.dialect == "sqlite"}),
             "write": engine.execution_options(**{_WRITE: True}),
             "single": engine.execution_options(**single),
         }

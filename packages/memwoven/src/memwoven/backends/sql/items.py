@@ -478,7 +478,9 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                         break
             return query.page(found)
 
-        listed: builtins.list[_Listed] = yield Work(lambda connection: self._filtered(connection, query, read))
+        # One statement (the fallback reading past damaged text is another, whole one too): no BEGIN on SQLite.
+        listing = Work(lambda connection: self._filtered(connection, query, read), single=True)
+        listed: builtins.list[_Listed] = yield listing
         return listed
 
     def _count_matching(self, query: ItemQuery) -> Steps[int]:
