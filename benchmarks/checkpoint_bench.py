@@ -46,19 +46,28 @@ NAMESPACE = ("langgraph_checkpoints",)
 
 REASONS = [
     "- LangGraph checkpointer, per-step time (targets <= 1.0x of SqliteSaver / PostgresSaver, and step 200 <= 1.3x "
-    "step 10): MemwovenSaver is ~1.6-1.7x SqliteSaver and ~1.5-1.6x PostgresSaver per step (200-step threads, "
-    "2026-11-26 with agents' tests beside it; was 2.1-2.7x and 2.7-3.8x before writes stopped reading the rows "
-    "they replace), flat in thread length on both (0.99-1.02x). A step is two ItemMemory write transactions: the "
-    "checkpoint with its changed channel values (an upsert, version and times derived in SQL) and the task's "
-    "writes (an insert of items expected new); both now one statement each on SQLite and PostgreSQL. Replaying a "
-    "200-step thread's saver calls alone (no graph): SQLite ~1.0 ms/step against SqliteSaver's 0.45-0.7; cProfile "
-    "splits it into SQLite's own execute and commit (~25%), SQLAlchemy's execution and transaction (~35%: "
-    "execution context, insertmanyvalues RETURNING, events, pool checkout, BEGIN IMMEDIATE), the contract's "
-    "validation of every namespace label, key and value (~20%) and the saver's serialization (~20%: msgpack, base64 "
-    "inside the JSON value). PostgreSQL: ~2.8 ms/step against 0.9: each transaction is four server round trips "
-    "(the pool's pre-ping, which keeps connections working across server restarts; BEGIN; the statement; COMMIT) "
-    "where PostgresSaver pipelines its statements on one autocommit connection. What would close it: a pipelined "
-    "or autocommit path for single-statement writes and skipping the pre-ping for a connection used moments ago.",
+    "step 10): the ratios NOT MET. Replaying a 200-step thread's saver calls alone (put and put_writes as the graph "
+    "made them, 7 rounds taking turns, medians): PostgreSQL 2.1-2.2 ms/step against PostgresSaver's 0.9-1.1 "
+    "(2.0-2.2x; 2.1 ms, 2.3x before this session's changes: the round trips halved, the time barely moved), SQLite "
+    "1.1 ms against 0.49-0.57 (2.0-2.2x; was 2.9x). The graph's own rounds (200-step threads, 6 rounds, load 1-2): "
+    "SQLite 1.71x at step 10 and 1.53x at step 200, PostgreSQL 1.72x and 1.71x (at the session's start: 1.63x / "
+    "1.87x and 1.78x / 0.70x); flat in thread length, step 200 / step 10 0.87x on SQLite and 0.97x on PostgreSQL "
+    "(MET). The time left is Python's, not the server's: per step ~0.6 ms more CPU than LangGraph's savers on either "
+    "database. What changed (2026-11-26): the SQL engines no longer pre-ping a pooled connection (psycopg opened a "
+    "transaction for the SELECT 1: six psycopg waits per write transaction, now three), a transaction whose "
+    "connection turns out closed before its commit runs again on a new connection (the reliability test terminating "
+    "connections fails without that retry); and a put_many needing no compare-and-set (the checkpoint with its "
+    "changed channel values) is one upsert run without BEGIN and COMMIT (PostgreSQL autocommit: one round trip). The "
+    "task's writes are still a transaction of three round trips: they must be new (put_writes keeps a stored write), "
+    "and if one is stored the insert of the others must roll back, so they cannot run in autocommit. cProfile of the "
+    "replay on SQLite (this session, on the loaded machine): the transactions ~70% (SQLAlchemy's execution of the "
+    "upserts and inserts ~33%: execution context, insertmanyvalues RETURNING, events; the commit ~19%; pool "
+    "checkout, BEGIN IMMEDIATE, SQLite's execute), the contract's validation of every namespace label, key and value "
+    "and the JSON encoding of each value ~19% (put_many cannot tell values the saver built from a caller's), the "
+    "saver's serialization (msgpack, base64 inside the JSON value) ~5-10%. PostgreSQL: psycopg's waits on the server "
+    "are 50-70% (each transaction's commit, which PostgresSaver pays too, and the round trips above), the rest as on "
+    "SQLite. What would close it: the writes' insert in one statement that inserts all or none, a pipelined "
+    "connection, and a trusted put path for values built by the saver itself.",
 ]
 
 

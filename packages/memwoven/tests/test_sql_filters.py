@@ -113,8 +113,10 @@ def test_a_selective_filter_is_answered_by_the_database(
     memory, everything = stored
     items = memory._items
     with memory.engine.connect() as connection:
-        condition = memory._preselection(spec, connection.dialect.name)
-        assert condition is not None
+        preselection = memory._preselection(spec, connection.dialect.name)
+        assert preselection is not None
+        assert memory._preselection(spec, connection.dialect.name) is preselection  # built once per filter
+        condition = preselection.condition
         selected = connection.execute(sa.select(sa.func.count()).where(condition, items.c.namespace == "t\x01"))
         rows = int(selected.scalar_one())
     predicate = compile_filter(spec)

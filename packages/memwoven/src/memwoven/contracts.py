@@ -15,13 +15,17 @@ import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
-from typing import Any, Literal, NamedTuple, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypedDict, TypeVar, runtime_checkable
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 from memwoven._steps import Call, Invoke, Runner, Sleep, Steps, arun, async_twin, run, twins
 from memwoven.errors import ConcurrentModificationError, InvalidInputError
 from memwoven.filters import Predicate, compile_filter
-from memwoven.models import FrozenDict, Item, Message, ScoredDocument, VectorDocument, coerce_item_value
+from memwoven.models import FrozenDict, Item, Message, ScoredDocument, VectorDocument, coerce_item_value, thaw
 
 __all__ = [
     "MAX_TTL",
@@ -36,9 +40,11 @@ __all__ = [
     "ItemOrder",
     "ItemQuery",
     "ItemWrite",
+    "ListOptions",
     "Metric",
     "Namespace",
     "NamespaceQuery",
+    "PlainItem",
     "SupportsExpiry",
     "VectorMemory",
     "check_collection",
@@ -495,6 +501,39 @@ class CheckedWrite(NamedTuple):
     expected_version: int | None
 
 
+class ListOptions(TypedDict, total=False):
+    """The options of `ItemMemory.list` after its namespace prefix (what `list_plain` takes too)."""
+
+    filter: Filter | None
+    order: ItemOrder
+    after: str | None
+    before: str | None
+    limit: int | None
+    offset: int
+
+
+class PlainItem(NamedTuple):
+    """An item as `ItemMemory.list_plain` returns it: the fields of `Item`, its value a plain dict of the caller's
+    own (not frozen: a fresh copy nobody else holds), for callers that hand values on as mutable dicts."""
+
+    namespace: Namespace
+    key: str
+    value: dict[str, Any]
+    version: int
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None
+    ttl: float | None
+
+    @classmethod
+    def of(cls, item: Item) -> PlainItem:
+        """The plain copy of `item`."""
+        value: dict[str, Any] = thaw(item.value)
+        return cls(
+            item.namespace, item.key, value, item.version, item.created_at, item.updated_at, item.expires_at, item.ttl
+        )
+
+
 def check_namespace(value: object, what: str = "namespace", *, prefix: bool = False) -> Namespace:
     """Return `value` as a namespace tuple if usable: a tuple or list of labels, each a usable id (`check_id`),
     together at most 64 KiB of UTF-8. A namespace has at least one label; a `prefix` may have none (everything)."""
@@ -803,6 +842,19 @@ class ItemMemory(_Closable, ABC):
 
     list, alist = twins(_list)
 
+    def _list_plain(
+        self, namespace_prefix: Sequence[str] = (), **options: Unpack[ListOptions]
+    ) -> Steps[builtins.list[PlainItem]]:
+        """`list` (the same options), each item as a `PlainItem` (its value a mutable dict of the caller's own): for
+        callers that would copy every value out of its frozen `Item` (a backend may then skip freezing it)."""
+        query = ItemQuery.of(namespace_prefix, **options)
+        if query.limit == 0:
+            return []
+        items: builtins.list[PlainItem] = yield from self._select_plain(query)
+        return items
+
+    list_plain, alist_plain = twins(_list_plain)
+
     def _count(self, namespace_prefix: Sequence[str] = (), *, filter: Filter | None = None) -> Steps[int]:
         """How many items `list(namespace_prefix, filter=filter)` returns."""
         counted: int = yield from self._count_matching(ItemQuery.of(namespace_prefix, filter))
@@ -856,6 +908,11 @@ class ItemMemory(_Closable, ABC):
     @abstractmethod
     def _select(self, query: ItemQuery) -> Steps[builtins.list[Item]]:
         """The answer to `query` (`ItemQuery.answer` computes it in Python over the live items of its prefix)."""
+
+    def _select_plain(self, query: ItemQuery) -> Steps[builtins.list[PlainItem]]:
+        """`_select`'s answer as `PlainItem`s: by default, copies of its items."""
+        items: builtins.list[Item] = yield from self._select(query)
+        return [PlainItem.of(item) for item in items]
 
     def _count_matching(self, query: ItemQuery) -> Steps[int]:
         """How many items match `query` (which has no page): by default, the length of `_select`'s answer."""

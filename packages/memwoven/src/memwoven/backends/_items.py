@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from memwoven.contracts import Namespace
 from memwoven.errors import CorruptMemoryError
@@ -25,6 +26,7 @@ from memwoven.models import FrozenDict, freeze_json
 
 __all__ = [
     "decode_namespace",
+    "decode_object",
     "decode_value",
     "encode_namespace",
     "encode_value",
@@ -66,16 +68,33 @@ def encode_value(value: FrozenDict) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
-def decode_value(text: str | bytes) -> FrozenDict:
-    """The value `encode_value` stored; `CorruptMemoryError` if `text` is no JSON object within the limits."""
+def decode_object(text: str | bytes) -> dict[str, Any]:
+    """The value `encode_value` stored, as a plain dict of the caller's own; `CorruptMemoryError` if `text` is no
+    JSON object (or holds NaN or infinity, which `encode_value` never writes)."""
     try:
-        value = json.loads(text)
+        value = _DECODER.decode(text if isinstance(text, str) else text.decode("utf-8"))
         if not isinstance(value, dict):
             raise ValueError("not a JSON object")
-        frozen: FrozenDict = freeze_json(value)
     except (ValueError, RecursionError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise CorruptMemoryError(f"a stored item's value is unreadable ({error})") from None
+    return value
+
+
+def decode_value(text: str | bytes) -> FrozenDict:
+    """The value `encode_value` stored, frozen; `CorruptMemoryError` if `text` is no JSON object within the limits."""
+    value = decode_object(text)
+    try:
+        frozen: FrozenDict = freeze_json(value)
+    except (ValueError, RecursionError) as error:
+        raise CorruptMemoryError(f"a stored item's value is unreadable ({error})") from None
     return frozen
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant)
 
 
 def ttl_milliseconds(ttl: float) -> int:

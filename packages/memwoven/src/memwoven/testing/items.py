@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import memwoven._clock as _clock
-from memwoven.contracts import MAX_TTL, ItemMemory, ItemWrite
+from memwoven.contracts import MAX_TTL, ItemMemory, ItemWrite, PlainItem
 from memwoven.errors import ConcurrentModificationError, InvalidInputError
 from memwoven.filters import compile_filter
 from memwoven.models import Item
@@ -531,6 +531,21 @@ class ItemMemoryContract(StorageHooks[ItemMemory]):
             assert memory.count(("n",), filter=spec) == len(expected), spec
         assert memory.count(filter={"user.level": 3}) == 3
 
+    def test_im8_list_plain_lists_the_same_items_with_values_of_the_callers_own(self, memory: Driver) -> None:
+        memory.put(("n",), "a", {"kind": "fact", "tags": ["x"], "user": {"level": 3}})
+        memory.put(("n",), "b", {"kind": "note"}, ttl=MAX_TTL)
+        memory.put(("n", "m"), "c", {"kind": "fact"})
+        memory.put(("o",), "a", {"kind": "fact"})
+        pages: list[dict[str, Any]] = [{}, {"order": "desc"}, {"limit": 1, "offset": 1}, {"after": "a"}, {"limit": 0}]
+        for spec in [None, {"kind": "fact"}, {"user.level": {"$gte": 3}}]:
+            for options in pages:
+                items = memory.list(("n",), filter=spec, **options)
+                assert memory.list_plain(("n",), filter=spec, **options) == [PlainItem.of(i) for i in items]
+        first = memory.list_plain(("n",))[0]
+        first.value["tags"].append("y")
+        first.value["kind"] = "changed"
+        assert memory.list_plain(("n",))[0].value == {"kind": "fact", "tags": ["x"], "user": {"level": 3}}
+
     # IM9 -----------------------------------------------------------------------------------------------------
 
     def test_im9_namespaces_follow_langgraph(self, memory: Driver) -> None:
@@ -802,6 +817,10 @@ def item_memory_machine(memory: Driver) -> type[Any]:
             assert [(i.key, i.namespace, dict(i.value), i.version) for i in listed] == [
                 (key, ns, *self.model[(ns, key)]) for key, ns in window
             ]
+            plain = memory.list_plain(
+                prefix, filter=spec, order=order, after=after, before=before, limit=limit, offset=offset
+            )
+            assert plain == [PlainItem.of(item) for item in listed]
 
         @rule(
             prefix=st.one_of(st.none(), prefixes),

@@ -78,6 +78,7 @@ from memwoven.contracts import (
     WILDCARD,
     ItemWrite,
     Namespace,
+    PlainItem,
     check_item_keys,
     check_item_value,
     check_namespace,
@@ -367,7 +368,7 @@ class MemwovenStore(TTLSweeper, BaseStore, Runner):
             self._own(item.namespace), item.key, thaw(item.value), item.created_at, item.updated_at, score
         )
 
-    def _refresh(self, op: SearchOp, page: Sequence[StoredItem]) -> Steps[None]:
+    def _refresh(self, op: SearchOp, page: Sequence[StoredItem | PlainItem]) -> Steps[None]:
         """Restart the TTL window of the items a search returned, if asked."""
         keys = [(item.namespace, item.key) for item in page if item.ttl is not None]
         if op.refresh_ttl and keys:
@@ -375,14 +376,15 @@ class MemwovenStore(TTLSweeper, BaseStore, Runner):
 
     def _list(self, op: SearchOp, spec: dict[str, Any] | None) -> Steps[list[SearchItem]]:
         """Items under the namespace prefix whose value matches the filter, by key then namespace."""
-        page: list[StoredItem] = yield Call(
+        page: list[PlainItem] = yield Call(
             self.items,
-            "list",
+            "list_plain",
             (self._full(op.namespace_prefix),),
             {"filter": spec, "limit": op.limit, "offset": op.offset},
         )
         yield from self._refresh(op, page)
-        return [self._search_item(item, None) for item in page]
+        depth = len(self.namespace)
+        return [SearchItem(i.namespace[depth:], i.key, i.value, i.created_at, i.updated_at) for i in page]
 
     def _semantic_search(self, op: SearchOp, spec: dict[str, Any] | None) -> Steps[list[SearchItem]]:
         """Items ranked by their best current vector; asks for more hits until the page is full or all are seen."""

@@ -68,9 +68,11 @@ _ALIASES = {"postgres": "postgresql"}
 SUPPORTED_DIALECTS = frozenset(_DRIVERS)
 
 _WRITE = "memwoven_write"  # execution option: this transaction writes (SQLite begins it IMMEDIATE)
+_SINGLE = "memwoven_single"  # execution option: one statement, its own transaction (SQLite: no BEGIN)
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 MAX_OVERFLOW = 10  # connections a pool opens beyond `pool_size` (SQLAlchemy's default)
 _ATTEMPTS = 8  # tries of one transaction when the database reports a deadlock or serialization failure
+_RECONNECTS = 3  # tries of one transaction whose connection turned out closed before it committed
 _DDL_ATTEMPTS = 3  # tries of schema creation (several processes may race to create the same tables)
 _RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})  # PostgreSQL: serialization failure, deadlock detected
 _MARIADB_CHECK_FAILED = 4025  # ER_CONSTRAINT_FAILED
@@ -91,6 +93,18 @@ class Work(Generic[R]):
     body: Callable[[Connection], R]
     write: bool = False
     ddl: bool = False
+    single: bool = False
+    """A body running one statement, atomic on its own (a read; a write also harmless to apply twice, such as an
+    upsert needing no compare-and-set): on SQLite it runs without BEGIN, a write on PostgreSQL without BEGIN and
+    COMMIT (two of its three round trips) as reads there always do; a write runs again on a new connection if its
+    connection turns out closed."""
+
+    @property
+    def mode(self) -> str:
+        """Which engine options it runs with: "read", "single read", "write" or "single" (`Database._modes`)."""
+        if self.write:
+            return "single" if self.single else "write"
+        return "single read" if self.single else "read"
 
 
 def _backend_url(url: URL, where: str) -> tuple[str, URL, URL]:
@@ -154,8 +168,9 @@ def _configure_sqlite(engine: Engine) -> None:
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Connection) -> None:
-        writes = connection.get_execution_options().get(_WRITE, False)
-        connection.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN")
+        options = connection.get_execution_options()
+        if not options.get(_SINGLE, False):
+            connection.exec_driver_sql("BEGIN IMMEDIATE" if options.get(_WRITE, False) else "BEGIN")
 
 
 _NO_LOCK = nullcontext()
@@ -172,14 +187,14 @@ def _sqlite_writer(database: str) -> threading.RLock:
 
 
 def _engine_options(backend: str, pool_size: int, pool_timeout: float) -> dict[str, Any]:
-    # A server can drop pooled connections (restart, pg_terminate_backend): ping each one on checkout. An SQLite
-    # connection is a file handle that nothing outside this process closes, so the ping would only cost a statement.
-    pre_ping = backend != "sqlite"
+    # No pre-ping: on PostgreSQL it cost three round trips per transaction (psycopg opens a transaction for the
+    # SELECT 1). A connection the server closed (restart, pg_terminate_backend) fails its transaction before the
+    # commit instead, which `Database` then runs again on a new connection (`_retry`).
     options: dict[str, Any] = {
         "pool_size": pool_size,
         "max_overflow": MAX_OVERFLOW,
         "pool_timeout": pool_timeout,
-        "pool_pre_ping": pre_ping,
+        "pool_pre_ping": False,
     }
     if backend in ("mysql", "mariadb"):
         # Statement-level consistency is all memwoven needs (every read it makes is one consistent statement,
@@ -318,7 +333,7 @@ class _LoopEngine:
     """What serves one event loop: its async engine and turns, or none (its calls run the sync API in threads)."""
 
     engine: AsyncEngine | None
-    by_write: dict[bool, AsyncEngine]  # the engine with the execution options of reads (False) and writes (True)
+    by_mode: dict[str, AsyncEngine]  # the engine with the execution options of each `Work.mode`
     turns: _LoopTurns
     owned: bool  # built by memwoven: closed with its loop, then free for the next one
     writer: asyncio.Lock | None = None  # SQLite: this loop's write transactions take turns (see `_sqlite_writer`)
@@ -337,10 +352,10 @@ def _finished(lifetime: AsyncGenerator[None, None] | None) -> None:
 class _PinnedReader:
     """One connection kept checked out for reads on a server database (PostgreSQL, in autocommit).
 
-    A read through the pool pays a checkout and its pre-ping round trip; a vector search asks for changes before
-    every scan, so that is a second round trip on every search. A read tries this connection first (one caller at
-    a time; others take the pool). If it fails in any way the driver reports, the connection is discarded and the
-    read runs again through the pool, which pings and reconnects: a read is safe to repeat, and a dropped
+    A read through the pool pays a checkout; a vector search asks for changes before every scan, so that is a
+    second checkout on every search. A read tries this connection first (one caller at a time; others take the
+    pool). If it fails in any way the driver reports, the connection is discarded and the read runs again through
+    the pool, which reconnects (`Database._retry`): a read is safe to repeat, and a dropped
     connection (server restart, pg_terminate_backend) costs nothing more than before.
     """
 
@@ -430,13 +445,13 @@ class Database:
         # Reads are single statements (each a consistent snapshot), so on PostgreSQL they run in autocommit and
         # skip the BEGIN and COMMIT round trips; psycopg switches autocommit on the client, at no cost.
         self._reads: dict[str, Any] = {"isolation_level": "AUTOCOMMIT"} if self.dialect == "postgresql" else {}
-        self._engines = self._by_write(engine)
+        self._engines = self._modes(engine)
         sqlite_database = str(self._sqlite_file.resolve()) if self._sqlite_file is not None else f"{id(engine):x}"
         self._writer: AbstractContextManager[Any] = (
             _sqlite_writer(sqlite_database) if self.dialect == "sqlite" else nullcontext()
         )
         pin = self.dialect == "postgresql" and _overflows(engine.pool)
-        self._reader = _PinnedReader(self._engines[False]) if pin else None
+        self._reader = _PinnedReader(self._engines["read"]) if pin else None
         limits = _limits(engine.pool)
         self._turns: AbstractContextManager[None] = nullcontext() if limits is None else _Turns(*limits)
         self._loops: dict[asyncio.AbstractEventLoop, _LoopEngine] = {}
@@ -506,10 +521,15 @@ class Database:
             with self.translated():
                 self._sqlite_file.parent.mkdir(parents=True, exist_ok=True)
 
-    def _retry(self, error: DBAPIError, work: Work[Any], attempt: int) -> bool:
+    def _retry(self, error: DBAPIError, work: Work[Any], attempt: int, committing: bool) -> bool:
+        """Whether to run `work` again after `error` on its `attempt`-th try: a deadlock or serialization failure,
+        a race creating tables, or a connection found closed before the commit was asked for (nothing was applied:
+        the server rolls back a transaction whose connection ends, and a read is safe to repeat). A connection lost
+        while committing is never retried: the commit may have been applied."""
         if error.connection_invalidated:
-            return False
-        retry = attempt < _DDL_ATTEMPTS if work.ddl else attempt < _ATTEMPTS and _is_transient(error)
+            retry = not committing and attempt < _RECONNECTS
+        else:
+            retry = attempt < _DDL_ATTEMPTS if work.ddl else attempt < _ATTEMPTS and _is_transient(error)
         if retry:
             logger.debug(
                 "%s: transaction attempt %d failed (%s); running it again", self.where, attempt, _error_text(error)
@@ -517,7 +537,8 @@ class Database:
         return retry
 
     def transact(self, work: Work[R]) -> R:
-        """Run `work.body` in one transaction on the sync engine, retrying deadlocks; return its result."""
+        """Run `work.body` in one transaction on the sync engine, retrying deadlocks and connections found closed
+        (`_retry`); return its result."""
         if not work.write and self._reader is not None:
             pinned = self._reader.try_read(work)
             if pinned is not None:
@@ -525,20 +546,23 @@ class Database:
         with self.translated():
             attempt = 1
             while True:
+                committing = False
                 try:
                     writer = self._writer if work.write else nullcontext()
-                    with writer, self._turns, self._engines[work.write].begin() as connection:
-                        return work.body(connection)
+                    with writer, self._turns, self._engines[work.mode].begin() as connection:
+                        result = work.body(connection)
+                        committing = True
                 except DBAPIError as error:
-                    if not self._retry(error, work, attempt):
+                    if not self._retry(error, work, attempt, committing):
                         raise
+                else:
+                    return result
                 time.sleep(_retry_delay(attempt))
                 attempt += 1
 
     async def atransact(self, work: Work[R]) -> R:
         """`transact` from async code: the same `work.body` in one transaction on this event loop's engine (through
-        `run_sync`), retrying deadlocks; in a worker thread through the sync engine when this loop has no async
-        engine."""
+        `run_sync`), retried alike; in a worker thread through the sync engine when this loop has no async engine."""
         if self.async_engine is None:
             return await asyncio.to_thread(self.transact, work)
         mine = self._loops.get(asyncio.get_running_loop()) or await self._enter_loop()
@@ -547,13 +571,17 @@ class Database:
         with self.translated():
             attempt = 1
             while True:
+                committing = False
                 try:
                     writer = mine.writer if work.write and mine.writer is not None else _NO_LOCK
-                    async with writer, mine.turns, mine.by_write[work.write].begin() as connection:
-                        return await connection.run_sync(work.body)
+                    async with writer, mine.turns, mine.by_mode[work.mode].begin() as connection:
+                        result = await connection.run_sync(work.body)
+                        committing = True
                 except DBAPIError as error:
-                    if not self._retry(error, work, attempt):
+                    if not self._retry(error, work, attempt, committing):
                         raise
+                else:
+                    return result
                 await asyncio.sleep(_retry_delay(attempt))
                 attempt += 1
 
@@ -582,12 +610,22 @@ class Database:
             return _LoopEngine(None, {}, _LoopTurns(None), owned)
         writer = asyncio.Lock() if self.dialect == "sqlite" else None
         return _LoopEngine(
-            engine, self._by_write(engine), _LoopTurns(_limits(engine.sync_engine.pool)), owned, writer=writer
+            engine, self._modes(engine), _LoopTurns(_limits(engine.sync_engine.pool)), owned, writer=writer
         )
 
-    def _by_write(self, engine: E) -> dict[bool, E]:
-        """`engine` with the execution options of reads (False) and of writes (True)."""
-        return {False: engine.execution_options(**self._reads), True: engine.execution_options(**{_WRITE: True})}
+    def _modes(self, engine: E) -> dict[str, E]:
+        """`engine` with the execution options of each `Work.mode`."""
+        single: dict[str, Any] = {_WRITE: True, _SINGLE: True}
+        if self.dialect == "postgresql":
+            single["isolation_level"] = "AUTOCOMMIT"
+        elif self.dialect != "sqlite":  # MariaDB/MySQL: switching autocommit costs a round trip of its own
+            single = {_WRITE: True}
+        return {
+            "read": engine.execution_options(**self._reads),
+            "single read": engine.execution_options(**self._reads, **{_SINGLE: self.dialect == "sqlite"}),
+            "write": engine.execution_options(**{_WRITE: True}),
+            "single": engine.execution_options(**single),
+        }
 
     async def _lifetime(
         self, loop: asyncio.AbstractEventLoop, mine: _LoopEngine, engine: AsyncEngine

@@ -55,8 +55,9 @@ from __future__ import annotations
 
 import builtins
 import functools
+import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
@@ -66,9 +67,11 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
 import memwoven._clock as _clock
+from memwoven._cache import LRUCache
 from memwoven._steps import Steps
 from memwoven.backends._items import (
     decode_namespace,
+    decode_object,
     decode_value,
     encode_namespace,
     encode_value,
@@ -79,7 +82,16 @@ from memwoven.backends.sql._base import SQLBackend
 from memwoven.backends.sql._engine import Work
 from memwoven.backends.sql._filters import prefilter
 from memwoven.backends.sql._schema import HEAD_CHARS, VALUE_JSONB, key_of, upsert
-from memwoven.contracts import CheckedWrite, ItemAddress, ItemMemory, ItemQuery, Namespace, check_expected, next_version
+from memwoven.contracts import (
+    CheckedWrite,
+    ItemAddress,
+    ItemMemory,
+    ItemQuery,
+    Namespace,
+    PlainItem,
+    check_expected,
+    next_version,
+)
 from memwoven.models import Item
 
 __all__ = ["SQLItemMemory", "decode_namespace", "encode_namespace"]
@@ -87,9 +99,11 @@ __all__ = ["SQLItemMemory", "decode_namespace", "encode_namespace"]
 _IN_CHUNK = 500  # addresses per IN (...): far below every driver's parameter limit
 _MYSQL = ("mysql", "mariadb")
 _UPSERT_RETURNING = ("sqlite", "postgresql")  # upserts returning their rows (MariaDB's ON DUPLICATE KEY cannot)
+_REMEMBERED_FILTERS = 256  # filters whose SQL pre-selection (and listing statements) an items table keeps built
 _COLUMNS = ("namespace", "item_key", "value", "version", "created_ms", "updated_ms", "expires_at_ms", "ttl")
 
 _T = TypeVar("_T")
+_Listed = TypeVar("_Listed", Item, PlainItem)
 logger = logging.getLogger(__name__)
 
 
@@ -182,6 +196,13 @@ class _Scope(NamedTuple):
     params: dict[str, Any]
 
 
+class _Preselection(NamedTuple):
+    """A filter's SQL pre-selection (`_filters.prefilter`) and what it is remembered by (None: not remembered)."""
+
+    key: tuple[str, str] | None
+    condition: sa.ColumnElement[bool]
+
+
 class _Statements:
     """The statements of one items table, built once with bound parameters: building and keying a statement costs
     SQLAlchemy more than SQLite takes to run a one-row read."""
@@ -211,7 +232,10 @@ class _Statements:
                 items.c.namespace >= low,
                 items.c.namespace < high,
             )
-        self._listings: dict[tuple[str, bool, bool, bool], sa.Select[Any]] = {}
+        self._listings: dict[tuple[Any, ...], sa.Select[Any]] = {}
+        self._driver_sql: LRUCache[int, tuple[sa.Select[Any], _DriverSQL | None]] = LRUCache(4 * _REMEMBERED_FILTERS)
+        self._selecting: LRUCache[tuple[Any, ...], sa.Select[Any]] = LRUCache(_REMEMBERED_FILTERS)
+        self.preselections: LRUCache[tuple[str, str], tuple[_Preselection | None]] = LRUCache(_REMEMBERED_FILTERS)
         self._writes: dict[str, _Writes] = {}
 
     def writes(self, dialect: str) -> _Writes:
@@ -221,10 +245,22 @@ class _Statements:
             found = self._writes[dialect] = _unlocked_writes(self.items, dialect)
         return found
 
-    def listing(self, scope: _Scope, query: ItemQuery) -> sa.Select[Any]:
-        """The rows of `scope` in the query's order, after/before its keys (parameters ``after``, ``before``)."""
+    def listing(
+        self, scope: _Scope, query: ItemQuery, selected: _Preselection | None = None, *, paged: bool = False
+    ) -> sa.Select[Any]:
+        """The rows of `scope` in the query's order, after/before its keys (parameters ``after``, ``before``), kept
+        by the pre-selection `selected` if given, or else, `paged`, one page (parameters ``limit``, ``offset``)."""
         shape = (scope.shape, query.after is not None, query.before is not None, query.descending)
-        statement = self._listings.get(shape)
+        if selected is not None:
+            if selected.key is None:
+                return self.listing(scope, query).where(selected.condition)
+            found = self._selecting.get((*shape, *selected.key))
+            if found is None:
+                found = self.listing(scope, query).where(selected.condition)
+                self._selecting.put((*shape, *selected.key), found)
+            return found
+        key = (*shape, paged)
+        statement = self._listings.get(key)
         if statement is None:
             items = self.items
             statement = sa.select(*(items.c[name] for name in _COLUMNS)).where(*scope.conditions)
@@ -234,8 +270,47 @@ class _Statements:
                 statement = statement.where(items.c.item_key < sa.bindparam("before"))
             columns = (items.c.key_head, items.c.item_key, items.c.namespace)
             statement = statement.order_by(*(column.desc() if query.descending else column for column in columns))
-            self._listings[shape] = statement
+            if paged:
+                statement = statement.limit(sa.bindparam("limit")).offset(sa.bindparam("offset"))
+            self._listings[key] = statement
         return statement
+
+    def execute(self, connection: Connection, statement: sa.Select[Any], params: dict[str, Any]) -> Iterable[Any]:
+        """The rows of `statement`, one of this object's, executed on SQLite as its SQL text compiled once: SQLAlchemy
+        keys and looks up its compiled form on every execution, which took longer than SQLite's own execution of a
+        one-namespace listing."""
+        if connection.dialect.name != "sqlite":
+            return connection.execute(statement, params)
+        remembered = self._driver_sql.get(id(statement))
+        if remembered is None or remembered[0] is not statement:  # an id is unique among live objects only
+            remembered = (statement, _DriverSQL.of(statement, connection.dialect))
+            self._driver_sql.put(id(statement), remembered)
+        driver = remembered[1]
+        if driver is None:
+            return connection.execute(statement, params)
+        values = {**driver.fixed, **params}
+        return connection.exec_driver_sql(driver.text, tuple(values[name] for name in driver.names))
+
+
+class _DriverSQL(NamedTuple):
+    """A statement compiled for a driver with positional parameters: its text, the names of its parameters in
+    order, and the values bound in the statement itself (a filter's operands)."""
+
+    text: str
+    names: tuple[str, ...]
+    fixed: dict[str, Any]
+
+    @classmethod
+    def of(cls, statement: sa.Select[Any], dialect: sa.Dialect) -> _DriverSQL | None:
+        """`statement` compiled for `dialect`, or None if its parameters need SQLAlchemy (a type converting them,
+        a list expanded, a value rendered into the text)."""
+        compiled = statement.compile(dialect=dialect)
+        names = compiled.positiontup
+        binds = compiled.binds.values()
+        if names is None or compiled._bind_processors or any(b.expanding or b.literal_execute for b in binds):
+            return None
+        fixed = {name: bind.value for name, bind in compiled.binds.items() if not bind.required}
+        return cls(compiled.string, tuple(names), fixed)
 
 
 class SQLItemMemory(SQLBackend, ItemMemory):
@@ -305,7 +380,14 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                 versions.update(self._write_locked(connection, locked))
             return [versions[p.address] for p in prepared]
 
-        versions: builtins.list[int] = yield Work(body, write=True)
+        # Replacing at most a chunk of items is one upsert (`_write_unlocked`): atomic alone, and applying it twice
+        # leaves what applying it once does (each item holding its value, at a higher version).
+        single = (
+            self._db.dialect in _UPSERT_RETURNING
+            and len(prepared) <= _IN_CHUNK
+            and all(p.expected is None for p in prepared)
+        )
+        versions: builtins.list[int] = yield Work(body, write=True, single=single)
         return versions
 
     def _write_unlocked(self, connection: Connection, prepared: Sequence[_Prepared]) -> dict[str, int]:
@@ -362,38 +444,51 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         return existed
 
     def _select(self, query: ItemQuery) -> Steps[builtins.list[Item]]:
-        def read(connection: Connection, scope: _Scope, selected: sa.ColumnElement[bool] | None) -> builtins.list[Item]:
-            statement = self._statements.listing(scope, query)
-            if selected is not None:
-                statement = statement.where(selected)
-            params = {**scope.params, "after": query.after, "before": query.before}
+        listed: builtins.list[Item] = yield from self._select_as(query, _item)
+        return listed
+
+    def _select_plain(self, query: ItemQuery) -> Steps[builtins.list[PlainItem]]:
+        listed: builtins.list[PlainItem] = yield from self._select_as(query, _plain_item)
+        return listed
+
+    def _select_as(self, query: ItemQuery, convert: Callable[[Any], _Listed]) -> Steps[builtins.list[_Listed]]:
+        """The answer to `query`, each row made an item by `convert` (`_item` or `_plain_item`)."""
+
+        def read(connection: Connection, scope: _Scope, selected: _Preselection | None) -> builtins.list[_Listed]:
             exact = connection.dialect.name not in _MYSQL
-            if query.predicate is None and exact:  # no filter: the page too is SQL's
-                statement = statement.offset(query.offset) if query.offset else statement
-                statement = statement.limit(query.limit) if query.limit is not None else statement
-                return [_item(row) for row in connection.execute(statement, params)]
+            paged = query.predicate is None and exact and query.limit is not None  # no filter: the page is SQL's
+            statement = self._statements.listing(scope, query, selected, paged=paged)
+            params = {**scope.params, "after": query.after, "before": query.before}
+            if query.predicate is None and exact:
+                if paged:
+                    params.update(limit=query.limit, offset=query.offset)
+                elif query.offset:
+                    statement = statement.offset(query.offset)
+                return [convert(row) for row in self._statements.execute(connection, statement, params)]
             if not exact:  # MariaDB/MySQL sort BLOBs on their first `max_sort_length` bytes: make it exact
                 rows = sorted(connection.execute(statement, params), key=_order, reverse=query.descending)
-                return query.page([item for item in map(_item, rows) if _matches(query, item)])
+                return query.page([item for item in map(convert, rows) if _matches(query, item.value)])
             wanted = None if query.limit is None else query.offset + query.limit
             found = []
-            for row in connection.execute(statement, params):  # in order: stop once the page is full
-                item = _item(row)
-                if _matches(query, item):
+            for row in self._statements.execute(connection, statement, params):  # in order: stop once the page is full
+                item = convert(row)
+                if _matches(query, item.value):
                     found.append(item)
                     if len(found) == wanted:
                         break
             return query.page(found)
 
-        listed: builtins.list[Item] = yield Work(lambda connection: self._filtered(connection, query, read))
+        # One statement (the fallback reading past damaged text is another, whole one too): no BEGIN on SQLite.
+        listing = Work(lambda connection: self._filtered(connection, query, read), single=True)
+        listed: builtins.list[_Listed] = yield listing
         return listed
 
     def _count_matching(self, query: ItemQuery) -> Steps[int]:
         items = self._items
         predicate = query.predicate
 
-        def read(connection: Connection, scope: _Scope, selected: sa.ColumnElement[bool] | None) -> int:
-            conditions = scope.conditions if selected is None else (*scope.conditions, selected)
+        def read(connection: Connection, scope: _Scope, selected: _Preselection | None) -> int:
+            conditions = scope.conditions if selected is None else (*scope.conditions, selected.condition)
             if predicate is None:
                 statement = sa.select(sa.func.count()).select_from(items).where(*conditions)
                 return int(connection.execute(statement, scope.params).scalar_one())
@@ -432,7 +527,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         self,
         connection: Connection,
         query: ItemQuery,
-        read: Callable[[Connection, _Scope, sa.ColumnElement[bool] | None], _T],
+        read: Callable[[Connection, _Scope, _Preselection | None], _T],
     ) -> _T:
         """`read` the live items under the query's prefix kept by its filter's pre-selection (`_filters`). SQLite's
         JSON functions raise on a damaged (malformed) value: then the rows are read without it, so that decoding
@@ -449,14 +544,25 @@ class SQLItemMemory(SQLBackend, ItemMemory):
             logger.warning("a stored item's value is not JSON: reading %s without the filter's pre-selection", self)
             return read(connection, scope, None)
 
-    def _preselection(self, spec: Mapping[str, Any], dialect: str) -> sa.ColumnElement[bool] | None:
+    def _preselection(self, spec: Mapping[str, Any], dialect: str) -> _Preselection | None:
         """The SQL pre-selection of the filter `spec` on `dialect` (`_filters`; on PostgreSQL, on the values'
-        generated jsonb copy)."""
-        items = self._items
-        binary: sa.ColumnElement[Any] | None = None
-        if dialect == "postgresql":
-            binary = sa.literal_column(f"{items.fullname}.{VALUE_JSONB}")
-        return prefilter(spec, items.c.value, dialect, binary)
+        generated jsonb copy), remembered per filter: building it costs more than SQLite takes to run a small
+        listing, and callers tend to repeat their filters."""
+        try:
+            key = (dialect, json.dumps(spec, ensure_ascii=False, separators=(",", ":")))
+        except (TypeError, ValueError):  # no JSON text to tell it by (prefilter translates none of it anyway)
+            key = None
+        found = None if key is None else self._statements.preselections.get(key)
+        if found is None:
+            items = self._items
+            binary: sa.ColumnElement[Any] | None = None
+            if dialect == "postgresql":
+                binary = sa.literal_column(f"{items.fullname}.{VALUE_JSONB}")
+            condition = prefilter(spec, items.c.value, dialect, binary)
+            found = (None if condition is None else _Preselection(key, condition),)
+            if key is not None:
+                self._statements.preselections.put(key, found)
+        return found[0]
 
     def _live_in(self, prefix: Namespace, dialect: str) -> _Scope:
         """SQL: the item is live and its namespace starts with `prefix`, label by label (its range inlined into the
@@ -518,8 +624,8 @@ class SQLItemMemory(SQLBackend, ItemMemory):
 _decoded_namespace = functools.lru_cache(maxsize=4096)(decode_namespace)  # a page's rows share few namespaces
 
 
-def _matches(query: ItemQuery, item: Item) -> bool:
-    return query.predicate is None or query.predicate(item.value)
+def _matches(query: ItemQuery, value: Mapping[str, Any]) -> bool:
+    return query.predicate is None or query.predicate(value)
 
 
 def _order(row: Any) -> tuple[str, str]:
@@ -549,4 +655,19 @@ def _item(row: Any, address: tuple[Namespace, str] | None = None) -> Item:
         updated_at=_clock.utc(int(row.updated_ms)),
         expires_at=None if row.expires_at_ms is None else _clock.utc(int(row.expires_at_ms)),
         ttl=None if row.ttl is None else float(row.ttl),
+    )
+
+
+def _plain_item(row: Any) -> PlainItem:
+    """The `PlainItem` of a row read by a listing (its columns in `_COLUMNS` order)."""
+    namespace, key, value, version, created_ms, updated_ms, expires_at_ms, ttl = row
+    return PlainItem(
+        _decoded_namespace(namespace),
+        key,
+        decode_object(value),
+        int(version),
+        _clock.utc(int(created_ms)),
+        _clock.utc(int(updated_ms)),
+        None if expires_at_ms is None else _clock.utc(int(expires_at_ms)),
+        None if ttl is None else float(ttl),
     )
