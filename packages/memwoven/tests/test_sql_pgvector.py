@@ -233,6 +233,14 @@ def _statements(memory: SQLVectorMemory) -> list[tuple[str, object]]:
     return seen
 
 
+def _index_definitions(memory: SQLVectorMemory, prefix: str) -> list[str]:
+    with memory.engine.connect() as connection:
+        found = connection.execute(
+            sa.text("SELECT indexdef FROM pg_indexes WHERE indexname LIKE :name"), {"name": f"{prefix}hnsw_%"}
+        )
+        return sorted(found.scalars())
+
+
 @pytest.mark.parametrize("metric", ["cosine", "dot"])
 def test_hnsw_search_is_approximate_with_exact_scores_through_the_index(pgvector_url: str, metric: str) -> None:
     dimension = 24
@@ -283,21 +291,11 @@ def test_hnsw_search_is_approximate_with_exact_scores_through_the_index(pgvector
             connection.exec_driver_sql("SET LOCAL enable_sort = off; SET LOCAL enable_incremental_sort = off")
             plan = "\n".join(connection.exec_driver_sql("EXPLAIN " + pages[0][0], pages[0][1]).scalars())  # type: ignore[arg-type]
         assert f"Index Scan using {prefix}hnsw_" in plan
-        with memory.engine.connect() as connection:
-            definitions = connection.execute(
-                sa.text("SELECT indexdef FROM pg_indexes WHERE indexname LIKE :name"), {"name": f"{prefix}hnsw_%"}
-            ).scalars()
-            definitions = sorted(definitions)
-        assert len(definitions) == 1  # built by a collection's first search
+        assert len(_index_definitions(memory, prefix)) == 1  # built by a collection's first search
         hits = neighbour.search(list(documents[3].embedding), top_k=20)
         assert hits[0].document.id == "d00003"
         assert len(hits) == 10  # its own rows only
-        with memory.engine.connect() as connection:
-            definitions = sorted(
-                connection.execute(
-                    sa.text("SELECT indexdef FROM pg_indexes WHERE indexname LIKE :name"), {"name": f"{prefix}hnsw_%"}
-                ).scalars()
-            )
+        definitions = _index_definitions(memory, prefix)
         assert len(definitions) == 2  # one per collection, each over its own rows
         assert all("WHERE" in definition and "collection_key" in definition for definition in definitions)
         operators = "vector_cosine_ops" if metric == "cosine" else "vector_ip_ops"

@@ -285,7 +285,6 @@ def margin(metric: Metric, dimension: int, query_norm: float, max_norm: float) -
 
 def candidates(
     connection: Connection,
-    *,
     embeddings: sa.Table,
     vectors: sa.Table,
     collection_key: str,
@@ -338,7 +337,6 @@ def candidates(
 
 def approximate_candidates(
     connection: Connection,
-    *,
     embeddings: sa.Table,
     vectors: sa.Table,
     collection_key: str,

@@ -353,19 +353,15 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         vector = query.vector_for(dimension)
         if query.top_k == 0 or dimension is None:
             return []
-        found = {
-            "embeddings": embeddings,
-            "vectors": self._vectors,
-            "collection_key": self._key,
-            "metric": self.metric,
-            "query": query,
-            "vector": vector,
-            "decode": lambda rows: self._decode(rows, dimension).live,
-        }
+        read = (embeddings, self._vectors, self._key, self.metric, query, vector)
+
+        def decode(rows: Sequence[Any]) -> DocumentBatch:
+            return self._decode(rows, dimension).live
+
         if self.hnsw is None:
-            batches = candidates(connection, **found)
+            batches = candidates(connection, *read, decode)
         else:  # _ensure_hnsw ran first
-            batches = approximate_candidates(connection, **found, hnsw=self.hnsw, iterative=bool(self._iterative))
+            batches = approximate_candidates(connection, *read, decode, self.hnsw, bool(self._iterative))
         index = VectorIndex(dimension, self.metric)
         for batch in batches:
             index.upsert(batch)
