@@ -10,6 +10,7 @@ import contextlib
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import sqlalchemy as sa
@@ -32,6 +33,8 @@ def _server_memory(url: str, prefix: str, **options: object) -> SQLVectorMemory:
 
 
 class TestPgvectorVector(VectorMemoryContract):
+    options: ClassVar[dict[str, object]] = {}  # the server-search options every memory of the class is opened with
+
     @pytest.fixture
     def vector_memory_factory(self, pgvector_url: str) -> Iterator[Callable[..., VectorMemory]]:
         prefix = unique_name("pgv") + "_"
@@ -39,7 +42,9 @@ class TestPgvectorVector(VectorMemoryContract):
 
         def make(dimension: int | None, metric: str) -> VectorMemory:
             collection = unique_name("c")
-            memory = _server_memory(pgvector_url, prefix, collection=collection, dimension=dimension, metric=metric)
+            memory = _server_memory(
+                pgvector_url, prefix, collection=collection, dimension=dimension, metric=metric, **self.options
+            )
             made.append(memory)
             return memory
 
@@ -55,6 +60,7 @@ class TestPgvectorVector(VectorMemoryContract):
             memory.table_prefix,
             collection=memory.collection,
             metric=memory.metric,
+            **self.options,
         )
 
     @contextlib.contextmanager
@@ -64,6 +70,7 @@ class TestPgvectorVector(VectorMemoryContract):
             memory.engine.url.render_as_string(hide_password=False),
             memory.table_prefix,
             collection=memory.collection + "s",
+            **self.options,
         ) as neighbour:
             yield neighbour
 
@@ -82,6 +89,14 @@ def _corpus(count: int, dimension: int, seed: int) -> list[VectorDocument]:
             metadata["note"] = "nul\x00inside"
         documents.append(VectorDocument(id=f"d{i:05d}", content=f"c{i}", embedding=vector, metadata=metadata))
     return documents
+
+
+def _indexed_corpus(count: int, dimension: int, seed: int, metric: str) -> tuple[list[VectorDocument], VectorIndex]:
+    """`_corpus` and an exact in-process index of it."""
+    documents = _corpus(count, dimension, seed)
+    index = VectorIndex(dimension, metric)  # type: ignore[arg-type]
+    index.upsert(index.prepare(documents))
+    return documents, index
 
 
 FILTERS: list[dict[str, object] | None] = [
@@ -106,9 +121,7 @@ def _same_hits(got: list[ScoredDocument], expected: list[ScoredDocument]) -> Non
 @pytest.mark.parametrize("metric", ["cosine", "dot"])
 def test_server_search_equals_the_exact_index(pgvector_url: str, metric: str) -> None:
     dimension = 24
-    documents = _corpus(1500, dimension, seed=5)
-    index = VectorIndex(dimension, metric)  # type: ignore[arg-type]
-    index.upsert(index.prepare(documents))
+    documents, index = _indexed_corpus(1500, dimension, 5, metric)
     memory = _server_memory(pgvector_url, unique_name("pgv") + "_", collection="c", metric=metric)
     try:
         memory.store(documents)
@@ -187,39 +200,7 @@ class TestPgvectorHnswVector(TestPgvectorVector):
     smaller than the first page the index is asked for plus ef_search=1000, so the index scan reaches every row and
     the results are exact (the suite's exactness cases do not hold on large collections; see the recall test)."""
 
-    @pytest.fixture
-    def vector_memory_factory(self, pgvector_url: str) -> Iterator[Callable[..., VectorMemory]]:
-        prefix = unique_name("pgh") + "_"
-        made: list[SQLVectorMemory] = []
-
-        def make(dimension: int | None, metric: str) -> VectorMemory:
-            memory = _server_memory(
-                pgvector_url, prefix, collection=unique_name("c"), dimension=dimension, metric=metric, **_HNSW_EXACT
-            )
-            made.append(memory)
-            return memory
-
-        yield make
-        if made:
-            with contextlib.suppress(Exception):
-                made[0].drop_tables()
-
-    def reopen(self, memory: VectorMemory) -> VectorMemory:
-        assert isinstance(memory, SQLVectorMemory)
-        url = memory.engine.url.render_as_string(hide_password=False)
-        return _server_memory(
-            url, memory.table_prefix, collection=memory.collection, metric=memory.metric, **_HNSW_EXACT
-        )
-
-    @contextlib.contextmanager
-    def neighbour(self, memory: VectorMemory) -> Iterator[VectorMemory]:
-        assert isinstance(memory, SQLVectorMemory)
-        url = memory.engine.url.render_as_string(hide_password=False)
-        with _server_memory(url, memory.table_prefix, collection=memory.collection + "s", **_HNSW_EXACT) as other:
-            yield other
-
-
-_HNSW_EXACT: dict[str, object] = {"index": "hnsw", "ef_search": 1000}
+    options: ClassVar[dict[str, object]] = {"index": "hnsw", "ef_search": 1000}
 
 
 def _statements(memory: SQLVectorMemory) -> list[tuple[str, object]]:
@@ -244,9 +225,7 @@ def _index_definitions(memory: SQLVectorMemory, prefix: str) -> list[str]:
 @pytest.mark.parametrize("metric", ["cosine", "dot"])
 def test_hnsw_search_is_approximate_with_exact_scores_through_the_index(pgvector_url: str, metric: str) -> None:
     dimension = 24
-    documents = _corpus(3000, dimension, seed=8)
-    index = VectorIndex(dimension, metric)  # type: ignore[arg-type]
-    index.upsert(index.prepare(documents))
+    documents, index = _indexed_corpus(3000, dimension, 8, metric)
     prefix = unique_name("pgh") + "_"
     memory = _server_memory(pgvector_url, prefix, collection="c", metric=metric, index="hnsw", ef_search=100)
     neighbour = _server_memory(pgvector_url, prefix, collection="n", metric=metric, index="hnsw")

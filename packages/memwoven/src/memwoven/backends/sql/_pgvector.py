@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,6 +46,7 @@ __all__ = [
     "HNSW_MAX_DIMENSION",
     "EmbeddingsTable",
     "Hnsw",
+    "Search",
     "approximate_candidates",
     "candidates",
     "check_hnsw_dimension",
@@ -283,22 +284,33 @@ def margin(metric: Metric, dimension: int, query_norm: float, max_norm: float) -
     return relative * max(query_norm, 1e-30) * max(max_norm, 1e-30) + 1e-30
 
 
-def candidates(
-    connection: Connection,
-    embeddings: sa.Table,
-    vectors: sa.Table,
-    collection_key: str,
-    metric: Metric,
-    query: SearchQuery,
-    vector: Matrix,
-    decode: Any,
-) -> list[DocumentBatch]:
+@dataclass(frozen=True)
+class Search:
+    """What a server search reads: the embeddings and documents tables, the collection's key and metric, the query
+    and its vector, and `decode(rows)`, which turns selected document rows into a `DocumentBatch`."""
+
+    embeddings: sa.Table
+    vectors: sa.Table
+    collection_key: str
+    metric: Metric
+    query: SearchQuery
+    vector: Matrix
+    decode: Callable[[Sequence[Any]], DocumentBatch]
+
+
+def candidates(connection: Connection, search: Search) -> list[DocumentBatch]:
     """Every row whose exact (float32) score may place it among the query's hits, read in pages by distance.
 
-    `decode(rows)` turns the selected rows into a `DocumentBatch`. The batches returned hold every matching row of
-    the true top k (with ties) and may hold more; the caller ranks them exactly.
+    The batches returned hold every matching row of the true top k (with ties) and may hold more; the caller ranks
+    them exactly.
     """
-    e, v = embeddings, vectors
+    e, collection_key, metric, query, vector = (
+        search.embeddings,
+        search.collection_key,
+        search.metric,
+        search.query,
+        search.vector,
+    )
     query_norm = float(np.linalg.norm(vector.astype(np.float64)))
     dimension = len(vector)
     values = _operand(vector)
@@ -325,7 +337,7 @@ def candidates(
         if len(matched) >= query.top_k:  # read only what may still reach the k-th match
             where.append(distance <= matched[query.top_k - 1] + 2 * slack)
         ranked = sa.select(e.c.doc_key, distance).where(*where).order_by(distance, e.c.doc_key)
-        rows = _read_page(connection, ranked.limit(page).offset(offset), v, collection_key, decode, query, batches)
+        rows = _read_page(connection, ranked.limit(page).offset(offset), search, batches)
         matched.extend(distance for distance, match, _ in rows if match)
         if len(rows) < page:
             return batches
@@ -335,18 +347,7 @@ def candidates(
         page = min(2 * page, _PAGE_LIMIT)
 
 
-def approximate_candidates(
-    connection: Connection,
-    embeddings: sa.Table,
-    vectors: sa.Table,
-    collection_key: str,
-    metric: Metric,
-    query: SearchQuery,
-    vector: Matrix,
-    decode: Any,
-    hnsw: Hnsw,
-    iterative: bool,
-) -> list[DocumentBatch]:
+def approximate_candidates(connection: Connection, search: Search, hnsw: Hnsw, iterative: bool) -> list[DocumentBatch]:
     """The rows the collection's HNSW index (`ensure_hnsw`) finds nearest, until `query.top_k` of them match.
 
     Pages of `top_k` + 1 rows, then twice as many each time (every page is one index scan, skipping what earlier
@@ -361,7 +362,7 @@ def approximate_candidates(
         settings += "; SET LOCAL hnsw.iterative_scan = relaxed_order"
     connection.exec_driver_sql(settings)
     try:
-        found = _approximate_pages(connection, embeddings, vectors, collection_key, metric, query, vector, decode)
+        found = _approximate_pages(connection, search)
     except BaseException:
         with contextlib.suppress(Exception):  # a connection the error broke is discarded by the caller
             connection.exec_driver_sql("ROLLBACK")
@@ -370,26 +371,18 @@ def approximate_candidates(
     return found
 
 
-def _approximate_pages(
-    connection: Connection,
-    e: sa.Table,
-    v: sa.Table,
-    collection_key: str,
-    metric: Metric,
-    query: SearchQuery,
-    vector: Matrix,
-    decode: Any,
-) -> list[DocumentBatch]:
+def _approximate_pages(connection: Connection, search: Search) -> list[DocumentBatch]:
     """`approximate_candidates`' reads, inside its transaction."""
     from pgvector.sqlalchemy import Vector
 
+    e, metric, query, vector = search.embeddings, search.metric, search.query, search.vector
     indexed = sa.cast(e.c.embedding, Vector(len(vector)))  # the indexed expression, as the index names it
     values = _operand(vector)
     distance = (indexed.cosine_distance(values) if metric == "cosine" else indexed.max_inner_product(values)).label(
         "distance"
     )
     # The key inline, not a parameter: the planner must see that the query implies the partial index's predicate.
-    own = e.c.collection_key == sa.literal(collection_key, KEY, literal_execute=True)
+    own = e.c.collection_key == sa.literal(search.collection_key, KEY, literal_execute=True)
     conditions: list[Any] = [own, *_preselection(e, query)]
     query_norm = float(np.linalg.norm(vector.astype(np.float64)))
     batches: list[DocumentBatch] = []
@@ -400,7 +393,7 @@ def _approximate_pages(
     offset = 0
     while True:
         ranked = sa.select(e.c.doc_key, distance, e.c.norm).where(*conditions).order_by(distance)
-        rows = _read_page(connection, ranked.limit(page).offset(offset), v, collection_key, decode, query, batches)
+        rows = _read_page(connection, ranked.limit(page).offset(offset), search, batches)
         matched.extend(distance for distance, match, _ in rows if match)
         farthest = max([farthest, *(distance for distance, _, _ in rows)])
         if metric == "dot":
@@ -451,17 +444,11 @@ def _preselection(e: sa.Table, query: SearchQuery) -> list[Any]:
 
 
 def _read_page(
-    connection: Connection,
-    ranked: sa.Select[Any],
-    vectors: sa.Table,
-    collection_key: str,
-    decode: Any,
-    query: SearchQuery,
-    batches: list[DocumentBatch],
+    connection: Connection, ranked: sa.Select[Any], search: Search, batches: list[DocumentBatch]
 ) -> list[tuple[float, bool, float]]:
     """Join one page of (doc_key, distance[, norm]) rows to their documents, decode the live ones into `batches`,
     and return (distance, whether it is live and matches the filter, norm or 0) per row, by distance."""
-    v = vectors
+    v, collection_key = search.vectors, search.collection_key
     page = ranked.subquery("ranked")
     norm = page.c.norm if "norm" in page.c else sa.literal(0.0, sa.Float(53))
     statement = (
@@ -473,8 +460,8 @@ def _read_page(
     live = [row for row in rows if not row.deleted]
     matches: Iterator[bool] = iter(())
     if live:
-        batch = decode(live)
+        batch = search.decode(live)
         batches.append(batch)
-        predicate = query.predicate
+        predicate = search.query.predicate
         matches = iter([predicate is None or predicate(metadata) for metadata in batch.metadata])
     return [(float(row.distance), not row.deleted and next(matches), float(row.n)) for row in rows]

@@ -25,6 +25,7 @@ from memwoven.backends.sql._base import SQLBackend, SQLOptions
 from memwoven.backends.sql._engine import Database, Work
 from memwoven.backends.sql._pgvector import (
     EmbeddingsTable,
+    Search,
     approximate_candidates,
     candidates,
     check_hnsw_dimension,
@@ -353,15 +354,15 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         vector = query.vector_for(dimension)
         if query.top_k == 0 or dimension is None:
             return []
-        read = (embeddings, self._vectors, self._key, self.metric, query, vector)
 
         def decode(rows: Sequence[Any]) -> DocumentBatch:
             return self._decode(rows, dimension).live
 
+        search = Search(embeddings, self._vectors, self._key, self.metric, query, vector, decode)
         if self.hnsw is None:
-            batches = candidates(connection, *read, decode)
+            batches = candidates(connection, search)
         else:  # _ensure_hnsw ran first
-            batches = approximate_candidates(connection, *read, decode, self.hnsw, bool(self._iterative))
+            batches = approximate_candidates(connection, search, self.hnsw, bool(self._iterative))
         index = VectorIndex(dimension, self.metric)
         for batch in batches:
             index.upsert(batch)
