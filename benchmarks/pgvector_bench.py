@@ -12,7 +12,7 @@ vectors (`vector_search.dataset`), top-10 cosine:
 
 Per row: p50 latency (every subject timed once per round, the order rotating: `harness.measure_rounds`), recall@10
 against numpy's exact answer, and for memwoven the ratio to the raw query of the same kind (target ≤ 1.1x); and the
-time a new process takes from spawn to its first result (target ≤ 1.0 s). The size is 100,000 x 384 (10,000 with
+time a new process takes from spawn to its first result (target ≤ 1.0 s). The size is 100,000 x 384 (5,000 with
 --quick); ``MEMWOVEN_BENCH_PGVECTOR_COUNT=1000000`` runs 1M (a fill and three HNSW builds: tens of minutes here).
 A subject that cannot run is listed with the reason.
 """

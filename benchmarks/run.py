@@ -233,7 +233,7 @@ def main() -> None:
 
     sql_vector.run(report, url=postgres, count=10_000 if args.quick else 100_000)
     _lap("sql_vector")
-    pgvector = pgvector_bench.run(report, count=10_000 if args.quick else 100_000, runs=10 if args.quick else 40)
+    pgvector = pgvector_bench.run(report, count=5_000 if args.quick else 100_000, runs=10 if args.quick else 40)
     _lap("pgvector_bench")
     langchain_history.run(report, turns=200 if args.quick else 1_000, runs=1 if args.quick else 3)
     _lap("langchain_history")
