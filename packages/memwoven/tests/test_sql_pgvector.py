@@ -10,8 +10,10 @@ import contextlib
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
+import sqlalchemy as sa
 
 from memwoven import open_vector_memory
 from memwoven.backends.sql import SQLVectorMemory
@@ -19,6 +21,7 @@ from memwoven.contracts import VectorMemory
 from memwoven.errors import InvalidInputError
 from memwoven.models import ScoredDocument, VectorDocument
 from memwoven.testing import VectorMemoryContract
+from memwoven.urls import vector_collections
 from memwoven.vector_index import VectorIndex
 from memwoven_test_support import unique_name
 
@@ -30,6 +33,8 @@ def _server_memory(url: str, prefix: str, **options: object) -> SQLVectorMemory:
 
 
 class TestPgvectorVector(VectorMemoryContract):
+    options: ClassVar[dict[str, object]] = {}  # the server-search options every memory of the class is opened with
+
     @pytest.fixture
     def vector_memory_factory(self, pgvector_url: str) -> Iterator[Callable[..., VectorMemory]]:
         prefix = unique_name("pgv") + "_"
@@ -37,7 +42,9 @@ class TestPgvectorVector(VectorMemoryContract):
 
         def make(dimension: int | None, metric: str) -> VectorMemory:
             collection = unique_name("c")
-            memory = _server_memory(pgvector_url, prefix, collection=collection, dimension=dimension, metric=metric)
+            memory = _server_memory(
+                pgvector_url, prefix, collection=collection, dimension=dimension, metric=metric, **self.options
+            )
             made.append(memory)
             return memory
 
@@ -53,6 +60,7 @@ class TestPgvectorVector(VectorMemoryContract):
             memory.table_prefix,
             collection=memory.collection,
             metric=memory.metric,
+            **self.options,
         )
 
     @contextlib.contextmanager
@@ -62,6 +70,7 @@ class TestPgvectorVector(VectorMemoryContract):
             memory.engine.url.render_as_string(hide_password=False),
             memory.table_prefix,
             collection=memory.collection + "s",
+            **self.options,
         ) as neighbour:
             yield neighbour
 
@@ -80,6 +89,14 @@ def _corpus(count: int, dimension: int, seed: int) -> list[VectorDocument]:
             metadata["note"] = "nul\x00inside"
         documents.append(VectorDocument(id=f"d{i:05d}", content=f"c{i}", embedding=vector, metadata=metadata))
     return documents
+
+
+def _indexed_corpus(count: int, dimension: int, seed: int, metric: str) -> tuple[list[VectorDocument], VectorIndex]:
+    """`_corpus` and an exact in-process index of it."""
+    documents = _corpus(count, dimension, seed)
+    index = VectorIndex(dimension, metric)  # type: ignore[arg-type]
+    index.upsert(index.prepare(documents))
+    return documents, index
 
 
 FILTERS: list[dict[str, object] | None] = [
@@ -104,9 +121,7 @@ def _same_hits(got: list[ScoredDocument], expected: list[ScoredDocument]) -> Non
 @pytest.mark.parametrize("metric", ["cosine", "dot"])
 def test_server_search_equals_the_exact_index(pgvector_url: str, metric: str) -> None:
     dimension = 24
-    documents = _corpus(1500, dimension, seed=5)
-    index = VectorIndex(dimension, metric)  # type: ignore[arg-type]
-    index.upsert(index.prepare(documents))
+    documents, index = _indexed_corpus(1500, dimension, 5, metric)
     memory = _server_memory(pgvector_url, unique_name("pgv") + "_", collection="c", metric=metric)
     try:
         memory.store(documents)
@@ -175,3 +190,148 @@ def test_server_search_needs_postgresql(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="PostgreSQL"):
         SQLVectorMemory(f"sqlite:///{tmp_path}/v.db", search="server")
     assert SQLVectorMemory(f"sqlite:///{tmp_path}/v.db").search_mode == "client"
+
+
+# HNSW (index="hnsw"): approximate server search -------------------------------------------------------------
+
+
+class TestPgvectorHnswVector(TestPgvectorVector):
+    """The conformance suite with the HNSW index, where its guarantees hold: every collection it builds is far
+    smaller than the first page the index is asked for plus ef_search=1000, so the index scan reaches every row and
+    the results are exact (the suite's exactness cases do not hold on large collections; see the recall test)."""
+
+    options: ClassVar[dict[str, object]] = {"index": "hnsw", "ef_search": 1000}
+
+
+def _statements(memory: SQLVectorMemory) -> list[tuple[str, object]]:
+    """Record the statements `memory` sends from now on."""
+    seen: list[tuple[str, object]] = []
+
+    def record(conn: object, cursor: object, statement: str, parameters: object, context: object, many: bool) -> None:
+        seen.append((statement, parameters))
+
+    sa.event.listen(memory.engine, "before_cursor_execute", record)
+    return seen
+
+
+def _index_definitions(memory: SQLVectorMemory, prefix: str) -> list[str]:
+    with memory.engine.connect() as connection:
+        found = connection.execute(
+            sa.text("SELECT indexdef FROM pg_indexes WHERE indexname LIKE :name"), {"name": f"{prefix}hnsw_%"}
+        )
+        return sorted(found.scalars())
+
+
+@pytest.mark.parametrize("metric", ["cosine", "dot"])
+def test_hnsw_search_is_approximate_with_exact_scores_through_the_index(pgvector_url: str, metric: str) -> None:
+    dimension = 24
+    documents, index = _indexed_corpus(3000, dimension, 8, metric)
+    prefix = unique_name("pgh") + "_"
+    memory = _server_memory(pgvector_url, prefix, collection="c", metric=metric, index="hnsw", ef_search=100)
+    neighbour = _server_memory(pgvector_url, prefix, collection="n", metric=metric, index="hnsw")
+    try:
+        memory.store(documents)
+        neighbour.store(documents[:10])
+        gone = [f"d{i:05d}" for i in range(0, 3000, 9)]
+        memory.delete(gone)
+        index.remove(gone)
+        statements = _statements(memory)
+        generator = random.Random(4)
+        found = total = 0
+        for _ in range(20):
+            query = [generator.gauss(0, 1) for _ in range(dimension)]
+            for filter_ in (None, {"tenant": 7}, {"kind": {"$ne": "a"}}):
+                expected = index.search(query, top_k=10, filter=filter_)
+                got = memory.search(query, top_k=10, filter=filter_)
+                assert len(got) == 10
+                exact = {hit.document.id: hit.score for hit in index.search(query, top_k=3000, filter=filter_)}
+                for hit in got:  # every row returned matches, with its exact float32 score
+                    assert hit.score == pytest.approx(exact[hit.document.id], rel=1e-6, abs=1e-6)
+                assert [hit.score for hit in got] == sorted((hit.score for hit in got), reverse=True)
+                found += len({h.document.id for h in got} & {h.document.id for h in expected})
+                total += len(expected)
+                threshold = got[4].score
+                above = memory.search(query, top_k=10, threshold=threshold, filter=filter_)
+                assert [h.document.id for h in above] == [h.document.id for h in got[:4]]  # exclusive
+        assert found / total >= 0.9  # recall@10 (it is ~0.99 here; 1.0 is not promised)
+        # Each search sets ef_search and pgvector 0.8's iterative scan for its own transaction, and reads its pages
+        # through the collection's partial HNSW index (the plan of the very statement sent).
+        settings = [sql for sql, _ in statements if "hnsw." in sql]
+        assert len(settings) == 20 * 3 * 2
+        assert set(settings) == {
+            "BEGIN READ ONLY; SET LOCAL hnsw.ef_search = 100; SET LOCAL hnsw.iterative_scan = relaxed_order"
+        }
+        pages = [(sql, parameters) for sql, parameters in statements if " AS VECTOR(24)" in sql.upper()]
+        assert len(pages) >= len(settings)
+        with memory.engine.begin() as connection:
+            connection.exec_driver_sql("SET LOCAL hnsw.ef_search = 100")
+            # 3,000 rows are few enough for the planner to sort them instead; without sorts it must show whether the
+            # partial expression index can order this very statement's rows
+            connection.exec_driver_sql("SET LOCAL enable_sort = off; SET LOCAL enable_incremental_sort = off")
+            plan = "\n".join(connection.exec_driver_sql("EXPLAIN " + pages[0][0], pages[0][1]).scalars())  # type: ignore[arg-type]
+        assert f"Index Scan using {prefix}hnsw_" in plan
+        assert len(_index_definitions(memory, prefix)) == 1  # built by a collection's first search
+        hits = neighbour.search(list(documents[3].embedding), top_k=20)
+        assert hits[0].document.id == "d00003"
+        assert len(hits) == 10  # its own rows only
+        definitions = _index_definitions(memory, prefix)
+        assert len(definitions) == 2  # one per collection, each over its own rows
+        assert all("WHERE" in definition and "collection_key" in definition for definition in definitions)
+        operators = "vector_cosine_ops" if metric == "cosine" else "vector_ip_ops"
+        assert all(f"::vector({dimension})) {operators}" in definition for definition in definitions)
+    finally:
+        memory.drop_tables()
+
+
+def test_hnsw_options_are_checked_before_anything_is_written(pgvector_url: str, tmp_path: Path) -> None:
+    bad: list[dict[str, object]] = [
+        {"search": "server", "index": "ivfflat"},
+        {"search": "client", "index": "hnsw"},
+        {"search": "server", "ef_search": 100},  # without index="hnsw"
+        {"search": "server", "index": "hnsw", "ef_search": 0},
+        {"search": "server", "index": "hnsw", "ef_search": 1001},
+        {"search": "server", "index": "hnsw", "hnsw_m": 1},
+        {"search": "server", "index": "hnsw", "hnsw_m": True},
+        {"search": "server", "index": "hnsw", "hnsw_m": 16, "hnsw_ef_construction": 20},  # < 2 m
+        {"search": "server", "index": "hnsw", "dimension": 2001},
+    ]
+    for options in bad:
+        with pytest.raises(InvalidInputError):
+            SQLVectorMemory(pgvector_url, table_prefix="never_", **options)  # type: ignore[arg-type]
+    prefix = unique_name("pgh") + "_"
+    memory = _server_memory(pgvector_url, prefix, collection="wide", index="hnsw")
+    try:
+        with pytest.raises(InvalidInputError, match="2000"):
+            memory.store([VectorDocument(id="a", content="", embedding=[1.0] * 2001, metadata={})])
+        assert memory.count() == 0
+        assert memory.dimension is None
+    finally:
+        memory.drop_tables()
+    with pytest.raises(InvalidInputError, match="PostgreSQL"):
+        SQLVectorMemory(f"sqlite:///{tmp_path}/v.db", search="server", index="hnsw")
+
+
+def test_the_url_carries_the_hnsw_options(pgvector_url: str) -> None:
+    prefix = unique_name("pgh") + "_"
+    url = f"{pgvector_url}?search=server&index=hnsw&hnsw_m=8&hnsw_ef_construction=32&ef_search=77&table_prefix={prefix}"
+    memory = open_vector_memory(url, collection="c")
+    assert isinstance(memory, SQLVectorMemory)
+    try:
+        assert memory.hnsw is not None
+        assert (memory.hnsw.m, memory.hnsw.ef_construction, memory.hnsw.ef_search) == (8, 32, 77)
+        assert "index='hnsw', hnsw_m=8, hnsw_ef_construction=32, ef_search=77" in repr(memory)
+        assert memory.search([1.0, 0.0], top_k=1) == []  # no dimension yet: nothing to index
+        memory.store([VectorDocument(id="a", content="", embedding=[1.0, 0.0], metadata={})])
+        assert memory.search([1.0, 0.0], top_k=1)[0].score == 1.0
+        assert [c.name for c in vector_collections(url)] == ["c"]
+    finally:
+        memory.drop_tables()
+    for query, match in (
+        ("index=hnsw&ef_search=ten", "whole number"),
+        ("index=hnsw&ef_search=-3", "whole number"),
+        ("index=hnsw&ef_search=5000", "ef_search"),
+        ("index=flat", "unknown index"),
+        ("ef_search=50", "only apply with index='hnsw'"),
+    ):
+        with pytest.raises(InvalidInputError, match=match):
+            open_vector_memory(f"{pgvector_url}?search=server&{query}", collection="c")

@@ -12,7 +12,8 @@ A few backend options can ride in the URL's query string, so that a URL alone (a
 argument) can name any store: `table_prefix` and `schema` on SQL URLs
 (``postgresql://host/db?table_prefix=app_``), `prefix` on Redis URLs (``redis://host:6379/0?prefix=app``), and on
 a vector memory's SQL URL `search` (``postgresql://host/db?search=server``: pgvector search in the database) and
-`cache_dir` (``sqlite:///f.db?cache_dir=on``: the index in a file shared by the machine's processes). They
+`cache_dir` (``sqlite:///f.db?cache_dir=on``: the index in a file shared by the machine's processes) and
+its index options (``?search=server&index=hnsw&ef_search=100``, also `hnsw_m` and `hnsw_ef_construction`). They
 are taken out of the URL before it reaches the driver; every other query parameter goes to the driver as before.
 `vector_collections(url)` lists the collections stored at a URL.
 """
@@ -65,8 +66,10 @@ BACKENDS = {
 """URL scheme -> the kind of backend that opens it (an SQL scheme may name a driver: ``postgresql+psycopg``)."""
 URL_OPTIONS = {"sql": ("table_prefix", "schema"), "redis": ("prefix",)}
 """The backend options a URL's query string may carry, per kind of URL."""
-VECTOR_URL_OPTIONS = {"sql": ("search", "cache_dir")}
+VECTOR_URL_OPTIONS = {"sql": ("search", "cache_dir", "index", "hnsw_m", "hnsw_ef_construction", "ef_search")}
 """The options a vector memory's URL may carry besides `URL_OPTIONS` (``postgresql://host/db?search=server``)."""
+INTEGER_URL_OPTIONS = ("hnsw_m", "hnsw_ef_construction", "ef_search")
+"""The URL options whose values are whole numbers (passed on as ints)."""
 ITEM_BACKENDS = {
     "memory": "memwoven.backends.memory:InMemoryItemMemory",
     "file": "memwoven.backends.file.items:FileItemMemory",
@@ -145,6 +148,10 @@ def _with_url_options(
             raise InvalidInputError(f"{name} is empty in the URL {redact_url(url)!r}; give a value or leave it out")
         if name in options:
             raise InvalidInputError(f"{name} is given both in the URL and as an argument")
+        if name in INTEGER_URL_OPTIONS:
+            if not (value.isascii() and value.isdigit()):
+                raise InvalidInputError(f"{name} must be a whole number in the URL {redact_url(url)!r}, got {value!r}")
+            found[name] = int(value)
     return url, {**options, **found}
 
 
@@ -268,8 +275,9 @@ def vector_collections(url: str | URL | None = None, **options: Any) -> list[Col
     """
     scheme, resolved = _resolve(url, VECTOR_URL_VARIABLE)
     resolved, options = _with_url_options(scheme, resolved, options, vector=True)
-    options.pop("search", None)  # where searches run does not change which collections are stored
-    options.pop("cache_dir", None)  # nor where their client-side index is cached
+    # where and how searches run (and where their index is cached) does not change which collections are stored
+    for name in VECTOR_URL_OPTIONS["sql"]:
+        options.pop(name, None)
     if scheme == "memory":
         return []
     if scheme == "file":

@@ -13,13 +13,23 @@ error of both dot products), so paging stops only once no unread row can score w
 the threshold is pushed into SQL widened by the same margin. Filters are applied in Python (`memwoven.filters`, the
 one definition); their top-level equality and ``$in`` parts on plain keys become a ``jsonb`` containment
 pre-selection (a superset of the matches), which a GIN index answers.
+
+With ``index="hnsw"`` a search is approximate: each collection gets its own partial HNSW index on
+``embedding::vector(d)`` (``WHERE collection_key = ...``: the table is shared by every collection of the prefix, and
+an index on a ``vector`` column needs a fixed dimension), and a search asks it for the nearest rows a page at a time
+with ``hnsw.ef_search`` and, from pgvector 0.8, ``hnsw.iterative_scan = relaxed_order`` set for its transaction only
+(so the jsonb pre-selection in the same query does not starve the index scan). The rows found are rescored exactly
+as above, so scores are exact float32 scores and the threshold stays exclusive; what may differ from exact search is
+which rows are found (recall below 1).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -32,11 +42,27 @@ from memwoven.backends.sql._schema import KEY, Tables
 from memwoven.contracts import Metric
 from memwoven.vector_index import DocumentBatch, Matrix, SearchQuery
 
-__all__ = ["EmbeddingsTable", "candidates", "check_search_mode", "jsonb_metadata", "norms"]
+__all__ = [
+    "HNSW_MAX_DIMENSION",
+    "EmbeddingsTable",
+    "Hnsw",
+    "Search",
+    "approximate_candidates",
+    "candidates",
+    "check_hnsw_dimension",
+    "check_index_options",
+    "check_search_mode",
+    "ensure_hnsw",
+    "jsonb_metadata",
+    "norms",
+]
 
 _FIRST_PAGE = 64  # rows of the first page (at least 4 * top_k); each next page doubles
 _PAGE_LIMIT = 65536
 _UNIT_ROUNDING = 2.0**-24
+HNSW_MAX_DIMENSION = 2000
+"""The most dimensions pgvector indexes in a ``vector`` column."""
+_ITERATIVE_SCANS = (0, 8, 0)  # the pgvector version that added hnsw.iterative_scan
 
 
 def check_search_mode(search: str) -> str:
@@ -46,6 +72,66 @@ def check_search_mode(search: str) -> str:
     if search not in ("client", "server"):
         raise InvalidInputError(f"unknown search {search!r}; use 'client' or 'server'")
     return search
+
+
+@dataclass(frozen=True)
+class Hnsw:
+    """The HNSW options of `SQLVectorMemory(index="hnsw")`: the index's `m` and `ef_construction` (used when the
+    index is built) and the `ef_search` of every search (the size of the candidate list; larger: better recall,
+    slower)."""
+
+    m: int = 16
+    ef_construction: int = 64
+    ef_search: int = 40
+
+
+_BOUNDS = {"hnsw_m": (2, 100), "hnsw_ef_construction": (4, 1000), "ef_search": (1, 1000)}  # pgvector's own limits
+
+
+def check_index_options(
+    search: str,
+    index: str | None,
+    hnsw_m: int | None,
+    hnsw_ef_construction: int | None,
+    ef_search: int | None,
+) -> Hnsw | None:
+    """Validate the index options: `index` None (exact search) or "hnsw" (server search only), and the HNSW
+    parameters (pgvector's ranges; given only with ``index="hnsw"``). The HNSW options, or None."""
+    from memwoven.errors import InvalidInputError
+
+    given = {"hnsw_m": hnsw_m, "hnsw_ef_construction": hnsw_ef_construction, "ef_search": ef_search}
+    if index is None:
+        named = [name for name, value in given.items() if value is not None]
+        if named:
+            raise InvalidInputError(f"{', '.join(named)} only apply with index='hnsw'")
+        return None
+    if index != "hnsw":
+        raise InvalidInputError(f"unknown index {index!r}; use 'hnsw' (or leave it out for exact search)")
+    if search != "server":
+        raise InvalidInputError("index='hnsw' needs search='server' (the index lives in PostgreSQL with pgvector)")
+    for name, value in given.items():
+        low, high = _BOUNDS[name]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high):
+            raise InvalidInputError(f"{name} must be an int from {low} to {high}, got {value!r}")
+    options = Hnsw(
+        **{key: value for key, value in zip(("m", "ef_construction", "ef_search"), given.values()) if value is not None}
+    )
+    if options.ef_construction < 2 * options.m:
+        raise InvalidInputError(
+            f"hnsw_ef_construction must be at least twice hnsw_m, got {options.ef_construction} with m={options.m}"
+        )
+    return options
+
+
+def check_hnsw_dimension(dimension: int | None) -> None:
+    """Refuse a dimension pgvector cannot index (more than `HNSW_MAX_DIMENSION`)."""
+    from memwoven.errors import InvalidInputError
+
+    if dimension is not None and dimension > HNSW_MAX_DIMENSION:
+        raise InvalidInputError(
+            f"index='hnsw' indexes at most {HNSW_MAX_DIMENSION} dimensions (pgvector), got {dimension}; "
+            "use exact server search (no index) or client-side search"
+        )
 
 
 class EmbeddingsTable:
@@ -68,6 +154,7 @@ class EmbeddingsTable:
         )
         sa.Index(f"{prefix}pgvector_by_norm", self.table.c.collection_key, self.table.c.norm)
         sa.Index(f"{prefix}pgvector_by_meta", self.table.c.meta, postgresql_using="gin")
+        self.prefix = prefix
 
     def create(self, connection: Connection) -> None:
         """Create the extension (if this role may) and the table, if missing."""
@@ -96,6 +183,45 @@ def ensure_extension(connection: Connection) -> None:
     found = connection.execute(sa.text("SELECT 1 FROM pg_extension WHERE extname = 'vector'")).first()
     if found is None:
         connection.execute(sa.text("CREATE EXTENSION IF NOT EXISTS vector"))
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(".")[:3] if part.isdigit())
+
+
+def ensure_hnsw(
+    connection: Connection, embeddings: EmbeddingsTable, collection_key: str, dimension: int, metric: Metric, hnsw: Hnsw
+) -> bool:
+    """Build the collection's HNSW index unless it exists; whether pgvector has iterative index scans (0.8+).
+
+    The index is partial (this collection's rows only: the table is shared by the prefix's collections) and on
+    ``embedding::vector(dimension)`` (an index needs a fixed dimension; the column has none). Its name depends on
+    the collection only: the options of the object that builds it stay until it is dropped.
+    """
+    check_hnsw_dimension(dimension)
+    table = embeddings.table
+    name = f"{embeddings.prefix}hnsw_{collection_key[:16]}"
+    qualified = f"{table.schema}.{name}" if table.schema else name
+    if connection.execute(sa.text("SELECT to_regclass(:name)"), {"name": qualified}).scalar() is None:
+        target = f"{table.schema}.{table.name}" if table.schema else table.name
+        operators = "vector_cosine_ops" if metric == "cosine" else "vector_ip_ops"
+        # Every value below is validated (ints, a hex key, lowercase identifiers): nothing to quote.
+        connection.execute(
+            sa.text(
+                f"CREATE INDEX IF NOT EXISTS {name} ON {target} USING hnsw "
+                f"((embedding::vector({int(dimension)})) {operators}) "
+                f"WITH (m = {int(hnsw.m)}, ef_construction = {int(hnsw.ef_construction)}) "
+                f"WHERE collection_key = '{_hex(collection_key)}'"
+            )
+        )
+    version = connection.execute(sa.text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")).scalar()
+    return _version(str(version or "0")) >= _ITERATIVE_SCANS
+
+
+def _hex(key: str) -> str:
+    if not key or any(character not in "0123456789abcdef" for character in key):
+        raise ValueError(f"not a row key: {key!r}")
+    return key
 
 
 def jsonb_metadata(text: str) -> str | None:
@@ -158,26 +284,36 @@ def margin(metric: Metric, dimension: int, query_norm: float, max_norm: float) -
     return relative * max(query_norm, 1e-30) * max(max_norm, 1e-30) + 1e-30
 
 
-def candidates(
-    connection: Connection,
-    *,
-    embeddings: sa.Table,
-    vectors: sa.Table,
-    collection_key: str,
-    metric: Metric,
-    query: SearchQuery,
-    vector: Matrix,
-    decode: Any,
-) -> list[DocumentBatch]:
+@dataclass(frozen=True)
+class Search:
+    """What a server search reads: the embeddings and documents tables, the collection's key and metric, the query
+    and its vector, and `decode(rows)`, which turns selected document rows into a `DocumentBatch`."""
+
+    embeddings: sa.Table
+    vectors: sa.Table
+    collection_key: str
+    metric: Metric
+    query: SearchQuery
+    vector: Matrix
+    decode: Callable[[Sequence[Any]], DocumentBatch]
+
+
+def candidates(connection: Connection, search: Search) -> list[DocumentBatch]:
     """Every row whose exact (float32) score may place it among the query's hits, read in pages by distance.
 
-    `decode(rows)` turns the selected rows into a `DocumentBatch`. The batches returned hold every matching row of
-    the true top k (with ties) and may hold more; the caller ranks them exactly.
+    The batches returned hold every matching row of the true top k (with ties) and may hold more; the caller ranks
+    them exactly.
     """
-    e, v = embeddings, vectors
+    e, collection_key, metric, query, vector = (
+        search.embeddings,
+        search.collection_key,
+        search.metric,
+        search.query,
+        search.vector,
+    )
     query_norm = float(np.linalg.norm(vector.astype(np.float64)))
     dimension = len(vector)
-    values = vector.tolist()
+    values = _operand(vector)
     if metric == "cosine":
         distance = e.c.embedding.cosine_distance(values)
         max_norm = 1.0
@@ -187,22 +323,10 @@ def candidates(
         max_norm = float(found.scalar() or 0.0)
     slack = margin(metric, dimension, query_norm, max_norm)
     distance = distance.label("distance")
-    conditions: list[Any] = [e.c.collection_key == collection_key]
+    conditions: list[Any] = [e.c.collection_key == collection_key, *_preselection(e, query)]
     if query.threshold is not None:
         # score > threshold; pgvector's distance is 1 - score (cosine) or -score (dot)
-        bound = (1.0 - query.threshold if metric == "cosine" else -query.threshold) + slack
-        conditions.append(distance < bound)
-    if query.filter:
-        for key, options in _equalities(query.filter):
-            test: sa.ColumnElement[bool]
-            if len(options) == 1:  # containment: what a GIN index answers
-                test = e.c.meta.op("@>")(_jsonb(json.dumps({key: options[0]}, ensure_ascii=False)))
-            else:
-                field = e.c.meta.op("->")(sa.literal(key, sa.Text))
-                values = [_jsonb(json.dumps(option, ensure_ascii=False)) for option in options]
-                test = field == sa.any_(postgresql.array(values))  # the field is extracted once
-            conditions.append(sa.or_(e.c.meta.is_(None), test))
-    predicate = query.predicate
+        conditions.append(distance < _distance_bound(metric, query.threshold) + slack)
     batches: list[DocumentBatch] = []
     matched: list[float] = []  # the pgvector distances of the matching rows read, ascending
     page = max(_FIRST_PAGE, 4 * query.top_k)
@@ -212,30 +336,132 @@ def candidates(
         where = list(conditions)
         if len(matched) >= query.top_k:  # read only what may still reach the k-th match
             where.append(distance <= matched[query.top_k - 1] + 2 * slack)
-        ranked = (
-            sa.select(e.c.doc_key, distance)
-            .where(*where)
-            .order_by(distance, e.c.doc_key)
-            .limit(page)
-            .offset(offset)
-            .subquery("ranked")
-        )
-        statement = (
-            sa.select(v.c.doc_id, v.c.content, v.c.metadata, v.c.embedding, v.c.deleted, ranked.c.distance)
-            .select_from(ranked.join(v, sa.and_(v.c.collection_key == collection_key, v.c.doc_key == ranked.c.doc_key)))
-            .order_by(ranked.c.distance, ranked.c.doc_key)
-        )
-        rows: Sequence[Any] = connection.execute(statement).all()
-        live = [row for row in rows if not row.deleted]
-        if live:
-            batch = decode(live)
-            batches.append(batch)
-            for row, metadata in zip(live, batch.metadata):
-                if predicate is None or predicate(metadata):
-                    matched.append(float(row.distance))
+        ranked = sa.select(e.c.doc_key, distance).where(*where).order_by(distance, e.c.doc_key)
+        rows = _read_page(connection, ranked.limit(page).offset(offset), search, batches)
+        matched.extend(distance for distance, match, _ in rows if match)
         if len(rows) < page:
             return batches
-        if len(matched) >= query.top_k and float(rows[-1].distance) > matched[query.top_k - 1] + 2 * slack:
+        if len(matched) >= query.top_k and rows[-1][0] > matched[query.top_k - 1] + 2 * slack:
             return batches  # every unread row is farther still
         offset += page
         page = min(2 * page, _PAGE_LIMIT)
+
+
+def approximate_candidates(connection: Connection, search: Search, hnsw: Hnsw, iterative: bool) -> list[DocumentBatch]:
+    """The rows the collection's HNSW index (`ensure_hnsw`) finds nearest, until `query.top_k` of them match.
+
+    Pages of `top_k` + 1 rows, then twice as many each time (every page is one index scan, skipping what earlier
+    pages read), until `top_k` rows read match the filter and a row farther than the k-th was read (so ties with it
+    are read too), the index has no more, or a whole page lies beyond the threshold. `ef_search` (and pgvector's
+    iterative scan, when `iterative`) is set for this transaction only.
+    """
+    # Reads run in autocommit on PostgreSQL: a transaction of its own, opened with the settings in one round trip
+    # (the simple query protocol takes several statements; the values are validated ints), holds the SET LOCALs.
+    settings = f"BEGIN READ ONLY; SET LOCAL hnsw.ef_search = {int(hnsw.ef_search)}"
+    if iterative:  # keep scanning the graph while the pre-selection rejects what it finds
+        settings += "; SET LOCAL hnsw.iterative_scan = relaxed_order"
+    connection.exec_driver_sql(settings)
+    try:
+        found = _approximate_pages(connection, search)
+    except BaseException:
+        with contextlib.suppress(Exception):  # a connection the error broke is discarded by the caller
+            connection.exec_driver_sql("ROLLBACK")
+        raise
+    connection.exec_driver_sql("COMMIT")
+    return found
+
+
+def _approximate_pages(connection: Connection, search: Search) -> list[DocumentBatch]:
+    """`approximate_candidates`' reads, inside its transaction."""
+    from pgvector.sqlalchemy import Vector
+
+    e, metric, query, vector = search.embeddings, search.metric, search.query, search.vector
+    indexed = sa.cast(e.c.embedding, Vector(len(vector)))  # the indexed expression, as the index names it
+    values = _operand(vector)
+    distance = (indexed.cosine_distance(values) if metric == "cosine" else indexed.max_inner_product(values)).label(
+        "distance"
+    )
+    # The key inline, not a parameter: the planner must see that the query implies the partial index's predicate.
+    own = e.c.collection_key == sa.literal(search.collection_key, KEY, literal_execute=True)
+    conditions: list[Any] = [own, *_preselection(e, query)]
+    query_norm = float(np.linalg.norm(vector.astype(np.float64)))
+    batches: list[DocumentBatch] = []
+    matched: list[float] = []  # the distances of the matching rows read
+    farthest = -math.inf  # the largest distance read
+    max_norm = 1.0 if metric == "cosine" else 0.0  # of the rows read (dot: the margin scales with it)
+    page = query.top_k + 1  # one more than asked: a row beyond the k-th tells that no tie is left unread
+    offset = 0
+    while True:
+        ranked = sa.select(e.c.doc_key, distance, e.c.norm).where(*conditions).order_by(distance)
+        rows = _read_page(connection, ranked.limit(page).offset(offset), search, batches)
+        matched.extend(distance for distance, match, _ in rows if match)
+        farthest = max([farthest, *(distance for distance, _, _ in rows)])
+        if metric == "dot":
+            max_norm = max([max_norm, *(norm for _, _, norm in rows)])
+        if len(rows) < page:
+            return batches
+        # Equal vectors have equal distances: a row read beyond the k-th match's distance means no exact tie is cut
+        # (near ties within rounding are left to approximation, or a second page would be the rule on dense data).
+        if len(matched) >= query.top_k and farthest > sorted(matched)[query.top_k - 1]:
+            return batches  # the index scan goes outwards: what it has not read yet is farther (approximately)
+        slack = margin(metric, len(vector), query_norm, max_norm)
+        if query.threshold is not None and min(distance for distance, _, _ in rows) >= (
+            _distance_bound(metric, query.threshold) + slack
+        ):
+            return batches  # every row of the page is beyond the threshold, and so are the rows after them
+        offset += page
+        page = min(2 * page, _PAGE_LIMIT)
+
+
+def _operand(vector: Matrix) -> Any:
+    """The query vector as a pgvector value: its text (each float32 as the float64 it equals, which pgvector reads
+    back exactly) cast to ``vector``; built with C-level list formatting (pgvector's own converts element by element).
+    """
+    from pgvector.sqlalchemy import Vector
+
+    return sa.cast(sa.literal(str(vector.tolist()), sa.Text), Vector(len(vector)))
+
+
+def _distance_bound(metric: Metric, threshold: float) -> float:
+    """The pgvector distance of a row scoring `threshold`: 1 - score (cosine) or -score (dot)."""
+    return 1.0 - threshold if metric == "cosine" else -threshold
+
+
+def _preselection(e: sa.Table, query: SearchQuery) -> list[Any]:
+    """The filter's top-level equalities as jsonb conditions: a superset of the matches (rows whose metadata the
+    jsonb column could not hold pass, for Python to decide)."""
+    conditions: list[Any] = []
+    for key, options in _equalities(query.filter or {}):
+        test: sa.ColumnElement[bool]
+        if len(options) == 1:  # containment: what a GIN index answers
+            test = e.c.meta.op("@>")(_jsonb(json.dumps({key: options[0]}, ensure_ascii=False)))
+        else:
+            field = e.c.meta.op("->")(sa.literal(key, sa.Text))
+            values = [_jsonb(json.dumps(option, ensure_ascii=False)) for option in options]
+            test = field == sa.any_(postgresql.array(values))  # the field is extracted once
+        conditions.append(sa.or_(e.c.meta.is_(None), test))
+    return conditions
+
+
+def _read_page(
+    connection: Connection, ranked: sa.Select[Any], search: Search, batches: list[DocumentBatch]
+) -> list[tuple[float, bool, float]]:
+    """Join one page of (doc_key, distance[, norm]) rows to their documents, decode the live ones into `batches`,
+    and return (distance, whether it is live and matches the filter, norm or 0) per row, by distance."""
+    v, collection_key = search.vectors, search.collection_key
+    page = ranked.subquery("ranked")
+    norm = page.c.norm if "norm" in page.c else sa.literal(0.0, sa.Float(53))
+    statement = (
+        sa.select(v.c.doc_id, v.c.content, v.c.metadata, v.c.embedding, v.c.deleted, page.c.distance, norm.label("n"))
+        .select_from(page.join(v, sa.and_(v.c.collection_key == collection_key, v.c.doc_key == page.c.doc_key)))
+        .order_by(page.c.distance, page.c.doc_key)
+    )
+    rows: Sequence[Any] = connection.execute(statement).all()
+    live = [row for row in rows if not row.deleted]
+    matches: Iterator[bool] = iter(())
+    if live:
+        batch = search.decode(live)
+        batches.append(batch)
+        predicate = search.query.predicate
+        matches = iter([predicate is None or predicate(metadata) for metadata in batch.metadata])
+    return [(float(row.distance), not row.deleted and next(matches), float(row.n)) for row in rows]

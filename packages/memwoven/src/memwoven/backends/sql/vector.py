@@ -38,7 +38,16 @@ from memwoven._vector_cache import (
 from memwoven.backends.sql._base import SQLBackend, SQLOptions
 from memwoven.backends.sql._bulk import write_documents
 from memwoven.backends.sql._engine import Database, Work
-from memwoven.backends.sql._pgvector import EmbeddingsTable, candidates, check_search_mode
+from memwoven.backends.sql._pgvector import (
+    EmbeddingsTable,
+    Search,
+    approximate_candidates,
+    candidates,
+    check_hnsw_dimension,
+    check_index_options,
+    check_search_mode,
+    ensure_hnsw,
+)
 from memwoven.backends.sql._schema import Tables, check_identifier, insert_ignoring, key_of
 from memwoven.contracts import CollectionInfo, DocumentsIn, Metric, check_collection, check_ids
 from memwoven.errors import CorruptMemoryError, DimensionMismatchError, InvalidInputError
@@ -104,6 +113,12 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
     (`memwoven._vector_cache`): a directory, True (or "on") for `default_cache_dir()`, False (or "off", the default)
     for none. A new process maps the collection's newest file and applies the changes since, instead of reading
     every row; reads stay as fresh as without it.
+
+    `index="hnsw"` (server search only) makes server searches approximate through a pgvector HNSW index of the
+    collection, built with `hnsw_m` (default 16) and `hnsw_ef_construction` (64) by the first object that needs it
+    once the dimension is known (at most 2,000), and searched with `ef_search` (40; up to 1,000: higher finds more
+    of the true neighbours, slower). Scores stay the exact float32 scores of the rows returned and the threshold
+    stays exclusive, but a search may miss rows exact search would return (recall below 1).
     """
 
     _table_names = ("collections", "vectors")
@@ -117,13 +132,22 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         metric: Metric = "cosine",
         search: str = "client",
         cache_dir: str | os.PathLike[str] | bool = False,
+        index: str | None = None,
+        hnsw_m: int | None = None,
+        hnsw_ef_construction: int | None = None,
+        ef_search: int | None = None,
         **options: Unpack[SQLOptions],
     ) -> None:
         self.collection = check_collection(collection)  # stored as data, keyed by its hash
         self.metric = check_metric(metric)
         self.search_mode = check_search_mode(search)
+        self.hnsw = check_index_options(self.search_mode, index, hnsw_m, hnsw_ef_construction, ef_search)
+        """The HNSW options (None: exact search)."""
         self._wanted_dimension = check_dimension(dimension)
         self.cache_dir = _check_cache_dir(cache_dir)
+        if self.hnsw is not None:
+            check_hnsw_dimension(self._wanted_dimension)
+        self._iterative: bool | None = None  # once the HNSW index is known to exist: pgvector's iterative scans
         super().__init__(url_or_engine, **options)
         self._embeddings: EmbeddingsTable | None = None
         if self.search_mode == "server":
@@ -155,7 +179,11 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         return (
             f"SQLVectorMemory({self._options_repr()}, collection={self.collection!r}, "
             f"dimension={self.dimension}, metric={self.metric!r}"
-            + (", search='server')" if self._embeddings is not None else ")")
+            + (", search='server'" if self._embeddings is not None else "")
+            + ("" if self.hnsw is None else f", index='hnsw', hnsw_m={self.hnsw.m}, ")
+            + ("" if self.hnsw is None else f"hnsw_ef_construction={self.hnsw.ef_construction}, ")
+            + ("" if self.hnsw is None else f"ef_search={self.hnsw.ef_search}")
+            + ")"
         )
 
     @property
@@ -183,6 +211,8 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
             yield Work(_ignore)
             return
         dimension = int(batch.vectors.shape[1])
+        if self.hnsw is not None:
+            check_hnsw_dimension(dimension)
 
         def body(connection: Connection) -> _Collection:
             state = self._bump(connection)
@@ -203,6 +233,11 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         """Exact top-k search over the collection as stored."""
         if self._embeddings is not None:
             table = self._embeddings.table
+            if self.hnsw is not None and self._iterative is None:
+                iterative: bool | None = yield Work(self._ensure_hnsw, write=True, ddl=True)
+                if iterative is None:  # the collection has no dimension yet, hence no documents
+                    return []
+                self._iterative = iterative
             hits: list[ScoredDocument] = yield Work(lambda connection: self._server_search(connection, table, query))
             return hits
         return (yield from self._read_steps(lambda index: index.query(query)))
@@ -300,25 +335,33 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
             self._learn_dimension(state.dimension)
         return state
 
+    def _ensure_hnsw(self, connection: Connection) -> bool | None:
+        """Build the collection's HNSW index if missing, once its dimension is known (`_pgvector.ensure_hnsw`):
+        whether pgvector has iterative scans, or None while the collection has no dimension."""
+        state = self._server_state(connection)
+        if state.dimension is None or self._embeddings is None or self.hnsw is None:
+            return None
+        return ensure_hnsw(connection, self._embeddings, self._key, state.dimension, self.metric, self.hnsw)
+
     def _live(self) -> Any:
         return sa.and_(self._vectors.c.collection_key == self._key, sa.not_(self._vectors.c.deleted))
 
     def _server_search(self, connection: Connection, embeddings: sa.Table, query: SearchQuery) -> list[ScoredDocument]:
-        state = self._server_state(connection)
-        vector = query.vector_for(state.dimension)
-        if query.top_k == 0 or state.dimension is None:
+        # A collection's dimension never changes once set: known, it need not be read again (one round trip less).
+        dimension = self.dimension if self.dimension is not None else self._server_state(connection).dimension
+        vector = query.vector_for(dimension)
+        if query.top_k == 0 or dimension is None:
             return []
-        batches = candidates(
-            connection,
-            embeddings=embeddings,
-            vectors=self._vectors,
-            collection_key=self._key,
-            metric=self.metric,
-            query=query,
-            vector=vector,
-            decode=lambda rows: self._decode(rows, state.dimension).live,
-        )
-        index = VectorIndex(state.dimension, self.metric)
+
+        def decode(rows: Sequence[Any]) -> DocumentBatch:
+            return self._decode(rows, dimension).live
+
+        search = Search(embeddings, self._vectors, self._key, self.metric, query, vector, decode)
+        if self.hnsw is None:
+            batches = candidates(connection, search)
+        else:  # _ensure_hnsw ran first
+            batches = approximate_candidates(connection, search, self.hnsw, bool(self._iterative))
+        index = VectorIndex(dimension, self.metric)
         for batch in batches:
             index.upsert(batch)
         return index.query(query)
