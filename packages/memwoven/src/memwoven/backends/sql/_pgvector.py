@@ -24,8 +24,6 @@ from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Connection
 
 from memwoven.backends.sql._schema import KEY, Tables
@@ -88,7 +86,7 @@ class _JSONBText(sa.types.UserDefinedType[str]):
         return "JSONB"
 
     def bind_expression(self, bindvalue: Any) -> Any:
-        return sa.cast(sa.type_coerce(bindvalue, sa.Text), JSONB)
+        return sa.cast(sa.type_coerce(bindvalue, sa.Text), _jsonb_type())
 
 
 def ensure_extension(connection: Connection) -> None:
@@ -110,8 +108,15 @@ def norms(vectors: Matrix) -> list[float]:
     return found
 
 
+def _jsonb_type() -> Any:
+    """PostgreSQL's JSONB type; its dialect package is imported at the first server-side use, not with memwoven."""
+    from sqlalchemy.dialects.postgresql import JSONB
+
+    return JSONB
+
+
 def _jsonb(text: str) -> Any:
-    return sa.cast(sa.literal(text, sa.Text), JSONB)
+    return sa.cast(sa.literal(text, sa.Text), _jsonb_type())
 
 
 def _equalities(spec: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
@@ -200,7 +205,9 @@ def candidates(
             else:
                 field = e.c.meta.op("->")(sa.literal(key, sa.Text))
                 values = [_jsonb(json.dumps(option, ensure_ascii=False)) for option in options]
-                test = field == sa.any_(postgresql.array(values))  # the field is extracted once
+                from sqlalchemy.dialects.postgresql import array
+
+                test = field == sa.any_(array(values))  # the field is extracted once
             conditions.append(sa.or_(e.c.meta.is_(None), test))
     predicate = query.predicate
     batches: list[DocumentBatch] = []
