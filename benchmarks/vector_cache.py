@@ -29,7 +29,9 @@ from vector_search import _corpus, _memwoven
 from memwoven import SQLVectorMemory, VectorDocument
 
 _WORKER = r"""
-import json, sys, time
+import time
+started = time.time()  # the interpreter is up
+import json, sys
 import numpy as np
 
 def status():
@@ -57,11 +59,13 @@ from memwoven import SQLVectorMemory
 imported = time.time()
 before = status()
 memory = SQLVectorMemory(url, table_prefix=prefix, collection="bench", cache_dir=cache if cache != "off" else False)
+opened = time.time()
 hits = memory.search(queries[0].tolist(), top_k=10)
 answered = time.time()
 after = status()
 found = mapped(cache) if cache != "off" else 0.0
-print(json.dumps([imported, answered, before, after, found, [h.document.id for h in hits]]), flush=True)
+first = [imported, answered, before, after, found, [h.document.id for h in hits], started, opened]
+print(json.dumps(first), flush=True)
 for line in sys.stdin:
     index = int(line)
     start = time.perf_counter()
@@ -73,7 +77,8 @@ memory.close()
 
 class _Worker:
     """A new process (a plain interpreter, as a fresh web worker would be) on the collection; `first` is its report
-    after the first search: (imports done, first result) wall-clock times, status before and after, MB mapped, ids."""
+    after the first search: (imports done, first result) wall-clock times, status before and after, MB mapped, ids,
+    (interpreter up, object made) wall-clock times."""
 
     def __init__(self, url: str, prefix: str, cache: str, queries: str) -> None:
         self.spawned = time.time()
@@ -156,7 +161,7 @@ def run(report: Report, *, url: str, count: int, runs: int = 30) -> None:
         writer.drop_tables()
         writer.close()
         shutil.rmtree(cache, ignore_errors=True)
-    imported, answered, before, after, mapped, _ = worker.first
+    imported, answered, before, after, mapped, _, started, opened = worker.first
     seconds = answered - worker.spawned
     added = after["RssAnon"] - before["RssAnon"]
     matrix = count * 384 * 4 / 2**20
@@ -175,7 +180,8 @@ def run(report: Report, *, url: str, count: int, runs: int = 30) -> None:
         name,
         "second process with the cache: spawn -> first result",
         _one(seconds),
-        f"open -> first result {answered - imported:.2f} s, +{added:.0f} MB private, "
+        f"interpreter start {started - worker.spawned:.2f} s, imports (numpy, memwoven) {imported - started:.2f} s, "
+        f"open {opened - imported:.2f} s, first search {answered - opened:.2f} s; +{added:.0f} MB private, "
         f"{mapped:.0f} MB of the file mapped ({matrix:.0f} MB matrix)",
     )
     baseline, ours = _timing(local), _timing(cached)

@@ -10,6 +10,8 @@ import multiprocessing
 import os
 import re
 import socket
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -146,6 +148,27 @@ def test_urls_get_both_drivers_and_never_show_the_password(tmp_path: Path) -> No
     lite = SQLChatMemory(f"sqlite:///{tmp_path}/x.db")
     assert lite.async_engine is not None
     assert lite.async_engine.url.drivername == "sqlite+aiosqlite"
+
+
+_SYNC_WORKER = """
+import asyncio, sys
+from memwoven import SQLVectorMemory
+memory = SQLVectorMemory(sys.argv[1], collection="c", dimension=2)
+memory.store([{"id": "a", "embedding": [1.0, 0.0]}])
+assert [hit.document.id for hit in memory.search([1.0, 0.1], top_k=1)] == ["a"]
+print(sorted(m for m in ("sqlalchemy.ext.asyncio", "aiosqlite", "sqlalchemy.dialects.postgresql") if m in sys.modules))
+asyncio.run(memory.asearch([1.0, 0.1], top_k=1))
+print(sorted(m for m in ("sqlalchemy.ext.asyncio", "aiosqlite") if m in sys.modules))
+"""
+
+
+def test_a_sync_process_imports_no_async_engine_nor_other_dialects(tmp_path: Path) -> None:
+    """A worker on SQLite using the sync API loads neither SQLAlchemy's asyncio extension, nor aiosqlite, nor the
+    PostgreSQL dialect; its first async call builds the async engine."""
+    found = subprocess.run(
+        [sys.executable, "-c", _SYNC_WORKER, f"sqlite:///{tmp_path}/x.db"], capture_output=True, text=True, check=True
+    )
+    assert found.stdout.splitlines() == ["[]", "['aiosqlite', 'sqlalchemy.ext.asyncio']"]
 
 
 @pytest.mark.parametrize(

@@ -183,7 +183,7 @@ def _damage(path: Path, offset: int) -> None:
         file.write(bytes([byte[0] ^ 0x40]))
 
 
-@pytest.mark.parametrize("damage", ["matrix", "ids", "header", "truncated"])
+@pytest.mark.parametrize("damage", ["matrix", "ids", "header", "truncated", "format 1"])
 def test_a_damaged_file_is_ignored_and_rebuilt(
     where: tuple[str, str], filled: tuple[np.ndarray, Path], damage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -194,6 +194,9 @@ def test_a_damaged_file_is_ignored_and_rebuilt(
     if damage == "truncated":
         with path.open("r+b") as file:
             file.truncate(path.stat().st_size - 4096)
+    elif damage == "format 1":  # an older memwoven's magic (its files had CRC-32 checksums)
+        with path.open("r+b") as file:
+            file.write(b"MWVCACHE")
     else:
         opened = CacheFile.open(path, path.name.split(".")[0], 8, "cosine")
         assert opened is not None

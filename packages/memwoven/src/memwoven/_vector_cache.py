@@ -9,11 +9,11 @@ written to a temporary file, fsynced and renamed into place (a reader sees a who
 header, size or checksums do not hold, or that belongs to another database, collection, generation, metric or
 dimension, is ignored (and a damaged one removed): the backend then reads the database.
 
-Layout (little-endian): a 4 KiB header (magic, the length and CRC-32 of a JSON description, the description),
-then the sections it lists, each with its offset, length and CRC-32, 4 KiB aligned: the float32 matrix, the
-rows' inverse norms, the 64-bit hashes of the ids sorted (and the row of each), and for ids, contents and
-metadata (JSON text) one UTF-8 blob each with int64 offsets. Ids, contents and metadata are decoded only for the
-rows a search returns; an id is found by binary search over the hashes, then checked.
+Layout (little-endian): a 4 KiB header (magic, the length and XXH3-64 hash of a JSON description, the
+description), then the sections it lists, each with its offset, length and XXH3-64 hash, 4 KiB aligned: the
+float32 matrix, the rows' inverse norms, the 64-bit hashes of the ids sorted (and the row of each), and for ids,
+contents and metadata (JSON text) one UTF-8 blob each with int64 offsets. Ids, contents and metadata are decoded
+only for the rows a search returns; an id is found by binary search over the hashes, then checked.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ import mmap
 import os
 import struct
 import tempfile
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
+import xxhash
 
 from memwoven.contracts import DocumentsIn, Metric, check_ids
 from memwoven.models import FrozenDict, FrozenList, ScoredDocument, VectorDocument, freeze_json
@@ -51,11 +51,12 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_MAGIC = b"MWVCACHE"
-_FORMAT = 1
+_MAGIC = b"MWVCACH2"
+_OLD_MAGICS = (b"MWVCACHE",)  # format 1: CRC-32 checksums; such a file is removed and rebuilt
+_FORMAT = 2
 _HEADER = 4096  # bytes before the first section
 _ALIGN = 4096  # sections start on a page
-_PREFIX = struct.Struct("<8sII")  # magic, JSON length, JSON CRC-32
+_PREFIX = struct.Struct("<8sIQ")  # magic, JSON length, JSON XXH3-64
 _SUFFIX = ".mwvc"
 _TEXTS = ("ids", "contents", "metadata")
 
@@ -97,7 +98,7 @@ class CacheWriter:
         self._file: BinaryIO = os.fdopen(descriptor, "w+b")
         self._file.write(bytes(_HEADER))
         self._count = 0
-        self._matrix_crc = 0
+        self._matrix_hash = xxhash.xxh3_64()
         self._norms: list[Matrix] = []
         self._hashes: list[npt.NDArray[np.uint64]] = []
         self._texts: dict[str, tuple[bytearray, list[int]]] = {name: (bytearray(), []) for name in _TEXTS}
@@ -121,7 +122,7 @@ class CacheWriter:
             raise ValueError(f"expected a ({len(ids)}, {self.dimension}) matrix, got {data.shape}")
         raw = data.data.cast("B")
         self._file.write(raw)
-        self._matrix_crc = zlib.crc32(raw, self._matrix_crc)
+        self._matrix_hash.update(raw)
         self._norms.append(inverse_norms(data))
         self._hashes.append(id_hashes(ids) if hashes is None else hashes.astype(np.uint64))
         for name, values in zip(_TEXTS, (ids, contents, metadata)):
@@ -136,7 +137,8 @@ class CacheWriter:
         """Finish the file as the collection's state at (`generation`, `version`), fsync it and rename it into
         place; older files of the collection are removed. Returns its path."""
         count = self._count
-        sections: dict[str, list[int]] = {"matrix": [_HEADER, count * self.dimension * 4, self._matrix_crc]}
+        matrix = [_HEADER, count * self.dimension * 4, self._matrix_hash.intdigest()]
+        sections: dict[str, list[int]] = {"matrix": matrix}
         self._file.write(bytes(_padding(_HEADER + sections["matrix"][1])))
         hashes = np.concatenate(self._hashes) if self._hashes else np.empty(0, np.uint64)
         order = np.argsort(hashes, kind="stable").astype("<i8")
@@ -153,7 +155,7 @@ class CacheWriter:
             arrays[name] = np.frombuffer(bytes(blob), dtype=np.uint8)
         for name, array in arrays.items():
             data = np.ascontiguousarray(array).data.cast("B")
-            sections[name] = [self._file.tell(), len(data), zlib.crc32(data)]
+            sections[name] = [self._file.tell(), len(data), xxhash.xxh3_64_intdigest(data)]
             self._file.write(data)
             self._file.write(bytes(_padding(len(data))))
         description = json.dumps(
@@ -172,7 +174,7 @@ class CacheWriter:
         if _PREFIX.size + len(description) > _HEADER:
             raise ValueError("cache header too long")
         self._file.seek(0)
-        self._file.write(_PREFIX.pack(_MAGIC, len(description), zlib.crc32(description)) + description)
+        self._file.write(_PREFIX.pack(_MAGIC, len(description), xxhash.xxh3_64_intdigest(description)) + description)
         self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()
@@ -244,7 +246,7 @@ def _files(directory: Path, identity: str) -> list[tuple[int, int, Path]]:
 class CacheFile:
     """One mapped, checked cache file: the matrix, inverse norms and id hashes as read-only arrays over the
     mapping, ids, contents and metadata decoded one row at a time. `sections` maps each section's name to its
-    (offset, length, CRC-32)."""
+    (offset, length, XXH3-64)."""
 
     sections: dict[str, tuple[int, ...]]
 
@@ -270,7 +272,7 @@ class CacheFile:
 
     @classmethod
     def open(cls, path: Path, identity: str, dimension: int, metric: Metric) -> CacheFile | None:
-        """The file mapped and checked (header, size, every section's CRC-32, identity, metric, dimension), or
+        """The file mapped and checked (header, size, every section's XXH3-64, identity, metric, dimension), or
         None, logged, if it does not hold (a damaged file is removed)."""
         try:
             with path.open("rb") as file:
@@ -339,11 +341,13 @@ class CacheFile:
 
 def _check(mapping: mmap.mmap, size: int) -> dict[str, Any]:
     """The header of a mapped file, or ValueError (KeyError, TypeError, AttributeError) if anything does not hold."""
-    magic, length, crc = _PREFIX.unpack_from(mapping, 0)
+    magic, length, checksum = _PREFIX.unpack_from(mapping, 0)
+    if magic in _OLD_MAGICS:
+        raise ValueError("written by an older memwoven (format 1)")
     if magic != _MAGIC:
         raise ValueError("not a memwoven vector cache")
     description = mapping[_PREFIX.size : _PREFIX.size + length]
-    if _PREFIX.size + length > _HEADER or zlib.crc32(description) != crc:
+    if _PREFIX.size + length > _HEADER or xxhash.xxh3_64_intdigest(description) != checksum:
         raise ValueError("header checksum mismatch")
     header: dict[str, Any] = json.loads(description)
     if header["format"] != _FORMAT:
@@ -355,12 +359,14 @@ def _check(mapping: mmap.mmap, size: int) -> dict[str, Any]:
     expected.update({f"{name}_offsets": (count + 1) * 8 for name in _TEXTS})
     view = memoryview(mapping)
     try:
-        for name, (offset, length, checksum) in header["sections"].items():
+        for name, (offset, length, expected_hash) in header["sections"].items():
             if name in expected and length != expected.pop(name):
                 raise ValueError(f"section {name} has {length} bytes")
             if name in _TEXTS:
                 expected.pop(name, None)
-            if offset < _HEADER or offset + length > size or zlib.crc32(view[offset : offset + length]) != checksum:
+            if offset < _HEADER or offset + length > size:
+                raise ValueError(f"section {name} out of the file")
+            if xxhash.xxh3_64_intdigest(view[offset : offset + length]) != expected_hash:
                 raise ValueError(f"section {name} checksum mismatch")
     finally:
         view.release()

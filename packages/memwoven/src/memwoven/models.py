@@ -126,7 +126,9 @@ Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # defer_build: a model's validator and serializer are built at its first use, not at import (this module's own
+    # import time halves; a worker that only reads search results built by model_construct may never build them)
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
 
 class TextPart(_Model):

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, ClassVar, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypedDict, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Engine
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memwoven._steps import Runner, Steps, aexecute, arun, execute, run
 from memwoven.backends.sql._engine import Database, Work
 from memwoven.backends.sql._schema import Tables, check_identifier, create_tables
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = ["SQLBackend", "SQLOptions"]
 

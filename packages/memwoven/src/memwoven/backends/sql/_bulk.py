@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection
 
 from memwoven.backends.sql._pgvector import EmbeddingsTable, jsonb_metadata, norms
@@ -124,6 +123,8 @@ def _replace_by_copy(
     """Delete the collection's rows with these keys (if it has any row), then COPY `rows` in."""
     stored = connection.execute(sa.select(sa.exists().where(table.c.collection_key == collection_key))).scalar()
     if stored:
+        from sqlalchemy.dialects import postgresql  # only on PostgreSQL: other databases never load its dialect
+
         wanted = sa.bindparam("keys", keys, type_=postgresql.ARRAY(sa.Text))
         connection.execute(
             sa.delete(table).where(table.c.collection_key == collection_key, table.c.doc_key == sa.any_(wanted))

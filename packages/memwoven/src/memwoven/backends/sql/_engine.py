@@ -36,26 +36,28 @@ from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine, create_engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import Pool, QueuePool
 
 from memwoven._redact import redact_url
 from memwoven.backends._loops import end_this_loops_lifetime
 from memwoven.errors import BackendUnavailableError, InvalidInputError, MemwovenError
 
+if TYPE_CHECKING:  # imported when an async engine is built or passed in: a sync worker does without its ~0.3 s
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
 __all__ = ["Database", "Work"]
 
 logger = logging.getLogger("memwoven.sql")
 
 R = TypeVar("R")
-E = TypeVar("E", Engine, AsyncEngine)
+E = TypeVar("E", "Engine", "AsyncEngine")
 
 # backend name -> (sync driver, async driver); the URL's own driver, if any, must be one of the pair.
 _DRIVERS = {
@@ -418,11 +420,6 @@ class Database:
         where: str | None = None
         if isinstance(url_or_engine, Engine):
             engine: Engine = url_or_engine
-        elif isinstance(url_or_engine, AsyncEngine):
-            async_engine = async_engine or url_or_engine
-            # A sync call cannot drive an async driver outside the event loop (SQLAlchemy raises MissingGreenlet
-            # on `async_engine.sync_engine`), so the sync API gets its own engine over the same URL.
-            engine = self._build(url_or_engine.url, pool_size, pool_timeout, with_async=False)
         elif isinstance(url_or_engine, (str, URL)):
             try:
                 url = make_url(url_or_engine)
@@ -431,13 +428,22 @@ class Database:
             where = redact_url(url)
             engine = self._build(url, pool_size, pool_timeout, with_async=async_engine is None)
         else:
-            raise InvalidInputError(
-                f"expected a database URL, an Engine or an AsyncEngine, got {type(url_or_engine).__name__}"
-            )
+            from sqlalchemy.ext.asyncio import AsyncEngine  # loaded already if this is one
+
+            if not isinstance(url_or_engine, AsyncEngine):
+                raise InvalidInputError(
+                    f"expected a database URL, an Engine or an AsyncEngine, got {type(url_or_engine).__name__}"
+                )
+            async_engine = async_engine or url_or_engine
+            # A sync call cannot drive an async driver outside the event loop (SQLAlchemy raises MissingGreenlet
+            # on `async_engine.sync_engine`), so the sync API gets its own engine over the same URL.
+            engine = self._build(url_or_engine.url, pool_size, pool_timeout, with_async=False)
         self.engine = engine
-        # Built here: serves one loop at a time (`_free` while none holds it). Passed in: its first loop only.
-        self.async_engine = async_engine or (self._new_async() if self._new_async is not None else None)
-        self._free = self.async_engine
+        # Passed in: serves its first loop only. Built from the URL (`async_engine`, at the first use): one loop at
+        # a time, `_free` while none holds it.
+        self._given_async = async_engine
+        self._built_async: AsyncEngine | None = None
+        self._free = async_engine
         self.dialect = engine.dialect.name
         self.where = where or redact_url(engine.url)
         if self.dialect not in SUPPORTED_DIALECTS:
@@ -457,6 +463,17 @@ class Database:
         self._loops: dict[asyncio.AbstractEventLoop, _LoopEngine] = {}
         self._guard = threading.Lock()  # for `_loops` and `_free`, shared by the threads running loops
 
+    @property
+    def async_engine(self) -> AsyncEngine | None:
+        """The async engine passed in, else the one built from the URL at the first call (SQLAlchemy's asyncio
+        extension and the async driver are imported only then), else None: async calls run in threads."""
+        if self._given_async is not None or self._new_async is None:
+            return self._given_async
+        with self._guard:
+            if self._built_async is None:
+                self._built_async = self._free = self._new_async()
+            return self._built_async
+
     def _build(self, url: URL, pool_size: int, pool_timeout: float, *, with_async: bool) -> Engine:
         """Create the sync engine for `url` (disposed by `close`) and, `with_async`, the maker of async ones."""
         if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
@@ -474,6 +491,8 @@ class Database:
         if with_async:
 
             def new_async() -> AsyncEngine:
+                from sqlalchemy.ext.asyncio import create_async_engine
+
                 made = create_async_engine(async_url, **options)
                 if backend == "sqlite":
                     _configure_sqlite(made.sync_engine)
@@ -655,7 +674,7 @@ class Database:
 
     def _reuse(self, engine: AsyncEngine) -> None:
         """After its connections are closed, the engine `async_engine` names is free for the next loop."""
-        if engine is self.async_engine:
+        if engine is (self._given_async or self._built_async):
             with self._guard:
                 self._free = engine
 

@@ -52,7 +52,6 @@ from decimal import Decimal
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import JSONB
 
 __all__ = ["prefilter"]
 
@@ -177,6 +176,8 @@ class _Translator:
 
     def equals(self, path: Sequence[str], operand: Any) -> Condition | None:
         if self.dialect == "postgresql" and isinstance(operand, (str, bool)):  # containment: a GIN index answers it
+            from sqlalchemy.dialects.postgresql import JSONB
+
             document: Any = operand
             for name in reversed(path):
                 document = {name: document}

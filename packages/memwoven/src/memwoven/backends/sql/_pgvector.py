@@ -34,8 +34,6 @@ from typing import Any
 
 import numpy as np
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Connection
 
 from memwoven.backends.sql._schema import KEY, Tables
@@ -175,7 +173,7 @@ class _JSONBText(sa.types.UserDefinedType[str]):
         return "JSONB"
 
     def bind_expression(self, bindvalue: Any) -> Any:
-        return sa.cast(sa.type_coerce(bindvalue, sa.Text), JSONB)
+        return sa.cast(sa.type_coerce(bindvalue, sa.Text), _jsonb_type())
 
 
 def ensure_extension(connection: Connection) -> None:
@@ -236,8 +234,15 @@ def norms(vectors: Matrix) -> list[float]:
     return found
 
 
+def _jsonb_type() -> Any:
+    """PostgreSQL's JSONB type; its dialect package is imported at the first server-side use, not with memwoven."""
+    from sqlalchemy.dialects.postgresql import JSONB
+
+    return JSONB
+
+
 def _jsonb(text: str) -> Any:
-    return sa.cast(sa.literal(text, sa.Text), JSONB)
+    return sa.cast(sa.literal(text, sa.Text), _jsonb_type())
 
 
 def _equalities(spec: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
@@ -430,6 +435,8 @@ def _distance_bound(metric: Metric, threshold: float) -> float:
 def _preselection(e: sa.Table, query: SearchQuery) -> list[Any]:
     """The filter's top-level equalities as jsonb conditions: a superset of the matches (rows whose metadata the
     jsonb column could not hold pass, for Python to decide)."""
+    from sqlalchemy.dialects import postgresql  # imported when first used: a SQLite worker never loads it
+
     conditions: list[Any] = []
     for key, options in _equalities(query.filter or {}):
         test: sa.ColumnElement[bool]

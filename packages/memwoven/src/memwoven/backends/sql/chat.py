@@ -32,16 +32,14 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, Connection, Engine
-from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import await_only
 
 import memwoven._clock as _clock
 from memwoven._steps import Steps, twins
 from memwoven.backends.sql._base import SQLBackend, SQLOptions
 from memwoven.backends.sql._engine import Work
-from memwoven.backends.sql._schema import insert_ignoring, key_of
+from memwoven.backends.sql._schema import dialect_insert, insert_ignoring, key_of
 from memwoven.contracts import ChatMemory, History, MessagesIn, check_id, next_version
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 from memwoven.history import (
@@ -58,6 +56,7 @@ from memwoven.history import (
 from memwoven.models import Message, coerce_messages, same_prefix
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
     from typing_extensions import Unpack
 
 __all__ = ["SQLChatMemory"]
@@ -576,7 +575,7 @@ class _Statements:
 
     def __init__(self, sessions: sa.Table, messages: sa.Table) -> None:
         key: sa.BindParameter[str] = sa.bindparam("key")
-        upsert = sqlite_insert(sessions).values(
+        upsert = dialect_insert(sessions, "sqlite").values(
             session_key=key, session_id=sa.bindparam("id"), version=0, message_count=0, chain=sa.bindparam("seed")
         )
         self.sqlite_lock = upsert.on_conflict_do_update(

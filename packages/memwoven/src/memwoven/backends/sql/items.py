@@ -61,9 +61,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.mysql import insert as mysql_insert
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Connection
 
 import memwoven._clock as _clock
@@ -81,7 +78,7 @@ from memwoven.backends._items import (
 from memwoven.backends.sql._base import SQLBackend
 from memwoven.backends.sql._engine import Work
 from memwoven.backends.sql._filters import prefilter
-from memwoven.backends.sql._schema import HEAD_CHARS, VALUE_JSONB, key_of, upsert
+from memwoven.backends.sql._schema import HEAD_CHARS, VALUE_JSONB, dialect_insert, key_of, upsert
 from memwoven.contracts import (
     CheckedWrite,
     ItemAddress,
@@ -168,7 +165,7 @@ def _unlocked_writes(items: sa.Table, dialect: str) -> _Writes:
     """An upsert deriving version and times from the stored row as `_write_locked` does (version above the
     stored one, creation time kept while the stored item is live, update time above the stored one, expiry moved
     along), and an insert of new items that leaves stored ones alone; both return (address, version)."""
-    insert = postgresql_insert(items) if dialect == "postgresql" else sqlite_insert(items)
+    insert = dialect_insert(items, dialect)
     stored, given = items.c, insert.excluded
     greatest = sa.func.greatest if dialect == "postgresql" else sa.func.max  # SQLite's max of two is scalar
     written = greatest(given.updated_ms, stored.updated_ms + 1)
@@ -612,10 +609,10 @@ class SQLItemMemory(SQLBackend, ItemMemory):
             ]
             for start in range(0, len(placeholders), _IN_CHUNK):
                 chunk = placeholders[start : start + _IN_CHUNK]
+                statement = dialect_insert(items, dialect)
                 if dialect == "postgresql":
-                    connection.execute(postgresql_insert(items).on_conflict_do_nothing(), chunk)
+                    connection.execute(statement.on_conflict_do_nothing(), chunk)
                 else:
-                    statement = mysql_insert(items)
                     ignoring = statement.on_duplicate_key_update({"address": statement.inserted.address})
                     connection.execute(ignoring, chunk)
         return self._rows_at(connection, addresses, lock=True)

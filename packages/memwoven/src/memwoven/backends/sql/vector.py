@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memwoven._steps import Steps, twins
 from memwoven._vector_cache import (
@@ -64,6 +63,7 @@ from memwoven.vector_index import (
 )
 
 if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
     from typing_extensions import Unpack
 
 __all__ = ["SQLVectorMemory", "list_collections"]
