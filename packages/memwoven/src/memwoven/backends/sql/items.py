@@ -58,7 +58,7 @@ import functools
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.mysql import insert as mysql_insert
@@ -316,7 +316,7 @@ def _driver_rows(connection: Connection, text: str, parameters: tuple[Any, ...])
     cursor = dbapi_connection.cursor()
     try:
         cursor.execute(text, parameters)
-        yield from cursor
+        yield from cast("Iterable[Sequence[Any]]", cursor)  # sqlite3's cursor and aiosqlite's adapter iterate
     except errors as error:
         closed = dialect.is_disconnect(error, dbapi_connection, cursor)
         if closed:
