@@ -81,3 +81,31 @@ def test_dotted_fields_reach_into_nested_objects(
     spec: dict[str, Any], metadata: dict[str, Any], expected: bool
 ) -> None:
     assert compile_filter(spec)(metadata) is expected
+
+
+def test_a_remembered_filter_ignores_later_changes_to_the_callers_copy() -> None:
+    spec: dict[str, Any] = {"a": {"$in": [1, 2]}}
+    first = compile_filter(spec)
+    spec["a"]["$in"].append(3)
+    assert first({"a": 3}) is False
+    assert compile_filter(spec)({"a": 3}) is True
+    assert compile_filter({"a": {"$in": [1, 2]}})({"a": 3}) is False
+
+
+@pytest.mark.parametrize(
+    ("remembered", "given"),
+    [
+        ({"a": {"$in": [1, 2]}}, {"a": {"$in": (1, 2)}}),  # the same JSON text, but a tuple is no JSON list
+        ({"1": "x"}, {1: "x"}),
+    ],
+)
+def test_a_filter_json_text_cannot_tell_apart_is_still_refused(remembered: Any, given: Any) -> None:
+    compile_filter(remembered)
+    with pytest.raises(InvalidInputError):
+        compile_filter(given)
+
+
+def test_remembered_filters_keep_json_types_apart() -> None:
+    assert compile_filter({"a": True})({"a": True}) is True
+    assert compile_filter({"a": 1})({"a": True}) is False
+    assert compile_filter({"a": True})({"a": 1}) is False

@@ -26,4 +26,6 @@ def wall_ms() -> int:
 
 def utc(epoch_ms: int) -> datetime:
     """The UTC time `epoch_ms` milliseconds after the Unix epoch (as `wall_ms` counts)."""
-    return _EPOCH + timedelta(milliseconds=epoch_ms)
+    # (days, seconds, microseconds, milliseconds) by position: the keyword made it ~1.7x slower, and a store
+    # search's page makes 20 of these.
+    return _EPOCH + timedelta(0, 0, 0, epoch_ms)

@@ -16,10 +16,12 @@ than `MAX_FILTER_DEPTH` raise `InvalidInputError`.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from memwoven._cache import LRUCache
 from memwoven.errors import InvalidInputError
 
 __all__ = ["MAX_FILTER_DEPTH", "Predicate", "compile_filter"]
@@ -29,6 +31,7 @@ MAX_FILTER_DEPTH = 32
 
 Predicate = Callable[[Mapping[str, Any]], bool]
 _MISSING = object()
+_COMPILED: LRUCache[str, tuple[Any, Predicate]] = LRUCache(256)  # JSON text -> (its own copy, compiled from it)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -154,8 +157,26 @@ def _negation(predicate: Predicate) -> Predicate:
 
 
 def compile_filter(spec: Mapping[str, Any]) -> Predicate:
-    """Validate `spec` and turn it into a predicate over a metadata object."""
-    return _compile(spec, 1)
+    """Validate `spec` and turn it into a predicate over a metadata object.
+
+    The last 256 filters are remembered by their JSON text: callers repeat filters (a store search's filter is
+    validated by the store, then compiled by the item memory). A predicate holds its operands, so it is compiled
+    from a copy of the filter's own (the caller may change theirs later), and reused only for a filter equal to
+    that copy: one holding a type JSON text does not keep (a tuple for a list, a key that is no string, NaN) is
+    compiled as given, where it is refused."""
+    try:
+        text = json.dumps(spec, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        return _compile(spec, 1)
+    found = _COMPILED.get(text)
+    if found is not None and found[0] == spec:
+        return found[1]
+    own = json.loads(text)
+    if own != spec:
+        return _compile(spec, 1)
+    predicate = _compile(own, 1)
+    _COMPILED.put(text, (own, predicate))
+    return predicate
 
 
 def _compile(spec: Mapping[str, Any], depth: int) -> Predicate:

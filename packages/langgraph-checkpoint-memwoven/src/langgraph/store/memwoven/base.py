@@ -316,16 +316,20 @@ class MemwovenStore(TTLSweeper, BaseStore, Runner):
         puts (the last put of a key winning)."""
         ops = list(ops)
         _check_ops(ops)
-        filters = [_filter(op.filter) if isinstance(op, SearchOp) else None for op in ops]
+        filters: list[dict[str, Any] | None] = []
         puts: dict[tuple[Namespace, str], PutOp] = {}
-        for op in ops:
+        gets: list[tuple[int, GetOp]] = []
+        refreshing = False
+        for i, op in enumerate(ops):
+            filters.append(_filter(op.filter) if isinstance(op, SearchOp) else None)
             if isinstance(op, PutOp):
                 puts[(tuple(op.namespace), op.key)] = op
-        refreshing = any(isinstance(op, (GetOp, SearchOp)) and op.refresh_ttl for op in ops)
-        writes = self._writes(list(puts.values()), check=refreshing)
+            elif isinstance(op, GetOp):
+                gets.append((i, op))
+            refreshing = refreshing or (isinstance(op, (GetOp, SearchOp)) and bool(op.refresh_ttl))
+        writes = self._writes(list(puts.values()), check=refreshing) if puts else []
         results: list[Result] = [None] * len(ops)
-        gets = [(i, op) for i, op in enumerate(ops) if isinstance(op, GetOp)]
-        for refresh in (False, True):
+        for refresh in (False, True) if gets else ():
             chosen = [(i, op) for i, op in gets if bool(op.refresh_ttl) == refresh]
             if chosen:
                 keys = [(self._full(op.namespace), op.key) for _, op in chosen]

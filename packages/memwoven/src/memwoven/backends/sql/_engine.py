@@ -452,6 +452,9 @@ class Database:
         # skip the BEGIN and COMMIT round trips; psycopg switches autocommit on the client, at no cost.
         self._reads: dict[str, Any] = {"isolation_level": "AUTOCOMMIT"} if self.dialect == "postgresql" else {}
         self._engines = self._modes(engine)
+        # A single read on SQLite (no BEGIN sent, `_SINGLE`) also skips SQLAlchemy's transaction object: its begin
+        # and commit were a tenth of a one-namespace store search. Ending the connection rolls back what it began.
+        self._untransacted = "single read" if self.dialect == "sqlite" else None
         sqlite_database = str(self._sqlite_file.resolve()) if self._sqlite_file is not None else f"{id(engine):x}"
         self._writer: AbstractContextManager[Any] = (
             _sqlite_writer(sqlite_database) if self.dialect == "sqlite" else nullcontext()
@@ -568,7 +571,9 @@ class Database:
                 committing = False
                 try:
                     writer = self._writer if work.write else nullcontext()
-                    with writer, self._turns, self._engines[work.mode].begin() as connection:
+                    engine = self._engines[work.mode]
+                    bare = work.mode == self._untransacted
+                    with writer, self._turns, engine.connect() if bare else engine.begin() as connection:
                         result = work.body(connection)
                         committing = True
                 except DBAPIError as error:
@@ -593,7 +598,9 @@ class Database:
                 committing = False
                 try:
                     writer = mine.writer if work.write and mine.writer is not None else _NO_LOCK
-                    async with writer, mine.turns, mine.by_mode[work.mode].begin() as connection:
+                    engine = mine.by_mode[work.mode]
+                    bare = work.mode == self._untransacted
+                    async with writer, mine.turns, engine.connect() if bare else engine.begin() as connection:
                         result = await connection.run_sync(work.body)
                         committing = True
                 except DBAPIError as error:

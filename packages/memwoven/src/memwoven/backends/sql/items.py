@@ -57,8 +57,8 @@ import builtins
 import functools
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, NamedTuple, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -122,6 +122,14 @@ class _Row:
     updated_ms: int
     expires_at_ms: int | None
     ttl: float | None
+
+    @classmethod
+    def of(cls, values: Sequence[Any]) -> _Row:
+        """The row whose columns, in `_COLUMNS` order, hold `values`."""
+        row = cls()
+        for name, column in zip(_COLUMNS, values, strict=True):
+            setattr(row, name, column)
+        return row
 
 
 class _Prepared(NamedTuple):
@@ -272,10 +280,13 @@ class _Statements:
             self._listings[key] = statement
         return statement
 
-    def execute(self, connection: Connection, statement: sa.Select[Any], params: dict[str, Any]) -> Iterable[Any]:
-        """The rows of `statement`, one of this object's, executed on SQLite as its SQL text compiled once: SQLAlchemy
-        keys and looks up its compiled form on every execution, which took longer than SQLite's own execution of a
-        one-namespace listing."""
+    def execute(
+        self, connection: Connection, statement: sa.Select[Any], params: dict[str, Any]
+    ) -> Iterable[Sequence[Any]]:
+        """The rows of `statement`, one of this object's (its columns by position), executed on SQLite as its SQL
+        text compiled once, on the driver's cursor (`_driver_rows`): SQLAlchemy keys and looks up its compiled form
+        on every execution, and its execution context, events and result object took three times SQLite's own
+        execution of a one-namespace listing."""
         if connection.dialect.name != "sqlite":
             return connection.execute(statement, params)
         remembered = self._driver_sql.get(id(statement))
@@ -286,7 +297,30 @@ class _Statements:
         if driver is None:
             return connection.execute(statement, params)
         values = {**driver.fixed, **params}
-        return connection.exec_driver_sql(driver.text, tuple(values[name] for name in driver.names))
+        return _driver_rows(connection, driver.text, tuple(values[name] for name in driver.names))
+
+
+def _driver_rows(connection: Connection, text: str, parameters: tuple[Any, ...]) -> Iterator[Sequence[Any]]:
+    """The rows of the SQL `text` run on the DBAPI cursor of `connection`'s pooled connection, within its
+    transaction; the driver's errors raised as SQLAlchemy raises them (`DBAPIError`, the connection invalidated if
+    the error means it is closed), so that `Database`'s retries and error translation see no difference."""
+    dialect = connection.dialect
+    dbapi_connection = connection.connection.dbapi_connection
+    if dbapi_connection is None:  # invalidated earlier in this transaction: let SQLAlchemy raise as it does
+        yield from connection.exec_driver_sql(text, parameters)
+        return
+    errors = dialect.loaded_dbapi.Error
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute(text, parameters)
+        yield from cast("Iterable[Sequence[Any]]", cursor)  # sqlite3's cursor and aiosqlite's adapter iterate
+    except errors as error:
+        closed = dialect.is_disconnect(error, dbapi_connection, cursor)
+        if closed:
+            connection.invalidate(error)
+        raise sa.exc.DBAPIError.instance(text, parameters, error, errors, connection_invalidated=closed) from error
+    finally:
+        cursor.close()
 
 
 class _DriverSQL(NamedTuple):
@@ -441,7 +475,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         return existed
 
     def _select(self, query: ItemQuery) -> Steps[builtins.list[Item]]:
-        listed: builtins.list[Item] = yield from self._select_as(query, _item)
+        listed: builtins.list[Item] = yield from self._select_as(query, _listed_item)
         return listed
 
     def _select_plain(self, query: ItemQuery) -> Steps[builtins.list[PlainItem]]:
@@ -449,7 +483,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         return listed
 
     def _select_as(self, query: ItemQuery, convert: Callable[[Any], _Listed]) -> Steps[builtins.list[_Listed]]:
-        """The answer to `query`, each row made an item by `convert` (`_item` or `_plain_item`)."""
+        """The answer to `query`, each row made an item by `convert` (`_listed_item` or `_plain_item`)."""
 
         def read(connection: Connection, scope: _Scope, selected: _Preselection | None) -> builtins.list[_Listed]:
             exact = connection.dialect.name not in _MYSQL
@@ -580,10 +614,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         rows: dict[str, _Row] = {}
         for start in range(0, len(addresses), _IN_CHUNK):
             for found in connection.execute(statement, {"addresses": addresses[start : start + _IN_CHUNK]}):
-                row = _Row()
-                for name in _COLUMNS:
-                    setattr(row, name, getattr(found, name))
-                rows[found.address] = row
+                rows[found.address] = _Row.of(found[1:])
         return rows
 
     def _locked(self, connection: Connection, wanted: Mapping[str, tuple[str, str]]) -> dict[str, _Row]:
@@ -653,6 +684,11 @@ def _item(row: Any, address: tuple[Namespace, str] | None = None) -> Item:
         expires_at=None if row.expires_at_ms is None else _clock.utc(int(row.expires_at_ms)),
         ttl=None if row.ttl is None else float(row.ttl),
     )
+
+
+def _listed_item(row: Sequence[Any]) -> Item:
+    """The `Item` of a row read by a listing (its columns in `_COLUMNS` order)."""
+    return _item(_Row.of(row))
 
 
 def _plain_item(row: Any) -> PlainItem:
