@@ -25,9 +25,9 @@ which rows are found (recall below 1).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
+import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +46,7 @@ __all__ = [
     "HNSW_MAX_DIMENSION",
     "EmbeddingsTable",
     "Hnsw",
+    "QueryVector",
     "Search",
     "approximate_candidates",
     "candidates",
@@ -55,6 +56,7 @@ __all__ = [
     "ensure_hnsw",
     "jsonb_metadata",
     "norms",
+    "register_vector_dumper",
 ]
 
 _FIRST_PAGE = 64  # rows of the first page (at least 4 * top_k); each next page doubles
@@ -313,7 +315,7 @@ def candidates(connection: Connection, search: Search) -> list[DocumentBatch]:
     )
     query_norm = float(np.linalg.norm(vector.astype(np.float64)))
     dimension = len(vector)
-    values = _operand(vector)
+    values = _operand(connection, vector)
     if metric == "cosine":
         distance = e.c.embedding.cosine_distance(values)
         max_norm = 1.0
@@ -353,37 +355,19 @@ def approximate_candidates(connection: Connection, search: Search, hnsw: Hnsw, i
     Pages of `top_k` + 1 rows, then twice as many each time (every page is one index scan, skipping what earlier
     pages read), until `top_k` rows read match the filter and a row farther than the k-th was read (so ties with it
     are read too), the index has no more, or a whole page lies beyond the threshold. `ef_search` (and pgvector's
-    iterative scan, when `iterative`) is set for this transaction only.
+    iterative scan, when `iterative`) is set by each page's own statement, for its own transaction (`_settings`).
     """
-    # Reads run in autocommit on PostgreSQL: a transaction of its own, opened with the settings in one round trip
-    # (the simple query protocol takes several statements; the values are validated ints), holds the SET LOCALs.
-    settings = f"BEGIN READ ONLY; SET LOCAL hnsw.ef_search = {int(hnsw.ef_search)}"
-    if iterative:  # keep scanning the graph while the pre-selection rejects what it finds
-        settings += "; SET LOCAL hnsw.iterative_scan = relaxed_order"
-    connection.exec_driver_sql(settings)
-    try:
-        found = _approximate_pages(connection, search)
-    except BaseException:
-        with contextlib.suppress(Exception):  # a connection the error broke is discarded by the caller
-            connection.exec_driver_sql("ROLLBACK")
-        raise
-    connection.exec_driver_sql("COMMIT")
-    return found
-
-
-def _approximate_pages(connection: Connection, search: Search) -> list[DocumentBatch]:
-    """`approximate_candidates`' reads, inside its transaction."""
     from pgvector.sqlalchemy import Vector
 
     e, metric, query, vector = search.embeddings, search.metric, search.query, search.vector
     indexed = sa.cast(e.c.embedding, Vector(len(vector)))  # the indexed expression, as the index names it
-    values = _operand(vector)
+    values = _operand(connection, vector)
     distance = (indexed.cosine_distance(values) if metric == "cosine" else indexed.max_inner_product(values)).label(
         "distance"
     )
     # The key inline, not a parameter: the planner must see that the query implies the partial index's predicate.
     own = e.c.collection_key == sa.literal(search.collection_key, KEY, literal_execute=True)
-    conditions: list[Any] = [own, *_preselection(e, query)]
+    preselection = _preselection(e, query)
     query_norm = float(np.linalg.norm(vector.astype(np.float64)))
     batches: list[DocumentBatch] = []
     matched: list[float] = []  # the distances of the matching rows read
@@ -392,8 +376,14 @@ def _approximate_pages(connection: Connection, search: Search) -> list[DocumentB
     page = query.top_k + 1  # one more than asked: a row beyond the k-th tells that no tie is left unread
     offset = 0
     while True:
-        ranked = sa.select(e.c.doc_key, distance, e.c.norm).where(*conditions).order_by(distance)
-        rows = _read_page(connection, ranked.limit(page).offset(offset), search, batches)
+        # A scan returns at most ef_search rows unless iterative: needed when the pre-selection rejects rows the index
+        # finds, or this page ends beyond them (an unfiltered first page, the common case, is cheaper without).
+        settings = _settings(hnsw, iterative and (bool(preselection) or offset + page > hnsw.ef_search))
+        ranked = sa.select(e.c.doc_key, distance, e.c.norm).where(own, settings, *preselection).order_by(distance)
+        # LIMIT and OFFSET inline too: with them as parameters a prepared statement's generic plan is costed for an
+        # unknown (large) limit and never chosen, so every execution would be planned again.
+        ranked = ranked.limit(sa.literal(page, literal_execute=True)).offset(sa.literal(offset, literal_execute=True))
+        rows = _read_page(connection, ranked, search, batches)
         matched.extend(distance for distance, match, _ in rows if match)
         farthest = max([farthest, *(distance for distance, _, _ in rows)])
         if metric == "dot":
@@ -413,13 +403,74 @@ def _approximate_pages(connection: Connection, search: Search) -> list[DocumentB
         page = min(2 * page, _PAGE_LIMIT)
 
 
-def _operand(vector: Matrix) -> Any:
-    """The query vector as a pgvector value: its text (each float32 as the float64 it equals, which pgvector reads
-    back exactly) cast to ``vector``; built with C-level list formatting (pgvector's own converts element by element).
-    """
-    from pgvector.sqlalchemy import Vector
+def _settings(hnsw: Hnsw, iterative: bool) -> Any:
+    """A condition of the page statement that sets ``hnsw.ef_search`` (and, when `iterative`,
+    ``hnsw.iterative_scan = relaxed_order``, so the jsonb pre-selection does not starve the index scan) for the
+    statement's own transaction, in the statement itself: one round trip where BEGIN, SET LOCAL and COMMIT took three.
 
-    return sa.cast(sa.literal(str(vector.tolist()), sa.Text), Vector(len(vector)))
+    ``set_config(..., true)`` in an uncorrelated subquery: PostgreSQL runs it once as an init plan, and a condition on
+    nothing but that plan's value is a one-time filter, checked before the index scan below it reads its first row
+    (which is when pgvector reads both settings); reads run in autocommit, so the settings end with the statement.
+    The values are parameters: every object's statement has the same text (prepared once per connection).
+    """
+    configured = sa.func.set_config("hnsw.ef_search", str(hnsw.ef_search), True)
+    if iterative:
+        configured = configured.op("||")(sa.func.set_config("hnsw.iterative_scan", "relaxed_order", True))
+    return sa.select(configured).scalar_subquery().is_not(None)
+
+
+def _operand(connection: Connection, vector: Matrix) -> Any:
+    """The query vector as a bound parameter sent in pgvector's binary format (dimension, then big-endian float32s:
+    the values exactly, and no text to format in Python or parse in the server), through `_VectorDumper`."""
+    register_vector_dumper(connection)
+    payload = struct.pack(">HH", len(vector), 0) + np.asarray(vector, dtype=">f4").tobytes()
+    return sa.bindparam(None, QueryVector(payload), type_=_BoundVector(), unique=True)
+
+
+class QueryVector:
+    """A query vector in pgvector's binary format, dumped as it is by `_VectorDumper`."""
+
+    __slots__ = ("payload",)
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload = payload
+
+
+class _BoundVector(sa.types.UserDefinedType[QueryVector]):
+    """A ``vector`` parameter the driver dumps (`_VectorDumper`): no bind processing, no cast in the SQL."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "VECTOR"
+
+
+_DUMPER_KEY = "memwoven_vector_dumper"  # in the DBAPI connection's info: the dumper is registered on it
+
+
+def register_vector_dumper(connection: Connection) -> None:
+    """Register `_VectorDumper`, with the ``vector`` type's OID in this database, on the driver connection, once per
+    connection (the lookup is its one extra round trip)."""
+    info = connection.connection.info
+    if _DUMPER_KEY in info:
+        return
+    from psycopg.adapt import Dumper
+    from psycopg.pq import Format
+
+    oid = connection.exec_driver_sql("SELECT to_regtype('vector')::oid").scalar()
+    if oid is None:
+        raise RuntimeError("the vector extension is missing")  # created with the tables; dropped since
+
+    class _VectorDumper(Dumper):
+        format = Format.BINARY
+
+        def dump(self, obj: QueryVector) -> bytes:
+            return obj.payload
+
+    _VectorDumper.oid = int(oid)
+    driver = connection.connection.driver_connection
+    driver.adapters.register_dumper(QueryVector, _VectorDumper)  # type: ignore[union-attr]
+    info[_DUMPER_KEY] = True
 
 
 def _distance_bound(metric: Metric, threshold: float) -> float:
