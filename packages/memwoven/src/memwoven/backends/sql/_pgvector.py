@@ -416,7 +416,7 @@ def _settings(hnsw: Hnsw, iterative: bool) -> Any:
     (which is when pgvector reads both settings); reads run in autocommit, so the settings end with the statement.
     The values are parameters: every object's statement has the same text (prepared once per connection).
     """
-    configured = sa.func.set_config("hnsw.ef_search", str(hnsw.ef_search), True)
+    configured: sa.ColumnElement[Any] = sa.func.set_config("hnsw.ef_search", str(hnsw.ef_search), True)
     if iterative:
         configured = configured.op("||")(sa.func.set_config("hnsw.iterative_scan", "relaxed_order", True))
     return sa.select(configured).scalar_subquery().is_not(None)
