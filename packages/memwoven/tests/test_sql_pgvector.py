@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from memwoven import open_vector_memory
-from memwoven.backends.sql import SQLVectorMemory
+from memwoven.backends.sql import SQLVectorMemory, _pgvector
 from memwoven.backends.sql._pgvector import QueryVector, register_vector_dumper
 from memwoven.contracts import VectorMemory
 from memwoven.errors import InvalidInputError
@@ -119,8 +119,13 @@ def _same_hits(got: list[ScoredDocument], expected: list[ScoredDocument]) -> Non
     assert [hit.document for hit in got] == [hit.document for hit in expected]
 
 
+@pytest.mark.parametrize("binary", [True, False], ids=["psycopg3", "other-driver"])
 @pytest.mark.parametrize("metric", ["cosine", "dot"])
-def test_server_search_equals_the_exact_index(pgvector_url: str, metric: str) -> None:
+def test_server_search_equals_the_exact_index(
+    pgvector_url: str, metric: str, binary: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not binary:  # a driver without psycopg 3's adapters: the query vector goes as text cast to vector
+        monkeypatch.setattr(_pgvector, "register_vector_dumper", lambda connection: False)
     dimension = 24
     documents, index = _indexed_corpus(1500, dimension, 5, metric)
     memory = _server_memory(pgvector_url, unique_name("pgv") + "_", collection="c", metric=metric)

@@ -423,11 +423,16 @@ def _settings(hnsw: Hnsw, iterative: bool) -> Any:
 
 
 def _operand(connection: Connection, vector: Matrix) -> Any:
-    """The query vector as a bound parameter sent in pgvector's binary format (dimension, then big-endian float32s:
-    the values exactly, and no text to format in Python or parse in the server), through `_VectorDumper`."""
-    register_vector_dumper(connection)
-    payload = struct.pack(">HH", len(vector), 0) + np.asarray(vector, dtype=">f4").tobytes()
-    return sa.bindparam(None, QueryVector(payload), type_=_BoundVector(), unique=True)
+    """The query vector as a bound parameter: in pgvector's binary format (dimension, then big-endian float32s: the
+    values exactly, no text to format in Python or parse in the server) through psycopg 3 (`register_vector_dumper`);
+    through another driver (an Engine passed in), its text (each float32 as the float64 it equals, which pgvector
+    reads back exactly) cast to ``vector``."""
+    if register_vector_dumper(connection):
+        payload = struct.pack(">HH", len(vector), 0) + np.asarray(vector, dtype=">f4").tobytes()
+        return sa.bindparam(None, QueryVector(payload), type_=_BoundVector(), unique=True)
+    from pgvector.sqlalchemy import Vector
+
+    return sa.cast(sa.literal(str(vector.tolist()), sa.Text), Vector(len(vector)))
 
 
 class QueryVector:
@@ -451,18 +456,24 @@ class _BoundVector(sa.types.UserDefinedType[QueryVector]):
 _DUMPER_KEY = "memwoven_vector_dumper"  # in the DBAPI connection's info: the dumper is registered on it
 
 
-def register_vector_dumper(connection: Connection) -> None:
+def register_vector_dumper(connection: Connection) -> bool:
     """Register `_VectorDumper`, with the ``vector`` type's OID in this database, on the driver connection, once per
-    connection (the lookup is its one extra round trip)."""
+    connection (the lookup is its one extra round trip); whether the driver is psycopg 3 (which it is registered on).
+    """
     info = connection.connection.info
-    if _DUMPER_KEY in info:
-        return
+    if _DUMPER_KEY not in info:
+        driver = connection.connection.driver_connection
+        info[_DUMPER_KEY] = hasattr(driver, "adapters") and _register(connection, driver)
+    return bool(info[_DUMPER_KEY])
+
+
+def _register(connection: Connection, driver: Any) -> bool:
     from psycopg.adapt import Dumper
     from psycopg.pq import Format
 
     oid = connection.exec_driver_sql("SELECT to_regtype('vector')::oid").scalar()
-    if oid is None:
-        raise RuntimeError("the vector extension is missing")  # created with the tables; dropped since
+    if oid is None:  # created with the tables; dropped since: the text cast then says what is missing
+        return False
 
     class _VectorDumper(Dumper):
         format = Format.BINARY
@@ -471,9 +482,8 @@ def register_vector_dumper(connection: Connection) -> None:
             return obj.payload
 
     _VectorDumper.oid = int(oid)
-    driver = connection.connection.driver_connection
-    driver.adapters.register_dumper(QueryVector, _VectorDumper)  # type: ignore[union-attr]
-    info[_DUMPER_KEY] = True
+    driver.adapters.register_dumper(QueryVector, _VectorDumper)
+    return True
 
 
 def _distance_bound(metric: Metric, threshold: float) -> float:
