@@ -16,7 +16,8 @@ import pytest
 import sqlalchemy as sa
 
 from memwoven import open_vector_memory
-from memwoven.backends.sql import SQLVectorMemory
+from memwoven.backends.sql import SQLVectorMemory, _pgvector
+from memwoven.backends.sql._pgvector import QueryVector, register_vector_dumper
 from memwoven.contracts import VectorMemory
 from memwoven.errors import InvalidInputError
 from memwoven.models import ScoredDocument, VectorDocument
@@ -118,8 +119,13 @@ def _same_hits(got: list[ScoredDocument], expected: list[ScoredDocument]) -> Non
     assert [hit.document for hit in got] == [hit.document for hit in expected]
 
 
+@pytest.mark.parametrize("binary", [True, False], ids=["psycopg3", "other-driver"])
 @pytest.mark.parametrize("metric", ["cosine", "dot"])
-def test_server_search_equals_the_exact_index(pgvector_url: str, metric: str) -> None:
+def test_server_search_equals_the_exact_index(
+    pgvector_url: str, metric: str, binary: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not binary:  # a driver without psycopg 3's adapters: the query vector goes as text cast to vector
+        monkeypatch.setattr(_pgvector, "register_vector_dumper", lambda connection: False)
     dimension = 24
     documents, index = _indexed_corpus(1500, dimension, 5, metric)
     memory = _server_memory(pgvector_url, unique_name("pgv") + "_", collection="c", metric=metric)
@@ -254,21 +260,32 @@ def test_hnsw_search_is_approximate_with_exact_scores_through_the_index(pgvector
                 above = memory.search(query, top_k=10, threshold=threshold, filter=filter_)
                 assert [h.document.id for h in above] == [h.document.id for h in got[:4]]  # exclusive
         assert found / total >= 0.9  # recall@10 (it is ~0.99 here; 1.0 is not promised)
-        # Each search sets ef_search and pgvector 0.8's iterative scan for its own transaction, and reads its pages
-        # through the collection's partial HNSW index (the plan of the very statement sent).
-        settings = [sql for sql, _ in statements if "hnsw." in sql]
-        assert len(settings) == 20 * 3 * 2
-        assert set(settings) == {
-            "BEGIN READ ONLY; SET LOCAL hnsw.ef_search = 100; SET LOCAL hnsw.iterative_scan = relaxed_order"
-        }
+        # Each search is its page statements alone (no BEGIN, SET LOCAL, COMMIT): each sets ef_search, and pgvector
+        # 0.8's iterative scan where a pre-selection may reject rows, for its own transaction; the vector is bound.
+        assert not [sql for sql, _ in statements if "BEGIN" in sql or "SET LOCAL" in sql or "COMMIT" in sql]
         pages = [(sql, parameters) for sql, parameters in statements if " AS VECTOR(24)" in sql.upper()]
-        assert len(pages) >= len(settings)
+        assert len(pages) >= 20 * 3 * 2
+        assert all(isinstance(parameters, dict) for _, parameters in pages)
+        values = [set(parameters.values()) for _, parameters in pages]  # type: ignore[union-attr]
+        assert all({"hnsw.ef_search", "100"} <= found for found in values)
+        assert any("relaxed_order" in found for found in values)  # the {"tenant": 7} pre-selection
+        assert any("relaxed_order" not in found for found in values)  # unfiltered first pages
+        assert all(any(isinstance(value, QueryVector) for value in found) for found in values)  # binary, bound
+        first = next((sql, dict(found)) for sql, found in pages if "relaxed_order" not in set(found.values()))  # type: ignore[call-overload]
+        with memory.engine.connect() as connection:
+            connection = connection.execution_options(isolation_level="AUTOCOMMIT")
+            register_vector_dumper(connection)
+            assert len(connection.exec_driver_sql(first[0], first[1]).all()) == 11  # type: ignore[arg-type]
+            assert connection.exec_driver_sql("SHOW hnsw.ef_search").scalar() == "40"  # ended with the statement
         with memory.engine.begin() as connection:
-            connection.exec_driver_sql("SET LOCAL hnsw.ef_search = 100")
+            register_vector_dumper(connection)
             # 3,000 rows are few enough for the planner to sort them instead; without sorts it must show whether the
             # partial expression index can order this very statement's rows
             connection.exec_driver_sql("SET LOCAL enable_sort = off; SET LOCAL enable_incremental_sort = off")
-            plan = "\n".join(connection.exec_driver_sql("EXPLAIN " + pages[0][0], pages[0][1]).scalars())  # type: ignore[arg-type]
+            plan = "\n".join(connection.exec_driver_sql("EXPLAIN " + first[0], first[1]).scalars())  # type: ignore[arg-type]
+            # the statement's own setting governs its index scan: without iterative scan, ef_search rows at most
+            one = {key: "1" if value == "100" else value for key, value in first[1].items()}
+            assert len(connection.exec_driver_sql(first[0], one).all()) == 1  # type: ignore[arg-type]
         assert f"Index Scan using {prefix}hnsw_" in plan
         assert len(_index_definitions(memory, prefix)) == 1  # built by a collection's first search
         hits = neighbour.search(list(documents[3].embedding), top_k=20)

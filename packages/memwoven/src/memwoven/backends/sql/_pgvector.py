@@ -17,20 +17,23 @@ pre-selection (a superset of the matches), which a GIN index answers.
 With ``index="hnsw"`` a search is approximate: each collection gets its own partial HNSW index on
 ``embedding::vector(d)`` (``WHERE collection_key = ...``: the table is shared by every collection of the prefix, and
 an index on a ``vector`` column needs a fixed dimension), and a search asks it for the nearest rows a page at a time
-with ``hnsw.ef_search`` and, from pgvector 0.8, ``hnsw.iterative_scan = relaxed_order`` set for its transaction only
-(so the jsonb pre-selection in the same query does not starve the index scan). The rows found are rescored exactly
-as above, so scores are exact float32 scores and the threshold stays exclusive; what may differ from exact search is
-which rows are found (recall below 1).
+with ``hnsw.ef_search`` and, from pgvector 0.8 and where needed, ``hnsw.iterative_scan = relaxed_order`` (so the
+jsonb pre-selection in the same query does not starve the index scan) set by each page statement itself for its own
+transaction: one round trip per page, the statement prepared once per connection (the query vector a parameter in
+pgvector's binary format), nothing left set on the connection. The rows found are rescored exactly as above, so
+scores are exact float32 scores and the threshold stays exclusive; what may differ from exact search is which rows
+are found (recall below 1).
 """
 
 from __future__ import annotations
 
-import contextlib
+import binascii
 import json
 import math
+import struct
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import sqlalchemy as sa
@@ -44,6 +47,7 @@ __all__ = [
     "HNSW_MAX_DIMENSION",
     "EmbeddingsTable",
     "Hnsw",
+    "QueryVector",
     "Search",
     "approximate_candidates",
     "candidates",
@@ -53,6 +57,7 @@ __all__ = [
     "ensure_hnsw",
     "jsonb_metadata",
     "norms",
+    "register_vector_dumper",
 ]
 
 _FIRST_PAGE = 64  # rows of the first page (at least 4 * top_k); each next page doubles
@@ -318,7 +323,7 @@ def candidates(connection: Connection, search: Search) -> list[DocumentBatch]:
     )
     query_norm = float(np.linalg.norm(vector.astype(np.float64)))
     dimension = len(vector)
-    values = _operand(vector)
+    values = _operand(connection, vector)
     if metric == "cosine":
         distance = e.c.embedding.cosine_distance(values)
         max_norm = 1.0
@@ -358,37 +363,19 @@ def approximate_candidates(connection: Connection, search: Search, hnsw: Hnsw, i
     Pages of `top_k` + 1 rows, then twice as many each time (every page is one index scan, skipping what earlier
     pages read), until `top_k` rows read match the filter and a row farther than the k-th was read (so ties with it
     are read too), the index has no more, or a whole page lies beyond the threshold. `ef_search` (and pgvector's
-    iterative scan, when `iterative`) is set for this transaction only.
+    iterative scan, when `iterative`) is set by each page's own statement, for its own transaction (`_settings`).
     """
-    # Reads run in autocommit on PostgreSQL: a transaction of its own, opened with the settings in one round trip
-    # (the simple query protocol takes several statements; the values are validated ints), holds the SET LOCALs.
-    settings = f"BEGIN READ ONLY; SET LOCAL hnsw.ef_search = {int(hnsw.ef_search)}"
-    if iterative:  # keep scanning the graph while the pre-selection rejects what it finds
-        settings += "; SET LOCAL hnsw.iterative_scan = relaxed_order"
-    connection.exec_driver_sql(settings)
-    try:
-        found = _approximate_pages(connection, search)
-    except BaseException:
-        with contextlib.suppress(Exception):  # a connection the error broke is discarded by the caller
-            connection.exec_driver_sql("ROLLBACK")
-        raise
-    connection.exec_driver_sql("COMMIT")
-    return found
-
-
-def _approximate_pages(connection: Connection, search: Search) -> list[DocumentBatch]:
-    """`approximate_candidates`' reads, inside its transaction."""
     from pgvector.sqlalchemy import Vector
 
     e, metric, query, vector = search.embeddings, search.metric, search.query, search.vector
     indexed = sa.cast(e.c.embedding, Vector(len(vector)))  # the indexed expression, as the index names it
-    values = _operand(vector)
+    values = _operand(connection, vector)
     distance = (indexed.cosine_distance(values) if metric == "cosine" else indexed.max_inner_product(values)).label(
         "distance"
     )
     # The key inline, not a parameter: the planner must see that the query implies the partial index's predicate.
     own = e.c.collection_key == sa.literal(search.collection_key, KEY, literal_execute=True)
-    conditions: list[Any] = [own, *_preselection(e, query)]
+    preselection = _preselection(e, query)
     query_norm = float(np.linalg.norm(vector.astype(np.float64)))
     batches: list[DocumentBatch] = []
     matched: list[float] = []  # the distances of the matching rows read
@@ -397,8 +384,14 @@ def _approximate_pages(connection: Connection, search: Search) -> list[DocumentB
     page = query.top_k + 1  # one more than asked: a row beyond the k-th tells that no tie is left unread
     offset = 0
     while True:
-        ranked = sa.select(e.c.doc_key, distance, e.c.norm).where(*conditions).order_by(distance)
-        rows = _read_page(connection, ranked.limit(page).offset(offset), search, batches)
+        # A scan returns at most ef_search rows unless iterative: needed when the pre-selection rejects rows the index
+        # finds, or this page ends beyond them (an unfiltered first page, the common case, is cheaper without).
+        settings = _settings(hnsw, iterative and (bool(preselection) or offset + page > hnsw.ef_search))
+        ranked = sa.select(e.c.doc_key, distance, e.c.norm).where(own, settings, *preselection).order_by(distance)
+        # LIMIT and OFFSET inline too: with them as parameters a prepared statement's generic plan is costed for an
+        # unknown (large) limit and never chosen, so every execution would be planned again.
+        ranked = ranked.limit(sa.literal(page, literal_execute=True)).offset(sa.literal(offset, literal_execute=True))
+        rows = _read_page(connection, ranked, search, batches)
         matched.extend(distance for distance, match, _ in rows if match)
         farthest = max([farthest, *(distance for distance, _, _ in rows)])
         if metric == "dot":
@@ -418,13 +411,84 @@ def _approximate_pages(connection: Connection, search: Search) -> list[DocumentB
         page = min(2 * page, _PAGE_LIMIT)
 
 
-def _operand(vector: Matrix) -> Any:
-    """The query vector as a pgvector value: its text (each float32 as the float64 it equals, which pgvector reads
-    back exactly) cast to ``vector``; built with C-level list formatting (pgvector's own converts element by element).
+def _settings(hnsw: Hnsw, iterative: bool) -> Any:
+    """A condition of the page statement that sets ``hnsw.ef_search`` (and, when `iterative`,
+    ``hnsw.iterative_scan = relaxed_order``, so the jsonb pre-selection does not starve the index scan) for the
+    statement's own transaction, in the statement itself: one round trip where BEGIN, SET LOCAL and COMMIT took three.
+
+    ``set_config(..., true)`` in an uncorrelated subquery: PostgreSQL runs it once as an init plan, and a condition on
+    nothing but that plan's value is a one-time filter, checked before the index scan below it reads its first row
+    (which is when pgvector reads both settings); reads run in autocommit, so the settings end with the statement.
+    The values are parameters: every object's statement has the same text (prepared once per connection).
     """
+    configured: sa.ColumnElement[Any] = sa.func.set_config("hnsw.ef_search", str(hnsw.ef_search), True)
+    if iterative:
+        configured = configured.op("||")(sa.func.set_config("hnsw.iterative_scan", "relaxed_order", True))
+    return sa.select(configured).scalar_subquery().is_not(None)
+
+
+def _operand(connection: Connection, vector: Matrix) -> Any:
+    """The query vector as a bound parameter: in pgvector's binary format (dimension, then big-endian float32s: the
+    values exactly, no text to format in Python or parse in the server) through psycopg 3 (`register_vector_dumper`);
+    through another driver (an Engine passed in), its text (each float32 as the float64 it equals, which pgvector
+    reads back exactly) cast to ``vector``."""
+    if register_vector_dumper(connection):
+        payload = struct.pack(">HH", len(vector), 0) + np.asarray(vector, dtype=">f4").tobytes()
+        return sa.bindparam(None, QueryVector(payload), type_=_BoundVector(), unique=True)
     from pgvector.sqlalchemy import Vector
 
     return sa.cast(sa.literal(str(vector.tolist()), sa.Text), Vector(len(vector)))
+
+
+class QueryVector:
+    """A query vector in pgvector's binary format, dumped as it is by `_VectorDumper`."""
+
+    __slots__ = ("payload",)
+
+    def __init__(self, payload: bytes) -> None:
+        self.payload = payload
+
+
+class _BoundVector(sa.types.UserDefinedType[QueryVector]):
+    """A ``vector`` parameter the driver dumps (`_VectorDumper`): no bind processing, no cast in the SQL."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "VECTOR"
+
+
+_DUMPER_KEY = "memwoven_vector_dumper"  # in the DBAPI connection's info: the dumper is registered on it
+
+
+def register_vector_dumper(connection: Connection) -> bool:
+    """Register `_VectorDumper`, with the ``vector`` type's OID in this database, on the driver connection, once per
+    connection (the lookup is its one extra round trip); whether the driver is psycopg 3 (which it is registered on).
+    """
+    info = connection.connection.info
+    if _DUMPER_KEY not in info:
+        driver = connection.connection.driver_connection
+        info[_DUMPER_KEY] = hasattr(driver, "adapters") and _register(connection, driver)
+    return bool(info[_DUMPER_KEY])
+
+
+def _register(connection: Connection, driver: Any) -> bool:
+    from psycopg.adapt import Dumper
+    from psycopg.pq import Format
+
+    oid = connection.exec_driver_sql("SELECT to_regtype('vector')::oid").scalar()
+    if oid is None:  # created with the tables; dropped since: the text cast then says what is missing
+        return False
+
+    class _VectorDumper(Dumper):
+        format = Format.BINARY
+
+        def dump(self, obj: QueryVector) -> bytes:
+            return obj.payload
+
+    _VectorDumper.oid = int(oid)
+    driver.adapters.register_dumper(QueryVector, _VectorDumper)
+    return True
 
 
 def _distance_bound(metric: Metric, threshold: float) -> float:
@@ -450,6 +514,16 @@ def _preselection(e: sa.Table, query: SearchQuery) -> list[Any]:
     return conditions
 
 
+class _Document(NamedTuple):
+    """A live document row as `Search.decode` reads it, its embedding decoded from base64."""
+
+    doc_id: str
+    content: str
+    metadata: str
+    embedding: bytes
+    deleted: bool
+
+
 def _read_page(
     connection: Connection, ranked: sa.Select[Any], search: Search, batches: list[DocumentBatch]
 ) -> list[tuple[float, bool, float]]:
@@ -458,13 +532,20 @@ def _read_page(
     v, collection_key = search.vectors, search.collection_key
     page = ranked.subquery("ranked")
     norm = page.c.norm if "norm" in page.c else sa.literal(0.0, sa.Float(53))
+    # The embedding as base64 text: results come in text format, where bytea is hex, twice the bytes to send and
+    # unescape (at 384 dimensions that made the page statement take twice as long).
+    embedding = sa.func.encode(v.c.embedding, sa.literal_column("'base64'")).label("embedding")
     statement = (
-        sa.select(v.c.doc_id, v.c.content, v.c.metadata, v.c.embedding, v.c.deleted, page.c.distance, norm.label("n"))
+        sa.select(v.c.doc_id, v.c.content, v.c.metadata, embedding, v.c.deleted, page.c.distance, norm.label("n"))
         .select_from(page.join(v, sa.and_(v.c.collection_key == collection_key, v.c.doc_key == page.c.doc_key)))
         .order_by(page.c.distance, page.c.doc_key)
     )
     rows: Sequence[Any] = connection.execute(statement).all()
-    live = [row for row in rows if not row.deleted]
+    live = [
+        _Document(row.doc_id, row.content, row.metadata, binascii.a2b_base64(row.embedding), False)
+        for row in rows
+        if not row.deleted
+    ]
     matches: Iterator[bool] = iter(())
     if live:
         batch = search.decode(live)
