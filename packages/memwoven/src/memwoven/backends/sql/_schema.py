@@ -329,7 +329,7 @@ def _upsert_statement(table: sa.Table, columns: tuple[str, ...], dialect: str) -
     keys = [column.name for column in table.primary_key.columns]
     replaced = [name for name in columns if name not in keys]
     insert = dialect_insert(table, dialect)
-    statement: sa.Executable
+    statement: sa.Insert
     if dialect in _MYSQL:
         statement = insert.on_duplicate_key_update({n: insert.inserted[n] for n in replaced})
     else:
