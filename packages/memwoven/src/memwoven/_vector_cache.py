@@ -376,7 +376,7 @@ def _check(mapping: mmap.mmap, size: int) -> dict[str, Any]:
 
 
 def _discard(path: Path, reason: str) -> None:
-    logger.warning("vector cache %s is damaged (%s): removed, reading the database instead", path, reason)
+    logger.warning("vector cache %s cannot be used (%s): removed, reading the database instead", path, reason)
     with contextlib.suppress(OSError):
         path.unlink()
 
