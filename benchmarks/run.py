@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import platform
 import sys
@@ -32,6 +33,8 @@ import vector_cache
 import vector_search
 import window_bench
 from harness import Report
+
+import memwoven
 
 RESULTS = Path(__file__).parent / "results"
 README = Path(__file__).parent.parent / "README.md"
@@ -78,7 +81,14 @@ def machine() -> str:
     python = f"{platform.python_implementation()} {platform.python_version()}"
     cpu = f"{_cpu_model()}, {os.cpu_count()} logical cores, {_memory_gib()}, {platform.system()} {platform.release()}"
     threads = f"OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}"
+    python += ", bytecode compiled" if _bytecode_compiled() else ", no compiled bytecode (each new process compiles)"
     return f"{cpu}; {python}, numpy BLAS {blas.get('name', '?')} {blas.get('version', '')} ({threads}); {packages}"
+
+
+def _bytecode_compiled() -> bool:
+    """Whether memwoven's and numpy's modules have their `.pyc` files (new processes then skip compiling them)."""
+    sources = [memwoven.__file__, np.__file__]
+    return all(source and Path(importlib.util.cache_from_source(source)).exists() for source in sources)
 
 
 def _version(name: str) -> str:
