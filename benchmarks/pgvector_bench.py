@@ -83,7 +83,7 @@ class Row:
 
 
 @contextmanager
-def _server() -> Iterator[str]:
+def server() -> Iterator[str]:
     """A private PostgreSQL with pgvector (its URL), tuned for index builds; raises RuntimeError if it cannot run."""
     import pytest
 
@@ -275,7 +275,7 @@ def run(report: Report, *, count: int, runs: int) -> str:
     label = f"clustered {count:,}x{dimension}"
     title = f"#### pgvector mode, {label}, top-10 cosine (PostgreSQL with pgvector on a private port)"
     try:
-        with _server() as url:
+        with server() as url:
             return _measure(report, url, label, title, ids, vectors, queries, truth, runs)
     except RuntimeError as error:
         print(f"  skip pgvector mode: {error}", flush=True)

@@ -19,6 +19,7 @@ import _threads  # noqa: F401  (before numpy)
 import chat_history
 import checkpoint_bench
 import conversation
+import filtered_bench
 import ingest_bench
 import langchain_history
 import llama_index_bench
@@ -241,8 +242,9 @@ def main() -> None:
     turns, conversation_runs = (50, 1) if args.quick else (1_000, 3)
     conversations = conversation.run(report, redis=redis, turns=turns, runs=conversation_runs)
     probe = vector_search.sixteen_bit_probe(10_000 if args.quick else 100_000)
-    filtered = vector_search.filtered_search(report, 10_000 if args.quick else 100_000)
-    _lap("conversations, 16-bit probe, filtered search")
+    _lap("conversations, 16-bit probe")
+    filtered = filtered_bench.run(report, postgres=postgres, count=10_000 if args.quick else 100_000, runs=15)
+    _lap("filtered search")
     pgvector = os.environ.get("MEMWOVEN_PGVECTOR_URL")
     ingest = ingest_bench.run(report, postgres=postgres, pgvector=pgvector, count=20_000 if args.quick else 1_000_000)
     _lap("columnar ingest")

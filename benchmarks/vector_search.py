@@ -736,48 +736,6 @@ def sixteen_bit_probe(count: int, dimension: int = 384, runs: int = 7) -> str:
     return _ratio_table(title, ("scan", "time", "vs float32"), timings, ratios)
 
 
-FILTERED_1_GOAL = 0.2  # issue 22: a 1%-selective equality filter <= 0.2x the unfiltered search
-FILTERED_50_GOAL = 1.2  # and a 50% filter <= 1.2x
-
-
-def filtered_search(report: Report, count: int, dimension: int = 384, runs: int = 15) -> str:
-    """Filtered top-10 on the in-memory store: a 1%-selective equality (`{"tenant": 7}`) and a 50% one
-    (`{"half": True}`) beside the unfiltered search, over the same clustered vectors; each filtered answer checked
-    against numpy's exact top-10 of the matching rows (recall 1.0 required). Targets as ratios to unfiltered."""
-    ids, vectors, queries = dataset("clustered", count, dimension)
-    memory = InMemoryVectorMemory(dimension=dimension)
-    tenants = np.arange(count) % 100
-    for start in range(0, count, 10_000):
-        memory.store(
-            VectorDocument(id=ids[i], content="", embedding=vectors[i], metadata={"tenant": int(t), "half": i % 2 == 0})
-            for i, t in zip(range(start, min(start + 10_000, count)), tenants[start : start + 10_000])
-        )
-    cases: dict[str, tuple[dict[str, Any] | None, Array]] = {
-        "unfiltered": (None, np.ones(count, dtype=bool)),
-        '1% equality {"tenant": 7}': ({"tenant": 7}, tenants == 7),
-        '50% equality {"half": true}': ({"half": True}, np.arange(count) % 2 == 0),
-    }
-    timings: dict[str, Timing] = {}
-    for name, (spec, mask) in cases.items():
-        for query in queries[:4]:  # exact: the same ids as numpy's top-10 of the matching rows
-            scores = vectors[mask] @ query  # unit vectors: cosine
-            expected = {ids[i] for i in np.flatnonzero(mask)[np.argsort(-scores)[:TOP_K]]}
-            found = {hit.document.id for hit in memory.search(query.tolist(), top_k=TOP_K, filter=spec)}
-            if found != expected:
-                raise AssertionError(f"filtered search {name}: recall {len(found & expected) / TOP_K:.2f}, not 1.0")
-        query_list = queries[0].tolist()
-        timings[name] = _timing(
-            _repeat(lambda: memory.search(query_list, top_k=TOP_K, filter=spec), runs=runs, budget=4.0)  # noqa: B023
-        )
-    base = timings["unfiltered"].median
-    ratios = {name: timing.median / base for name, timing in timings.items()}
-    label = f"filtered top-10, {count:,}x{dimension} in memory"
-    report.target(f"{label}: 1% filter / unfiltered", ratios['1% equality {"tenant": 7}'], FILTERED_1_GOAL, False)
-    report.target(f"{label}: 50% filter / unfiltered", ratios['50% equality {"half": true}'], FILTERED_50_GOAL, False)
-    title = f"#### Filtered search, {count:,}x{dimension} clustered, in memory (metadata kept column-wise; recall 1.0)"
-    return _ratio_table(title, ("filter", "p50", "vs unfiltered"), timings, ratios)
-
-
 def _ratio_table(title: str, header: tuple[str, str, str], timings: dict[str, Timing], ratios: dict[str, float]) -> str:
     """A Markdown section: `title`, then one row per timing with its ratio."""
     lines = [title, "", f"| {' | '.join(header)} |", "| --- | --- | --- |"]
