@@ -156,6 +156,14 @@ def _negation(predicate: Predicate) -> Predicate:
     return lambda metadata: not predicate(metadata)
 
 
+_FILTER_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+
+
+def filter_text(spec: Mapping[str, Any]) -> str:
+    """`spec` as compact JSON text, the key filters are remembered by (TypeError/ValueError if it has none)."""
+    return _FILTER_ENCODER.encode(spec)
+
+
 def compile_filter(spec: Mapping[str, Any]) -> Predicate:
     """Validate `spec` and turn it into a predicate over a metadata object.
 
@@ -165,7 +173,7 @@ def compile_filter(spec: Mapping[str, Any]) -> Predicate:
     that copy: one holding a type JSON text does not keep (a tuple for a list, a key that is no string, NaN) is
     compiled as given, where it is refused."""
     try:
-        text = json.dumps(spec, ensure_ascii=False, separators=(",", ":"))
+        text = filter_text(spec)
     except (TypeError, ValueError, RecursionError):
         return _compile(spec, 1)
     found = _COMPILED.get(text)

@@ -352,7 +352,7 @@ def _finished(lifetime: AsyncGenerator[None, None] | None) -> None:
 
 
 class _PinnedReader:
-    """One connection kept checked out for reads on a server database (PostgreSQL, in autocommit).
+    """One connection kept checked out for reads (PostgreSQL, in autocommit; SQLite's single reads, without BEGIN).
 
     A read through the pool pays a checkout; a vector search asks for changes before every scan, so that is a
     second checkout on every search. A read tries this connection first (one caller at a time; others take the
@@ -459,8 +459,12 @@ class Database:
         self._writer: AbstractContextManager[Any] = (
             _sqlite_writer(sqlite_database) if self.dialect == "sqlite" else nullcontext()
         )
-        pin = self.dialect == "postgresql" and _overflows(engine.pool)
-        self._reader = _PinnedReader(self._engines["read"]) if pin else None
+        # A file SQLite database keeps one connection for single reads too: the pool's checkout and checkin were
+        # ~15% of a one-namespace store search (in memory, a pool may hold one database per thread: not pinned).
+        self._pinned: tuple[str, ...] = ("single read",) if self._sqlite_file is not None else ()
+        if self.dialect == "postgresql" and _overflows(engine.pool):
+            self._pinned = ("read", "single read")
+        self._reader = _PinnedReader(self._engines[self._pinned[0]]) if self._pinned else None
         limits = _limits(engine.pool)
         self._turns: AbstractContextManager[None] = nullcontext() if limits is None else _Turns(*limits)
         self._loops: dict[asyncio.AbstractEventLoop, _LoopEngine] = {}
@@ -561,7 +565,7 @@ class Database:
     def transact(self, work: Work[R]) -> R:
         """Run `work.body` in one transaction on the sync engine, retrying deadlocks and connections found closed
         (`_retry`); return its result."""
-        if not work.write and self._reader is not None:
+        if self._reader is not None and work.mode in self._pinned:
             pinned = self._reader.try_read(work)
             if pinned is not None:
                 return pinned[0]

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import builtins
 import functools
-import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar, cast
@@ -89,6 +88,7 @@ from memwoven.contracts import (
     check_expected,
     next_version,
 )
+from memwoven.filters import filter_text
 from memwoven.models import Item
 
 __all__ = ["SQLItemMemory", "decode_namespace", "encode_namespace"]
@@ -580,7 +580,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         generated jsonb copy), remembered per filter: building it costs more than SQLite takes to run a small
         listing, and callers tend to repeat their filters."""
         try:
-            key = (dialect, json.dumps(spec, ensure_ascii=False, separators=(",", ":")))
+            key = (dialect, filter_text(spec))
         except (TypeError, ValueError):  # no JSON text to tell it by (prefilter translates none of it anyway)
             key = None
         found = None if key is None else self._statements.preselections.get(key)
