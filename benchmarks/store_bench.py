@@ -415,7 +415,17 @@ REASONS = [
     "SqliteStore keeps one sqlite3 connection), ~20% turning the 10 rows into PlainItems and then SearchItems "
     "(LangGraph's own SearchItem construction ~7%, two datetimes each), ~10% SQLite's execute, ~10% the store's "
     "batch, the ItemQuery validation and the two step runners, and for the filtered case the filter checked again "
-    "in Python on each row the SQL pre-selection kept (the pre-selection keeps every match but is not known exact).",
+    "in Python on each row the SQL pre-selection kept (the pre-selection keeps every match but is not known exact). "
+    "Since then (d453b33) a file SQLite database keeps one connection for single reads, as PostgreSQL did, and "
+    "filters are keyed by one shared JSON encoder: a probe on the bench's stores at 100,000 items (15 rounds, the "
+    "two stores alternating, SQLAlchemy 2.1.9, a test run on the other core) gave one-namespace filtered 1.27x -> "
+    "1.04-1.09x of SqliteStore, one-namespace without query 1.24x -> 0.97-0.98x, all namespaces filtered 0.96x -> "
+    "0.97-0.98x, all namespaces without query 1.10x -> 1.12x. That last one is SQLite's plan, not Python: memwoven's "
+    "bare SQL alone takes 1.01x of SqliteStore's whole search, SQLite walking the namespace index and sorting all "
+    "100,000 rows in a temporary B-tree to return 10 (walking the key index instead avoids the sort but makes a "
+    "one-namespace search ~180x slower, and SQLite keeps no statistics to choose per prefix). The filtered "
+    "one-namespace gap is spread thin: ~20% turning rows into results (JSON decoding, two datetimes per item) and the "
+    "filter checked again in Python on the pre-selected rows.",
     "- LangGraph store on PostgreSQL right after a bulk load: with no statistics yet the planner may AND the "
     "namespace index with a bitmap of `expires_at_ms IS NULL` (EXPLAIN ANALYZE: ~16-20 ms for a 100-item namespace "
     "against 0.22 ms once the table is analysed; worse when writes inserted a placeholder row per new item, which "
