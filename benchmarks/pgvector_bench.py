@@ -66,8 +66,14 @@ REASONS = [
     "100,000 x 384 under a load average of 5.5, 0.28 s with HNSW and 0.54 s exact (the scan), of which the first "
     "use's setup (connecting, a dozen catalog queries: tables, extension, index). The rest, 1.8-2.6 s there, is "
     "Python starting and importing numpy, SQLAlchemy (with the asyncio and ORM modules memwoven's SQL backends "
-    "import), psycopg, pydantic and memwoven (about 1.4 s of CPU). Importing less at start-up (lazily the async "
-    "engine and the other backends) is not done.",
+    "import), psycopg, pydantic and memwoven (about 1.4 s of CPU). Since then a sync worker no longer imports the "
+    "async engine, the async driver or the other dialects, and `nox -s bench` compiles bytecode at install as pip "
+    "does (this environment sets PYTHONDONTWRITEBYTECODE, so before that every new process compiled its imports: "
+    "importing numpy and memwoven measured 5.7-7.4 s without .pyc files against 1.4-1.8 s with them, at load 5.4). "
+    "python -X importtime with .pyc files: SQLAlchemy ~1.3 s cumulative under that load (memwoven.backends.sql "
+    "imports the chat backend first), memwoven.models with pydantic ~0.6 s, numpy ~0.7 s; a cached search needs "
+    "SQLAlchemy's core for its freshness query, so what is left to cut is pydantic and SQLAlchemy's DDL/DML modules "
+    "until a write needs them (not done).",
 ]
 
 
