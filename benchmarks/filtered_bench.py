@@ -129,7 +129,8 @@ def run(report: Report, *, postgres: str, count: int, runs: int) -> str:
     label = f"filtered top-10, clustered {count:,}x{DIMENSION}"
     searches: dict[str, Search] = {}
     notes: list[str] = []
-    with ExitStack() as stack, tempfile.TemporaryDirectory() as directory:
+    with ExitStack() as stack:
+        directory = stack.enter_context(tempfile.TemporaryDirectory())  # removed after the stores are closed
         url, missing = _postgres(stack, postgres)
         stores: dict[str, Store] = {
             "memwoven InMemoryVectorMemory": InMemoryVectorMemory(dimension=DIMENSION),
