@@ -1103,3 +1103,41 @@ def _pinned_pid(memory: SQLChatMemory | SQLVectorMemory) -> int:
     connection = memory._db._reader._connection  # type: ignore[union-attr]
     assert connection is not None
     return int(connection.connection.dbapi_connection.info.backend_pid)  # type: ignore[union-attr]
+
+
+def test_sqlite_writes_reuse_one_connection_and_survive_losing_it(tmp_path: Path) -> None:
+    """Write transactions on an SQLite file run on one kept connection (no pool checkout per write); a failed
+    write is rolled back there and the next one works; if the connection is found closed before a write commits,
+    the write runs through the pool instead, once, and the caller never sees the loss."""
+    with place_for("sqlite", tmp_path) as place:
+        memory = place.chat()
+        memory.append("s", [turn(0)])
+        memory.load("s")  # the kept read connection is open too
+        kept = memory._db._kept_writer
+        assert kept is not None
+        connection = kept._connection
+        assert connection is not None
+        checkouts: list[object] = []
+        sa.event.listen(memory.engine, "checkout", lambda *args: checkouts.append(args[0]))
+        for i in range(1, 6):
+            memory.append("s", [turn(i)])
+        with pytest.raises(ConcurrentModificationError):
+            memory.save("s", [turn(0)], expected_version=1)
+        memory.append("s", [turn(6)])
+        assert checkouts == []  # every write ran on the kept connection
+        assert kept._connection is connection
+        assert len(memory.load("s")) == 7
+        dbapi_of(connection).close()  # the connection is gone under memwoven's feet
+        checkouts.clear()
+        memory.append("s", [turn(7)])
+        assert len(checkouts) == 1  # that write went through the pool
+        assert [m.text for m in memory.load("s")] == [turn(i).text for i in range(8)]  # each stored once
+        memory.append("s", [turn(8)])
+        assert kept._connection is not None
+        assert kept._connection is not connection  # a new one is kept
+        assert len(memory.load("s")) == 9
+
+
+def dbapi_of(connection: sa.Connection) -> Any:
+    """The driver's connection under an SQLAlchemy one."""
+    return connection.connection.dbapi_connection

@@ -608,11 +608,19 @@ def _check_writes(writes: Iterable[ItemWrite | tuple[Any, ...]]) -> list[Checked
         raise InvalidInputError(f"expected a list of item writes, got a {type(writes).__name__}")
     checked = []
     seen: set[ItemAddress] = set()
+    namespaces: dict[object, Namespace] = {}  # validated already: a batch writes many items per namespace
     for position, write in enumerate(writes):
         if not isinstance(write, tuple) or not 3 <= len(write) <= 5:
             raise InvalidInputError(f"write {position} must be an ItemWrite or a tuple of 3 to 5 values")
         namespace, key, value, ttl, expected = ItemWrite(*write)
-        address = check_item_key(namespace, key)
+        try:
+            known = namespaces.get(namespace)
+        except TypeError:  # unhashable: refused below
+            known = None
+        if known is None:
+            known = check_namespace(namespace)
+            namespaces[known] = known
+        address = (known, check_id(key, "item key"))
         if address in seen:
             raise InvalidInputError(f"write {position}: item {address!r:.200} is written twice in one batch")
         seen.add(address)

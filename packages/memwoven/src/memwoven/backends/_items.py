@@ -16,6 +16,7 @@ order, which is also the byte order of their UTF-8.
 from __future__ import annotations
 
 import json
+import json.encoder
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -63,9 +64,25 @@ def prefix_range(prefix: Namespace) -> tuple[str, str]:
     return low, low[:-1] + chr(ord(_SEPARATOR) + 1)
 
 
+_VALUE_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+# json's C encoder built once: `json.dumps` with options builds an encoder per call, and an encoder builds its C
+# encoder per call too, together 70% of encoding a small value. Without cycle detection: a validated value
+# (`coerce_item_value`) is a tree of fresh frozen containers of bounded depth.
+_MAKE_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)  # None without json's C accelerator
+_C_VALUE_ENCODER: Any = (
+    None
+    if _MAKE_C_ENCODER is None
+    else _MAKE_C_ENCODER(
+        None, _VALUE_ENCODER.default, json.encoder.encode_basestring, None, ":", ",", False, False, False
+    )
+)
+
+
 def encode_value(value: FrozenDict) -> str:
     """An item's value as stored: compact JSON text (non-ASCII characters kept as they are)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    if _C_VALUE_ENCODER is None:
+        return _VALUE_ENCODER.encode(value)
+    return "".join(_C_VALUE_ENCODER(value, 0))
 
 
 def decode_object(text: str | bytes) -> dict[str, Any]:

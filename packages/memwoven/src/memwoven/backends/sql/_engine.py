@@ -14,8 +14,9 @@ other loops run the sync API in worker threads.
 
 No pool is ever exhausted: at most `pool_size` transactions run at once through an engine (per loop, and from all
 the threads through the sync one); more wait their turn, in order. The overflow (up to 10 more connections) serves
-the kept read connection and other objects given the same engine. A wait ends with the pool's timeout only when no
-transaction ended for all of `pool_timeout` (a server that stopped answering), never for being late in a long queue.
+the kept read connection (and an SQLite file's kept write connection) and other objects given the same engine. A
+wait ends with the pool's timeout only when no transaction ended for all of `pool_timeout` (a server that stopped
+answering), never for being late in a long queue.
 
 SQLite engines built here run in WAL mode with a 30 s busy timeout and ``synchronous=NORMAL``: a commit is
 atomic and survives a crash of the process, but the last commits before a power loss may be rolled back (they
@@ -52,7 +53,7 @@ from memwoven.errors import BackendUnavailableError, InvalidInputError, Memwoven
 if TYPE_CHECKING:  # imported when an async engine is built or passed in: a sync worker does without its ~0.3 s
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-__all__ = ["Database", "Work"]
+__all__ = ["Database", "Work", "driver_errors"]
 
 logger = logging.getLogger("memwoven.sql")
 
@@ -205,6 +206,23 @@ def _engine_options(backend: str, pool_size: int, pool_timeout: float) -> dict[s
     return options
 
 
+@contextmanager
+def driver_errors(connection: Connection, statement: str, parameters: Any = ()) -> Iterator[None]:
+    """Raise the errors of calls made on `connection`'s driver connection directly (`statement` with `parameters`)
+    as SQLAlchemy raises them: a `DBAPIError`, the connection invalidated if the error means it is closed, so that
+    `Database`'s retries and error translation see no difference."""
+    dialect = connection.dialect
+    errors = dialect.loaded_dbapi.Error
+    dbapi_connection = connection.connection.dbapi_connection
+    try:
+        yield
+    except errors as error:
+        closed = dialect.is_disconnect(error, dbapi_connection, None)
+        if closed:
+            connection.invalidate(error)
+        raise DBAPIError.instance(statement, parameters, error, errors, connection_invalidated=closed) from error
+
+
 def _error_text(error: BaseException) -> str:
     orig = getattr(error, "orig", None)
     cause = orig if isinstance(orig, BaseException) else error
@@ -351,15 +369,9 @@ def _finished(lifetime: AsyncGenerator[None, None] | None) -> None:
             lifetime.aclose().send(None)
 
 
-class _PinnedReader:
-    """One connection kept checked out for reads (PostgreSQL, in autocommit; SQLite's single reads, without BEGIN).
-
-    A read through the pool pays a checkout; a vector search asks for changes before every scan, so that is a
-    second checkout on every search. A read tries this connection first (one caller at a time; others take the
-    pool). If it fails in any way the driver reports, the connection is discarded and the read runs again through
-    the pool, which reconnects (`Database._retry`): a read is safe to repeat, and a dropped
-    connection (server restart, pg_terminate_backend) costs nothing more than before.
-    """
+class _Kept:
+    """One pooled connection kept checked out, for one caller at a time (others take the pool), forgotten in a
+    forked child (it must not share the parent's socket or file lock)."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
@@ -367,23 +379,18 @@ class _PinnedReader:
         self._connection: Connection | None = None
         self._pid = os.getpid()
 
-    def try_read(self, work: Work[R]) -> tuple[R] | None:
-        """`(result,)` if `work` ran on the pinned connection; None if the caller must use the pool."""
+    @contextmanager
+    def _held(self) -> Iterator[Connection | None]:
+        """The kept connection (opened if need be), or None while another caller holds it."""
         if not self._lock.acquire(blocking=False):
-            return None
+            yield None
+            return
         try:
-            if self._pid != os.getpid():  # a forked child must not share the parent's socket: forget it
+            if self._pid != os.getpid():
                 self._connection, self._pid = None, os.getpid()
-            try:
-                if self._connection is None:
-                    self._connection = self._engine.connect()
-                result = work.body(self._connection)
-                self._connection.commit()  # autocommit: ends SQLAlchemy's transaction, no round trip
-            except (DBAPIError, PoolTimeoutError) as error:
-                logger.info("dropped the kept read connection (%s); reading through the pool", _error_text(error))
-                self._discard()
-                return None
-            return (result,)
+            if self._connection is None:
+                self._connection = self._engine.connect()
+            yield self._connection
         finally:
             self._lock.release()
 
@@ -401,6 +408,80 @@ class _PinnedReader:
             if connection is not None and self._pid == os.getpid():
                 with suppress(Exception):
                     connection.close()
+
+
+class _PinnedReader(_Kept):
+    """One connection kept for reads (PostgreSQL, in autocommit; SQLite's single reads, without BEGIN).
+
+    A read through the pool pays a checkout; a vector search asks for changes before every scan, so that is a
+    second checkout on every search. A read tries this connection first (one caller at a time; others take the
+    pool). If it fails in any way the driver reports, the connection is discarded and the read runs again through
+    the pool, which reconnects (`Database._retry`): a read is safe to repeat, and a dropped
+    connection (server restart, pg_terminate_backend) costs nothing more than before.
+    """
+
+    def try_read(self, work: Work[R]) -> tuple[R] | None:
+        """`(result,)` if `work` ran on the pinned connection; None if the caller must use the pool."""
+        try:
+            with self._held() as connection:
+                if connection is None:
+                    return None
+                result = work.body(connection)
+                connection.commit()  # autocommit: ends SQLAlchemy's transaction, no round trip
+                return (result,)
+        except (DBAPIError, PoolTimeoutError) as error:
+            logger.info("dropped the kept read connection (%s); reading through the pool", _error_text(error))
+            self._discard()
+            return None
+
+
+class _KeptWriter(_Kept):
+    """One connection kept for the write transactions of an SQLite file, which run one at a time anyway (the
+    writer lock): the pool's checkout and checkin and SQLAlchemy's transaction object were a quarter of a
+    checkpoint's write. `BEGIN IMMEDIATE` and `COMMIT` go to the driver; the work's statements run as on any
+    connection. A write whose connection turns out closed before its commit is run again through the pool."""
+
+    def try_write(self, work: Work[R]) -> tuple[R] | None:
+        """`(result,)` if `work` ran (and committed) on the kept connection; None if the caller must use the pool;
+        the work's own errors raised after rolling back."""
+        with self._held() as connection:
+            if connection is None:
+                return None
+            committing = False
+            try:
+                dbapi_connection = connection.connection.dbapi_connection
+                if dbapi_connection is None:  # invalidated by an earlier failure: the pool's turn
+                    self._discard()
+                    return None
+                if not work.single:
+                    with driver_errors(connection, "BEGIN IMMEDIATE"):
+                        dbapi_connection.execute("BEGIN IMMEDIATE")
+                result = work.body(connection)
+                committing = True
+                connection.commit()  # SQLAlchemy's transaction, if the work's statements began one
+                with driver_errors(connection, "COMMIT"):
+                    dbapi_connection.commit()  # else the driver's: COMMIT, or nothing if none is open
+            except DBAPIError as error:
+                self._end(connection)
+                self._discard()
+                if error.connection_invalidated and not committing:  # nothing was applied: the pool's turn
+                    logger.info("dropped the kept write connection (%s); writing through the pool", _error_text(error))
+                    return None
+                raise
+            except BaseException:
+                self._end(connection)
+                raise
+            return (result,)
+
+    def _end(self, connection: Connection) -> None:
+        """Roll back whatever the failed work left open (nothing, if its connection is gone)."""
+        if connection.invalidated:  # touching it would check out a new one
+            return
+        with suppress(Exception):
+            connection.rollback()
+            dbapi_connection = connection.connection.dbapi_connection
+            if dbapi_connection is not None:
+                dbapi_connection.rollback()
 
 
 class Database:
@@ -465,6 +546,10 @@ class Database:
         if self.dialect == "postgresql" and _overflows(engine.pool):
             self._pinned = ("read", "single read")
         self._reader = _PinnedReader(self._engines[self._pinned[0]]) if self._pinned else None
+        # A file SQLite database keeps one connection for its write transactions as well (`_KeptWriter`).
+        self._kept_writer: _KeptWriter | None = (
+            _KeptWriter(self._engines["single"]) if self._sqlite_file is not None else None
+        )
         limits = _limits(engine.pool)
         self._turns: AbstractContextManager[None] = nullcontext() if limits is None else _Turns(*limits)
         self._loops: dict[asyncio.AbstractEventLoop, _LoopEngine] = {}
@@ -570,6 +655,11 @@ class Database:
             if pinned is not None:
                 return pinned[0]
         with self.translated():
+            if work.write and not work.ddl and self._kept_writer is not None:
+                with self._writer:
+                    kept = self._kept_writer.try_write(work)
+                if kept is not None:
+                    return kept[0]
             attempt = 1
             while True:
                 committing = False
@@ -724,8 +814,9 @@ class Database:
         A loop's async engine is closed on that loop if it is idle, without it if it is closed; the engine of a loop
         still running (or idle while another runs here) closes when that loop shuts down its async generators.
         """
-        if self._reader is not None:
-            self._reader.close()
+        for kept in (self._reader, self._kept_writer):
+            if kept is not None:
+                kept.close()
         with self._guard:
             loops = list(self._loops.items())
         self._close_stranded([(loop, mine) for loop, mine in loops if loop.is_closed()])

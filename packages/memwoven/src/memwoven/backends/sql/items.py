@@ -62,6 +62,7 @@ from typing import Any, NamedTuple, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.compiler import SQLCompiler
 
 import memwoven._clock as _clock
 from memwoven._cache import LRUCache
@@ -76,7 +77,7 @@ from memwoven.backends._items import (
     ttl_milliseconds,
 )
 from memwoven.backends.sql._base import SQLBackend
-from memwoven.backends.sql._engine import Work
+from memwoven.backends.sql._engine import Work, driver_errors
 from memwoven.backends.sql._filters import prefilter
 from memwoven.backends.sql._schema import HEAD_CHARS, VALUE_JSONB, dialect_insert, key_of, upsert
 from memwoven.contracts import (
@@ -166,8 +167,8 @@ def _row(prepared: _Prepared, version: int, created_ms: int, written_ms: int) ->
 class _Writes(NamedTuple):
     """The unlocked writes of `SQLItemMemory._write_unlocked` on one database, each returning (address, version)."""
 
-    replace: sa.Executable
-    create: sa.Executable
+    replace: sa.Insert
+    create: sa.Insert
 
 
 def _unlocked_writes(items: sa.Table, dialect: str) -> _Writes:
@@ -243,6 +244,7 @@ class _Statements:
         self._selecting: LRUCache[tuple[Any, ...], sa.Select[Any]] = LRUCache(_REMEMBERED_FILTERS)
         self.preselections: LRUCache[tuple[str, str], tuple[_Preselection | None]] = LRUCache(_REMEMBERED_FILTERS)
         self._writes: dict[str, _Writes] = {}
+        self._multi_row: dict[int, tuple[sa.Insert, _MultiRow | None]] = {}  # the statements of `_writes`
 
     def writes(self, dialect: str) -> _Writes:
         """The unlocked writes on `dialect` (SQLite or PostgreSQL)."""
@@ -300,7 +302,7 @@ class _Statements:
         return _driver_rows(connection, driver.text, driver.parameters(params))
 
     def written(
-        self, connection: Connection, statement: sa.Executable, rows: Sequence[dict[str, Any]]
+        self, connection: Connection, statement: sa.Insert, rows: Sequence[dict[str, Any]]
     ) -> Iterable[Sequence[Any]]:
         """What the write `statement` (one of `writes`) returns for `rows` (full rows, `_row`), in statements of
         at most `_IN_CHUNK` rows. On SQLite each is the statement's SQL text, compiled once with as many VALUES
@@ -308,11 +310,11 @@ class _Statements:
         execution context and events) took ~40% of a checkpoint's write."""
         writing = None
         if connection.dialect.name == "sqlite":
-            remembered = self._driver_sql.get(id(statement))
+            remembered = self._multi_row.get(id(statement))
             if remembered is None or remembered[0] is not statement:  # an id is unique among live objects only
                 keys = [column.name for column in self.items.c]
                 remembered = (statement, _MultiRow.of(_DriverSQL.of(statement, connection.dialect, keys), keys))
-                self._driver_sql.put(id(statement), remembered)
+                self._multi_row[id(statement)] = remembered
             writing = remembered[1]
         for start in range(0, len(rows), _IN_CHUNK):
             chunk = rows[start : start + _IN_CHUNK]
@@ -325,25 +327,18 @@ class _Statements:
 
 def _driver_rows(connection: Connection, text: str, parameters: Sequence[Any]) -> Iterator[Sequence[Any]]:
     """The rows of the SQL `text` run on the DBAPI cursor of `connection`'s pooled connection, within its
-    transaction; the driver's errors raised as SQLAlchemy raises them (`DBAPIError`, the connection invalidated if
-    the error means it is closed), so that `Database`'s retries and error translation see no difference."""
-    dialect = connection.dialect
+    transaction, errors raised as SQLAlchemy raises them (`driver_errors`)."""
     dbapi_connection = connection.connection.dbapi_connection
     if dbapi_connection is None:  # invalidated earlier in this transaction: let SQLAlchemy raise as it does
         yield from connection.exec_driver_sql(text, tuple(parameters))
         return
-    errors = dialect.loaded_dbapi.Error
-    cursor = dbapi_connection.cursor()
-    try:
-        cursor.execute(text, parameters)
-        yield from cast("Iterable[Sequence[Any]]", cursor)  # sqlite3's cursor and aiosqlite's adapter iterate
-    except errors as error:
-        closed = dialect.is_disconnect(error, dbapi_connection, cursor)
-        if closed:
-            connection.invalidate(error)
-        raise sa.exc.DBAPIError.instance(text, parameters, error, errors, connection_invalidated=closed) from error
-    finally:
-        cursor.close()
+    with driver_errors(connection, text, parameters):
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(text, parameters)
+            yield from cast("Iterable[Sequence[Any]]", cursor)  # sqlite3's cursor and aiosqlite's adapter iterate
+        finally:
+            cursor.close()
 
 
 class _DriverSQL(NamedTuple):
@@ -358,17 +353,18 @@ class _DriverSQL(NamedTuple):
 
     @classmethod
     def of(
-        cls, statement: sa.Executable, dialect: sa.Dialect, column_keys: Sequence[str] | None = None
+        cls, statement: sa.ClauseElement, dialect: sa.Dialect, column_keys: Sequence[str] | None = None
     ) -> _DriverSQL | None:
         """`statement` compiled for `dialect` (an insert given values for `column_keys`), or None if its parameters
         need more of SQLAlchemy (a list expanded, a value rendered into the text)."""
-        compiled = statement.compile(dialect=dialect, column_keys=column_keys)
+        compiled = cast("SQLCompiler", statement.compile(dialect=dialect, column_keys=column_keys))
         names = compiled.positiontup
         binds = compiled.binds.values()
         if names is None or any(b.expanding or b.literal_execute for b in binds):
             return None
         fixed = {name: bind.value for name, bind in compiled.binds.items() if not bind.required}
-        return cls(compiled.string, tuple(names), fixed, dict(compiled._bind_processors))
+        processors = cast("dict[str, Callable[[Any], Any]]", dict(compiled._bind_processors))
+        return cls(compiled.string, tuple(names), fixed, processors)
 
     def parameters(self, given: Mapping[str, Any]) -> tuple[Any, ...]:
         """The positional parameters for the values `given` by name (with the statement's own)."""
