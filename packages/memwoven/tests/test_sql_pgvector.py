@@ -330,6 +330,17 @@ def test_a_warm_hnsw_search_is_one_statement_on_the_driver_cursor(
             _same_hits(got, index.search(query, top_k=5))  # 400 rows, ef_search 100 + 6: the scan reaches all
         assert [(binary, sql == statements[0][0]) for sql, _, binary in statements] == [(True, True), (True, True)]
         assert through_sqlalchemy == []
+        # A filter's values are parameters of the SQL kept per filter shape: other values, the same text.
+        firsts = []
+        for tenants in ([1, 2, 3], [4, 5, 6]):
+            statements.clear()
+            filter_ = {"tenant": {"$in": tenants}, "kind": "b"}
+            query = list(documents[6].embedding)
+            _same_hits(memory.search(query, top_k=5, filter=filter_), index.search(query, top_k=5, filter=filter_))
+            firsts.append(statements[0])  # the first page
+        assert firsts[0][0] == firsts[1][0]
+        assert {"1", "2", "3"} <= set(firsts[0][1].values())
+        assert not {"1", "2", "3"} & set(firsts[1][1].values())
         pinned = memory._db._reader._connection  # type: ignore[union-attr]
         assert pinned is not None
         pid = pinned.connection.dbapi_connection.info.backend_pid  # type: ignore[union-attr]
