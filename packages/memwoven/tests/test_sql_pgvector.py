@@ -352,6 +352,29 @@ def test_a_warm_hnsw_search_is_one_statement_on_the_driver_cursor(
         memory.drop_tables()
 
 
+@pytest.mark.parametrize("metric", ["cosine", "dot"])
+def test_hnsw_search_through_another_driver(pgvector_url: str, metric: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without psycopg 3's adapters the page statement binds the vector as text and reads the results in text format
+    (embeddings in base64) through SQLAlchemy: the same hits."""
+    monkeypatch.setattr(_pgvector, "register_vector_dumper", lambda connection: False)
+    documents, index = _indexed_corpus(400, 8, 6, metric)
+    memory = _server_memory(
+        pgvector_url, unique_name("pgh") + "_", collection="c", metric=metric, index="hnsw", ef_search=100
+    )
+    try:
+        memory.store(documents)
+        statements = _statements(monkeypatch)
+        for position, filter_ in ((7, None), (8, {"tenant": {"$in": [1, 2]}}), (9, {"kind": "c"})):
+            query = list(documents[position].embedding)
+            got = memory.search(query, top_k=5, filter=filter_)
+            _same_hits(got, index.search(query, top_k=5, filter=filter_))
+        pages = [(sql, binary) for sql, _, binary in statements if " AS VECTOR(8)" in sql.upper()]
+        assert pages
+        assert all("encode(" in sql and not binary for sql, binary in pages)
+    finally:
+        memory.drop_tables()
+
+
 def test_hnsw_options_are_checked_before_anything_is_written(pgvector_url: str, tmp_path: Path) -> None:
     bad: list[dict[str, object]] = [
         {"search": "server", "index": "ivfflat"},
