@@ -19,8 +19,9 @@ With ``index="hnsw"`` a search is approximate: each collection gets its own part
 an index on a ``vector`` column needs a fixed dimension), and a search asks it for the nearest rows a page at a time
 with ``hnsw.ef_search`` and, from pgvector 0.8 and where needed, ``hnsw.iterative_scan = relaxed_order`` (so the
 jsonb pre-selection in the same query does not starve the index scan) set by each page statement itself for its own
-transaction: one round trip per page, the statement prepared once per connection (the query vector a parameter in
-pgvector's binary format), nothing left set on the connection. The rows found are rescored exactly as above, so
+transaction: one round trip per page, nothing left set on the connection. Its SQL is compiled once per collection
+and page shape and sent on psycopg's own cursor (the query vector a parameter in pgvector's binary format, results in
+binary format), prepared once per connection. The rows found are rescored exactly as above, so
 scores are exact float32 scores and the threshold stays exclusive; what may differ from exact search is which rows
 are found (recall below 1).
 """
@@ -451,9 +452,8 @@ _PAGE_SQL_SIZE = 512  # entries kept; a few per (collection, top_k, filter shape
 def _hnsw_page_sql(connection: Connection, search: Search, shape: _PageShape) -> _PageSql:
     """The SQL of one HNSW page statement, compiled once per database driver, tables, collection, metric and shape.
 
-    Building and compiling the SQLAlchemy statement of every page took longer than PostgreSQL's index scan (and
-    SQLAlchemy's compiled cache still builds the statement and its cache key): the text is kept here instead and
-    executed as it is (``exec_driver_sql``), so a search does in Python little more than a raw pgvector query does.
+    Building every page's SQLAlchemy statement and its cache key (for SQLAlchemy's compiled cache) took longer than
+    PostgreSQL's index scan of a small collection: the text is kept here instead and sent as it is (`_page_rows`).
     """
     e, v = search.embeddings, search.vectors
     dialect = connection.dialect
