@@ -10,10 +10,12 @@ import contextlib
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
+import psycopg
 import pytest
 import sqlalchemy as sa
+from psycopg import pq
 
 from memwoven import open_vector_memory
 from memwoven.backends.sql import SQLVectorMemory, _pgvector
@@ -209,14 +211,18 @@ class TestPgvectorHnswVector(TestPgvectorVector):
     options: ClassVar[dict[str, object]] = {"index": "hnsw", "ef_search": 1000}
 
 
-def _statements(memory: SQLVectorMemory) -> list[tuple[str, object]]:
-    """Record the statements `memory` sends from now on."""
-    seen: list[tuple[str, object]] = []
+def _statements(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any, bool]]:
+    """Record every statement psycopg's cursors send from now on (SQLAlchemy's and the HNSW pages, which run on the
+    driver's cursor): its text, its parameters and whether its results come in binary format."""
+    seen: list[tuple[str, Any, bool]] = []
+    execute = psycopg.Cursor.execute
 
-    def record(conn: object, cursor: object, statement: str, parameters: object, context: object, many: bool) -> None:
-        seen.append((statement, parameters))
+    def record(cursor: psycopg.Cursor[Any], query: Any, params: Any = None, **options: Any) -> Any:
+        binary = options.get("binary")
+        seen.append((str(query), params, cursor.format == pq.Format.BINARY if binary is None else binary))
+        return execute(cursor, query, params, **options)
 
-    sa.event.listen(memory.engine, "before_cursor_execute", record)
+    monkeypatch.setattr(psycopg.Cursor, "execute", record)
     return seen
 
 
@@ -229,7 +235,9 @@ def _index_definitions(memory: SQLVectorMemory, prefix: str) -> list[str]:
 
 
 @pytest.mark.parametrize("metric", ["cosine", "dot"])
-def test_hnsw_search_is_approximate_with_exact_scores_through_the_index(pgvector_url: str, metric: str) -> None:
+def test_hnsw_search_is_approximate_with_exact_scores_through_the_index(
+    pgvector_url: str, metric: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     dimension = 24
     documents, index = _indexed_corpus(3000, dimension, 8, metric)
     prefix = unique_name("pgh") + "_"
@@ -241,7 +249,8 @@ def test_hnsw_search_is_approximate_with_exact_scores_through_the_index(pgvector
         gone = [f"d{i:05d}" for i in range(0, 3000, 9)]
         memory.delete(gone)
         index.remove(gone)
-        statements = _statements(memory)
+        memory.search(list(documents[1].embedding), top_k=10)  # the first search builds the index
+        statements = _statements(monkeypatch)
         generator = random.Random(4)
         found = total = 0
         for _ in range(20):
@@ -262,30 +271,31 @@ def test_hnsw_search_is_approximate_with_exact_scores_through_the_index(pgvector
         assert found / total >= 0.9  # recall@10 (it is ~0.99 here; 1.0 is not promised)
         # Each search is its page statements alone (no BEGIN, SET LOCAL, COMMIT): each sets ef_search, and pgvector
         # 0.8's iterative scan where a pre-selection may reject rows, for its own transaction; the vector is bound.
-        assert not [sql for sql, _ in statements if "BEGIN" in sql or "SET LOCAL" in sql or "COMMIT" in sql]
-        pages = [(sql, parameters) for sql, parameters in statements if " AS VECTOR(24)" in sql.upper()]
-        assert len(pages) >= 20 * 3 * 2
+        assert not [sql for sql, _, _ in statements if "BEGIN" in sql or "SET LOCAL" in sql or "COMMIT" in sql]
+        pages = [(sql, parameters) for sql, parameters, binary in statements if " AS VECTOR(24)" in sql.upper()]
+        assert len(pages) == len(statements) >= 20 * 3 * 2  # nothing but page statements
+        assert all(binary for _, _, binary in statements)  # results in binary format
         assert all(isinstance(parameters, dict) for _, parameters in pages)
-        values = [set(parameters.values()) for _, parameters in pages]  # type: ignore[union-attr]
+        values = [set(parameters.values()) for _, parameters in pages]
         assert all({"hnsw.ef_search", "100"} <= found for found in values)
         assert any("relaxed_order" in found for found in values)  # the {"tenant": 7} pre-selection
         assert any("relaxed_order" not in found for found in values)  # unfiltered first pages
         assert all(any(isinstance(value, QueryVector) for value in found) for found in values)  # binary, bound
-        first = next((sql, dict(found)) for sql, found in pages if "relaxed_order" not in set(found.values()))  # type: ignore[call-overload]
+        first = next((sql, dict(found)) for sql, found in pages if "relaxed_order" not in set(found.values()))
         with memory.engine.connect() as connection:
             connection = connection.execution_options(isolation_level="AUTOCOMMIT")
             register_vector_dumper(connection)
-            assert len(connection.exec_driver_sql(first[0], first[1]).all()) == 11  # type: ignore[arg-type]
+            assert len(connection.exec_driver_sql(first[0], first[1]).all()) == 11
             assert connection.exec_driver_sql("SHOW hnsw.ef_search").scalar() == "40"  # ended with the statement
         with memory.engine.begin() as connection:
             register_vector_dumper(connection)
             # 3,000 rows are few enough for the planner to sort them instead; without sorts it must show whether the
             # partial expression index can order this very statement's rows
             connection.exec_driver_sql("SET LOCAL enable_sort = off; SET LOCAL enable_incremental_sort = off")
-            plan = "\n".join(connection.exec_driver_sql("EXPLAIN " + first[0], first[1]).scalars())  # type: ignore[arg-type]
+            plan = "\n".join(connection.exec_driver_sql("EXPLAIN " + first[0], first[1]).scalars())
             # the statement's own setting governs its index scan: without iterative scan, ef_search rows at most
             one = {key: "1" if value == "100" else value for key, value in first[1].items()}
-            assert len(connection.exec_driver_sql(first[0], one).all()) == 1  # type: ignore[arg-type]
+            assert len(connection.exec_driver_sql(first[0], one).all()) == 1
         assert f"Index Scan using {prefix}hnsw_" in plan
         assert len(_index_definitions(memory, prefix)) == 1  # built by a collection's first search
         hits = neighbour.search(list(documents[3].embedding), top_k=20)
@@ -296,6 +306,71 @@ def test_hnsw_search_is_approximate_with_exact_scores_through_the_index(pgvector
         assert all("WHERE" in definition and "collection_key" in definition for definition in definitions)
         operators = "vector_cosine_ops" if metric == "cosine" else "vector_ip_ops"
         assert all(f"::vector({dimension})) {operators}" in definition for definition in definitions)
+    finally:
+        memory.drop_tables()
+
+
+def test_a_warm_hnsw_search_is_one_statement_on_the_driver_cursor(
+    pgvector_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once the index exists, an unfiltered search is one statement, sent on psycopg's cursor with binary results
+    (not through SQLAlchemy's execution), its text the same for every query vector; if the server drops the kept
+    read connection, the search runs again on a new one and the caller sees nothing."""
+    documents, index = _indexed_corpus(400, 8, 3, "cosine")
+    memory = _server_memory(pgvector_url, unique_name("pgh") + "_", collection="c", index="hnsw", ef_search=100)
+    try:
+        memory.store(documents)
+        memory.search(list(documents[0].embedding), top_k=5)  # builds the index, learns the dimension
+        through_sqlalchemy: list[str] = []
+        sa.event.listen(memory.engine, "before_cursor_execute", lambda *args: through_sqlalchemy.append(args[2]))
+        statements = _statements(monkeypatch)
+        for position in (3, 4):
+            query = list(documents[position].embedding)
+            got = memory.search(query, top_k=5)
+            _same_hits(got, index.search(query, top_k=5))  # 400 rows, ef_search 100 + 6: the scan reaches all
+        assert [(binary, sql == statements[0][0]) for sql, _, binary in statements] == [(True, True), (True, True)]
+        assert through_sqlalchemy == []
+        # A filter's values are parameters of the SQL kept per filter shape: other values, the same text.
+        firsts = []
+        for tenants in ([1, 2, 3], [4, 5, 6]):
+            statements.clear()
+            filter_ = {"tenant": {"$in": tenants}, "kind": "b"}
+            query = list(documents[6].embedding)
+            _same_hits(memory.search(query, top_k=5, filter=filter_), index.search(query, top_k=5, filter=filter_))
+            firsts.append(statements[0])  # the first page
+        assert firsts[0][0] == firsts[1][0]
+        assert {"1", "2", "3"} <= set(firsts[0][1].values())
+        assert not {"1", "2", "3"} & set(firsts[1][1].values())
+        pinned = memory._db._reader._connection  # type: ignore[union-attr]
+        assert pinned is not None
+        pid = pinned.connection.dbapi_connection.info.backend_pid  # type: ignore[union-attr]
+        with psycopg.connect(pgvector_url, autocommit=True) as killer:
+            assert killer.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)
+        query = list(documents[5].embedding)
+        _same_hits(memory.search(query, top_k=5), index.search(query, top_k=5))
+    finally:
+        memory.drop_tables()
+
+
+@pytest.mark.parametrize("metric", ["cosine", "dot"])
+def test_hnsw_search_through_another_driver(pgvector_url: str, metric: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without psycopg 3's adapters the page statement binds the vector as text and reads the results in text format
+    (embeddings in base64) through SQLAlchemy: the same hits."""
+    monkeypatch.setattr(_pgvector, "register_vector_dumper", lambda connection: False)
+    documents, index = _indexed_corpus(400, 8, 6, metric)
+    memory = _server_memory(
+        pgvector_url, unique_name("pgh") + "_", collection="c", metric=metric, index="hnsw", ef_search=100
+    )
+    try:
+        memory.store(documents)
+        statements = _statements(monkeypatch)
+        for position, filter_ in ((7, None), (8, {"tenant": {"$in": [1, 2]}}), (9, {"kind": "c"})):
+            query = list(documents[position].embedding)
+            got = memory.search(query, top_k=5, filter=filter_)
+            _same_hits(got, index.search(query, top_k=5, filter=filter_))
+        pages = [(sql, binary) for sql, _, binary in statements if " AS VECTOR(8)" in sql.upper()]
+        assert pages
+        assert all("encode(" in sql and not binary for sql, binary in pages)
     finally:
         memory.drop_tables()
 

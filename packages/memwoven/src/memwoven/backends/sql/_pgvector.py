@@ -19,8 +19,9 @@ With ``index="hnsw"`` a search is approximate: each collection gets its own part
 an index on a ``vector`` column needs a fixed dimension), and a search asks it for the nearest rows a page at a time
 with ``hnsw.ef_search`` and, from pgvector 0.8 and where needed, ``hnsw.iterative_scan = relaxed_order`` (so the
 jsonb pre-selection in the same query does not starve the index scan) set by each page statement itself for its own
-transaction: one round trip per page, the statement prepared once per connection (the query vector a parameter in
-pgvector's binary format), nothing left set on the connection. The rows found are rescored exactly as above, so
+transaction: one round trip per page, nothing left set on the connection. Its SQL is compiled once per collection
+and page shape and sent on psycopg's own cursor (the query vector a parameter in pgvector's binary format, results in
+binary format), prepared once per connection. The rows found are rescored exactly as above, so
 scores are exact float32 scores and the threshold stays exclusive; what may differ from exact search is which rows
 are found (recall below 1).
 """
@@ -246,10 +247,6 @@ def _jsonb_type() -> Any:
     return JSONB
 
 
-def _jsonb(text: str) -> Any:
-    return sa.cast(sa.literal(text, sa.Text), _jsonb_type())
-
-
 def _equalities(spec: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
     """(key, values) per top-level field whose value every match equals one of (as JSON: `true` is not 1).
 
@@ -364,18 +361,18 @@ def approximate_candidates(connection: Connection, search: Search, hnsw: Hnsw, i
     pages read), until `top_k` rows read match the filter and a row farther than the k-th was read (so ties with it
     are read too), the index has no more, or a whole page lies beyond the threshold. `ef_search` (and pgvector's
     iterative scan, when `iterative`) is set by each page's own statement, for its own transaction (`_settings`).
+    Each page statement's SQL is compiled once per shape (`_hnsw_page_sql`) and sent as it is, with the values as
+    parameters.
     """
-    from pgvector.sqlalchemy import Vector
-
-    e, metric, query, vector = search.embeddings, search.metric, search.query, search.vector
-    indexed = sa.cast(e.c.embedding, Vector(len(vector)))  # the indexed expression, as the index names it
-    values = _operand(connection, vector)
-    distance = (indexed.cosine_distance(values) if metric == "cosine" else indexed.max_inner_product(values)).label(
-        "distance"
-    )
-    # The key inline, not a parameter: the planner must see that the query implies the partial index's predicate.
-    own = e.c.collection_key == sa.literal(search.collection_key, KEY, literal_execute=True)
-    preselection = _preselection(e, query)
+    metric, query, vector = search.metric, search.query, search.vector
+    equalities = _equalities(query.filter or {})
+    binary = register_vector_dumper(connection)
+    values: dict[str, Any] = {
+        _QUERY_VECTOR: QueryVector(_vector_payload(vector)) if binary else str(vector.tolist()),
+        _COLLECTION_KEY: search.collection_key,
+        **_preselection_values(equalities),
+    }
+    shape = tuple(len(options) for _, options in equalities)
     query_norm = float(np.linalg.norm(vector.astype(np.float64)))
     batches: list[DocumentBatch] = []
     matched: list[float] = []  # the distances of the matching rows read
@@ -386,12 +383,10 @@ def approximate_candidates(connection: Connection, search: Search, hnsw: Hnsw, i
     while True:
         # A scan returns at most ef_search rows unless iterative: needed when the pre-selection rejects rows the index
         # finds, or this page ends beyond them (an unfiltered first page, the common case, is cheaper without).
-        settings = _settings(hnsw, iterative and (bool(preselection) or offset + page > hnsw.ef_search))
-        ranked = sa.select(e.c.doc_key, distance, e.c.norm).where(own, settings, *preselection).order_by(distance)
-        # LIMIT and OFFSET inline too: with them as parameters a prepared statement's generic plan is costed for an
-        # unknown (large) limit and never chosen, so every execution would be planned again.
-        ranked = ranked.limit(sa.literal(page, literal_execute=True)).offset(sa.literal(offset, literal_execute=True))
-        rows = _read_page(connection, ranked, search, batches)
+        scan = iterative and (bool(equalities) or offset + page > hnsw.ef_search)
+        page_sql = _hnsw_page_sql(connection, search, _PageShape(len(vector), binary, shape, scan, page, offset))
+        found = _page_rows(connection, page_sql, page_sql.arguments(values, hnsw), binary)
+        rows = _absorb(found, search, batches, base64=not binary)
         matched.extend(distance for distance, match, _ in rows if match)
         farthest = max([farthest, *(distance for distance, _, _ in rows)])
         if metric == "dot":
@@ -411,7 +406,158 @@ def approximate_candidates(connection: Connection, search: Search, hnsw: Hnsw, i
         page = min(2 * page, _PAGE_LIMIT)
 
 
-def _settings(hnsw: Hnsw, iterative: bool) -> Any:
+_QUERY_VECTOR, _COLLECTION_KEY = "query_vector", "collection_key"  # the page statement's parameter names
+_EF_SEARCH = ("ef_search_setting", "ef_search")
+_ITERATIVE_SCAN = ("iterative_scan_setting", "iterative_scan")
+
+
+class _PageShape(NamedTuple):
+    """What an HNSW page statement's SQL depends on besides the tables and the collection (`_hnsw_page_sql`): the
+    dimension, whether the query vector is bound in binary, the number of values of each pre-selection equality,
+    whether the statement turns the iterative scan on, and the page's LIMIT and OFFSET."""
+
+    dimension: int
+    binary: bool
+    preselection: tuple[int, ...]
+    iterative: bool
+    limit: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class _PageSql:
+    """An HNSW page statement as the driver takes it: its SQL text and its parameters' names (in order, for a
+    positional paramstyle)."""
+
+    text: str
+    names: tuple[str, ...]
+    positional: bool
+
+    def arguments(self, values: Mapping[str, Any], hnsw: Hnsw) -> dict[str, Any] | tuple[Any, ...]:
+        """The statement's parameters: `values` (the query vector, the pre-selection's values) and the settings."""
+        settings = {
+            _EF_SEARCH[0]: "hnsw.ef_search",
+            _EF_SEARCH[1]: str(hnsw.ef_search),
+            _ITERATIVE_SCAN[0]: "hnsw.iterative_scan",
+            _ITERATIVE_SCAN[1]: "relaxed_order",
+        }
+        found = [(name, values[name] if name in values else settings[name]) for name in self.names]
+        return tuple(value for _, value in found) if self.positional else dict(found)
+
+
+_PAGE_SQL: dict[tuple[Any, ...], _PageSql] = {}
+_PAGE_SQL_SIZE = 512  # entries kept; a few per (collection, top_k, filter shape) in use
+
+
+def _hnsw_page_sql(connection: Connection, search: Search, shape: _PageShape) -> _PageSql:
+    """The SQL of one HNSW page statement, compiled once per database driver, tables, collection, metric and shape.
+
+    Building every page's SQLAlchemy statement and its cache key (for SQLAlchemy's compiled cache) took longer than
+    PostgreSQL's index scan of a small collection: the text is kept here instead and sent as it is (`_page_rows`).
+    """
+    e, v = search.embeddings, search.vectors
+    dialect = connection.dialect
+    key = (
+        dialect.name,
+        dialect.driver,
+        dialect.paramstyle,
+        e.schema,
+        e.name,
+        v.schema,
+        v.name,
+        search.collection_key,
+        search.metric,
+        shape,
+    )
+    found = _PAGE_SQL.get(key)
+    if found is None:
+        compiled = _hnsw_page_statement(search, shape).compile(
+            dialect=dialect, compile_kwargs={"render_postcompile": True}
+        )
+        positional = bool(compiled.positional)
+        inline = compiled.literal_execute_params  # rendered in the text
+        named = (name for bind, name in compiled.bind_names.items() if bind not in inline)
+        names = tuple(compiled.positiontup or ()) if positional else tuple(dict.fromkeys(named))
+        found = _PageSql(compiled.string, names, positional)
+        if len(_PAGE_SQL) >= _PAGE_SQL_SIZE:
+            _PAGE_SQL.clear()
+        _PAGE_SQL[key] = found
+    return found
+
+
+def _hnsw_page_statement(search: Search, shape: _PageShape) -> sa.Select[Any]:
+    """The page statement of `_hnsw_page_sql`: the index's nearest rows after `shape.offset`, joined to their
+    documents; every value that varies between searches is a named parameter (`_PageSql.arguments`)."""
+    from pgvector.sqlalchemy import Vector
+
+    e = search.embeddings
+    indexed = sa.cast(e.c.embedding, Vector(shape.dimension))  # the indexed expression, as the index names it
+    values: Any
+    if shape.binary:
+        values = sa.bindparam(_QUERY_VECTOR, None, type_=_BoundVector())
+    else:  # another driver than psycopg 3: the vector's text (each float32 as the float64 it equals), cast
+        values = sa.cast(sa.bindparam(_QUERY_VECTOR, None, type_=sa.Text), Vector(shape.dimension))
+    distance = indexed.cosine_distance(values) if search.metric == "cosine" else indexed.max_inner_product(values)
+    # Inline, not parameters: the key, so that the planner sees that the query implies the partial index's
+    # predicate; LIMIT and OFFSET, because a prepared statement's generic plan is costed for an unknown (large)
+    # limit and never chosen, so every execution would be planned again.
+    own = e.c.collection_key == sa.literal(search.collection_key, KEY, literal_execute=True)
+    preselection = _preselection_conditions(e, shape.preselection, None)
+    distance = distance.label("distance")
+    ranked = (
+        sa.select(e.c.doc_key, distance, e.c.norm)
+        .where(own, _settings(shape.iterative), *preselection)
+        .order_by(distance)
+        .limit(sa.literal(shape.limit, literal_execute=True))
+        .offset(sa.literal(shape.offset, literal_execute=True))
+    )
+    # Unordered: nothing downstream depends on the order of a page's rows (the outer sort cost ~10% of the scan).
+    return _page_statement(ranked, search, base64=not shape.binary, ordered=False)
+
+
+def _page_rows(
+    connection: Connection, page_sql: _PageSql, arguments: dict[str, Any] | tuple[Any, ...], binary: bool
+) -> Sequence[Sequence[Any]]:
+    """The rows of an HNSW page statement: through psycopg 3 (`binary`), on the driver's own cursor with results in
+    binary format (the embeddings as their bytes, no base64 to make and read); else by ``exec_driver_sql``.
+
+    The driver's errors are raised as SQLAlchemy raises them (`DBAPIError`, the connection invalidated if the error
+    means it is closed), so that `Database`'s retries and error translation see no difference. SQLAlchemy's
+    execution context, events and result object took about as long as PostgreSQL's index scan of a small collection.
+    """
+    dbapi_connection = connection.connection.dbapi_connection
+    if not binary or dbapi_connection is None:  # None: invalidated earlier; SQLAlchemy raises as it does
+        return connection.exec_driver_sql(page_sql.text, arguments).all()
+    dialect = connection.dialect
+    errors = dialect.loaded_dbapi.Error
+    driver: Any = connection.connection.driver_connection
+    try:
+        if getattr(dialect, "is_async", False):
+            from sqlalchemy.util import await_only
+
+            rows: list[Any] = await_only(_afetch(driver, page_sql.text, arguments))  # in `run_sync`'s greenlet
+            return rows
+        with driver.cursor(binary=True) as cursor:
+            cursor.execute(page_sql.text, arguments)
+            found: list[Any] = cursor.fetchall()
+            return found
+    except errors as error:
+        closed = dialect.is_disconnect(error, dbapi_connection, None)
+        if closed:
+            connection.invalidate(error)
+        raise sa.exc.DBAPIError.instance(
+            page_sql.text, arguments, error, errors, connection_invalidated=closed
+        ) from error
+
+
+async def _afetch(driver: Any, text: str, arguments: Any) -> list[Any]:
+    async with driver.cursor(binary=True) as cursor:
+        await cursor.execute(text, arguments)
+        rows: list[Any] = await cursor.fetchall()
+        return rows
+
+
+def _settings(iterative: bool) -> Any:
     """A condition of the page statement that sets ``hnsw.ef_search`` (and, when `iterative`,
     ``hnsw.iterative_scan = relaxed_order``, so the jsonb pre-selection does not starve the index scan) for the
     statement's own transaction, in the statement itself: one round trip where BEGIN, SET LOCAL and COMMIT took three.
@@ -419,12 +565,26 @@ def _settings(hnsw: Hnsw, iterative: bool) -> Any:
     ``set_config(..., true)`` in an uncorrelated subquery: PostgreSQL runs it once as an init plan, and a condition on
     nothing but that plan's value is a one-time filter, checked before the index scan below it reads its first row
     (which is when pgvector reads both settings); reads run in autocommit, so the settings end with the statement.
-    The values are parameters: every object's statement has the same text (prepared once per connection).
+    The names and values are parameters: every object's statement has the same text (prepared once per connection).
     """
-    configured: sa.ColumnElement[Any] = sa.func.set_config("hnsw.ef_search", str(hnsw.ef_search), True)
+    configured: sa.ColumnElement[Any] = sa.func.set_config(
+        sa.bindparam(_EF_SEARCH[0], None, type_=sa.String),
+        sa.bindparam(_EF_SEARCH[1], None, type_=sa.String),
+        sa.true(),
+    )
     if iterative:
-        configured = configured.op("||")(sa.func.set_config("hnsw.iterative_scan", "relaxed_order", True))
+        scan = sa.func.set_config(
+            sa.bindparam(_ITERATIVE_SCAN[0], None, type_=sa.String),
+            sa.bindparam(_ITERATIVE_SCAN[1], None, type_=sa.String),
+            sa.true(),
+        )
+        configured = configured.op("||")(scan)
     return sa.select(configured).scalar_subquery().is_not(None)
+
+
+def _vector_payload(vector: Matrix) -> bytes:
+    """The query vector in pgvector's binary format: the dimension, a zero, then big-endian float32s."""
+    return struct.pack(">HH", len(vector), 0) + np.asarray(vector, dtype=">f4").tobytes()
 
 
 def _operand(connection: Connection, vector: Matrix) -> Any:
@@ -433,8 +593,7 @@ def _operand(connection: Connection, vector: Matrix) -> Any:
     through another driver (an Engine passed in), its text (each float32 as the float64 it equals, which pgvector
     reads back exactly) cast to ``vector``."""
     if register_vector_dumper(connection):
-        payload = struct.pack(">HH", len(vector), 0) + np.asarray(vector, dtype=">f4").tobytes()
-        return sa.bindparam(None, QueryVector(payload), type_=_BoundVector(), unique=True)
+        return sa.bindparam(None, QueryVector(_vector_payload(vector)), type_=_BoundVector(), unique=True)
     from pgvector.sqlalchemy import Vector
 
     return sa.cast(sa.literal(str(vector.tolist()), sa.Text), Vector(len(vector)))
@@ -497,25 +656,51 @@ def _distance_bound(metric: Metric, threshold: float) -> float:
 
 
 def _preselection(e: sa.Table, query: SearchQuery) -> list[Any]:
-    """The filter's top-level equalities as jsonb conditions: a superset of the matches (rows whose metadata the
-    jsonb column could not hold pass, for Python to decide)."""
+    """The filter's top-level equalities as jsonb conditions, their values bound: a superset of the matches (rows
+    whose metadata the jsonb column could not hold pass, for Python to decide)."""
+    equalities = _equalities(query.filter or {})
+    shape = tuple(len(options) for _, options in equalities)
+    return _preselection_conditions(e, shape, _preselection_values(equalities))
+
+
+def _preselection_conditions(e: sa.Table, shape: tuple[int, ...], values: Mapping[str, str] | None) -> list[Any]:
+    """One jsonb condition per equality of `_equalities`, given its number of values (`shape`): containment for one
+    value (what a GIN index answers), the field extracted once and compared with each value for several. The
+    parameters are named as `_preselection_values` names them; bound to `values`, or left for the caller."""
     from sqlalchemy.dialects import postgresql  # imported when first used: a SQLite worker never loads it
 
+    def parameter(name: str) -> Any:
+        return sa.bindparam(name, None if values is None else values[name], type_=sa.Text)
+
     conditions: list[Any] = []
-    for key, options in _equalities(query.filter or {}):
+    for position, count in enumerate(shape):
         test: sa.ColumnElement[bool]
-        if len(options) == 1:  # containment: what a GIN index answers
-            test = e.c.meta.op("@>")(_jsonb(json.dumps({key: options[0]}, ensure_ascii=False)))
+        if count == 1:
+            test = e.c.meta.op("@>")(sa.cast(parameter(f"pre{position}"), _jsonb_type()))
         else:
-            field = e.c.meta.op("->")(sa.literal(key, sa.Text))
-            values = [_jsonb(json.dumps(option, ensure_ascii=False)) for option in options]
-            test = field == sa.any_(postgresql.array(values))  # the field is extracted once
+            field = e.c.meta.op("->")(parameter(f"pre{position}_key"))
+            options = [sa.cast(parameter(f"pre{position}_{index}"), _jsonb_type()) for index in range(count)]
+            test = field == sa.any_(postgresql.array(options))
         conditions.append(sa.or_(e.c.meta.is_(None), test))
     return conditions
 
 
+def _preselection_values(equalities: list[tuple[str, list[Any]]]) -> dict[str, str]:
+    """The parameters of `_preselection_conditions` for these equalities: the JSON text of ``{key: value}`` for one
+    value; the key and each value's JSON text for several."""
+    values: dict[str, str] = {}
+    for position, (key, options) in enumerate(equalities):
+        if len(options) == 1:
+            values[f"pre{position}"] = json.dumps({key: options[0]}, ensure_ascii=False)
+        else:
+            values[f"pre{position}_key"] = key
+            for index, option in enumerate(options):
+                values[f"pre{position}_{index}"] = json.dumps(option, ensure_ascii=False)
+    return values
+
+
 class _Document(NamedTuple):
-    """A live document row as `Search.decode` reads it, its embedding decoded from base64."""
+    """A live document row as `Search.decode` reads it, its embedding as bytes (float32, little-endian)."""
 
     doc_id: str
     content: str
@@ -527,24 +712,38 @@ class _Document(NamedTuple):
 def _read_page(
     connection: Connection, ranked: sa.Select[Any], search: Search, batches: list[DocumentBatch]
 ) -> list[tuple[float, bool, float]]:
-    """Join one page of (doc_key, distance[, norm]) rows to their documents, decode the live ones into `batches`,
-    and return (distance, whether it is live and matches the filter, norm or 0) per row, by distance."""
+    """Read one page (`_page_statement`) and decode it into `batches` (`_absorb`)."""
+    statement = _page_statement(ranked, search, base64=True, ordered=True)
+    return _absorb(connection.execute(statement).all(), search, batches, base64=True)
+
+
+def _page_statement(ranked: sa.Select[Any], search: Search, *, base64: bool, ordered: bool) -> sa.Select[Any]:
+    """One page of (doc_key, distance[, norm]) rows joined to their documents, by distance if `ordered`; the
+    embedding as base64 text if `base64` (for results in text format, where bytea is hex: twice the bytes to send
+    and unescape, which at 384 dimensions made the page statement take twice as long)."""
     v, collection_key = search.vectors, search.collection_key
     page = ranked.subquery("ranked")
     norm = page.c.norm if "norm" in page.c else sa.literal(0.0, sa.Float(53))
-    # The embedding as base64 text: results come in text format, where bytea is hex, twice the bytes to send and
-    # unescape (at 384 dimensions that made the page statement take twice as long).
-    embedding = sa.func.encode(v.c.embedding, sa.literal_column("'base64'")).label("embedding")
-    statement = (
-        sa.select(v.c.doc_id, v.c.content, v.c.metadata, embedding, v.c.deleted, page.c.distance, norm.label("n"))
-        .select_from(page.join(v, sa.and_(v.c.collection_key == collection_key, v.c.doc_key == page.c.doc_key)))
-        .order_by(page.c.distance, page.c.doc_key)
-    )
-    rows: Sequence[Any] = connection.execute(statement).all()
+    embedding: Any = v.c.embedding
+    if base64:
+        embedding = sa.func.encode(v.c.embedding, sa.literal_column("'base64'")).label("embedding")
+    key = sa.bindparam(_COLLECTION_KEY, collection_key, type_=KEY)
+    statement = sa.select(
+        v.c.doc_id, v.c.content, v.c.metadata, embedding, v.c.deleted, page.c.distance, norm.label("n")
+    ).select_from(page.join(v, sa.and_(v.c.collection_key == key, v.c.doc_key == page.c.doc_key)))
+    return statement.order_by(page.c.distance, page.c.doc_key) if ordered else statement
+
+
+def _absorb(
+    rows: Sequence[Sequence[Any]], search: Search, batches: list[DocumentBatch], *, base64: bool
+) -> list[tuple[float, bool, float]]:
+    """Decode a page's live rows (doc_id, content, metadata, embedding, deleted, distance, norm or 0; the embedding
+    in base64 if `base64`) into `batches`; (distance, whether it is live and matches the filter, norm or 0) per row,
+    in the rows' order."""
     live = [
-        _Document(row.doc_id, row.content, row.metadata, binascii.a2b_base64(row.embedding), False)
+        _Document(row[0], row[1], row[2], binascii.a2b_base64(row[3]) if base64 else row[3], False)
         for row in rows
-        if not row.deleted
+        if not row[4]
     ]
     matches: Iterator[bool] = iter(())
     if live:
@@ -552,4 +751,4 @@ def _read_page(
         batches.append(batch)
         predicate = search.query.predicate
         matches = iter([predicate is None or predicate(metadata) for metadata in batch.metadata])
-    return [(float(row.distance), not row.deleted and next(matches), float(row.n)) for row in rows]
+    return [(float(row[5]), not row[4] and next(matches), float(row[6])) for row in rows]

@@ -361,8 +361,10 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
             batches = candidates(connection, search)
         else:  # _ensure_hnsw ran first
             batches = approximate_candidates(connection, search, self.hnsw, bool(self._iterative))
+        if len(batches) == 1:  # one page (the common case): its ids are unique, and `of_batch` builds in one pass
+            return VectorIndex.of_batch(batches[0], self.metric).query(query)
         index = VectorIndex(dimension, self.metric)
-        for batch in batches:
+        for batch in batches:  # pages read at different moments may hold the same id: the later one wins
             index.upsert(batch)
         return index.query(query)
 
