@@ -40,6 +40,7 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from memwoven.backends.sql._engine import driver_errors
 from memwoven.backends.sql._schema import KEY, Tables
 from memwoven.contracts import Metric
 from memwoven.vector_index import DocumentBatch, Matrix, SearchQuery
@@ -521,18 +522,15 @@ def _page_rows(
     """The rows of an HNSW page statement: through psycopg 3 (`binary`), on the driver's own cursor with results in
     binary format (the embeddings as their bytes, no base64 to make and read); else by ``exec_driver_sql``.
 
-    The driver's errors are raised as SQLAlchemy raises them (`DBAPIError`, the connection invalidated if the error
-    means it is closed), so that `Database`'s retries and error translation see no difference. SQLAlchemy's
+    The driver's errors are raised as SQLAlchemy raises them (`driver_errors`). SQLAlchemy's
     execution context, events and result object took about as long as PostgreSQL's index scan of a small collection.
     """
     dbapi_connection = connection.connection.dbapi_connection
     if not binary or dbapi_connection is None:  # None: invalidated earlier; SQLAlchemy raises as it does
         return connection.exec_driver_sql(page_sql.text, arguments).all()
-    dialect = connection.dialect
-    errors = dialect.loaded_dbapi.Error
     driver: Any = connection.connection.driver_connection
-    try:
-        if getattr(dialect, "is_async", False):
+    with driver_errors(connection, page_sql.text, arguments):
+        if getattr(connection.dialect, "is_async", False):
             from sqlalchemy.util import await_only
 
             rows: list[Any] = await_only(_afetch(driver, page_sql.text, arguments))  # in `run_sync`'s greenlet
@@ -541,13 +539,6 @@ def _page_rows(
             cursor.execute(page_sql.text, arguments)
             found: list[Any] = cursor.fetchall()
             return found
-    except errors as error:
-        closed = dialect.is_disconnect(error, dbapi_connection, None)
-        if closed:
-            connection.invalidate(error)
-        raise sa.exc.DBAPIError.instance(
-            page_sql.text, arguments, error, errors, connection_invalidated=closed
-        ) from error
 
 
 async def _afetch(driver: Any, text: str, arguments: Any) -> list[Any]:
