@@ -14,7 +14,7 @@ from memwoven._steps import run
 from memwoven.contracts import DocumentsIn, VectorMemory, check_id, check_ids
 from memwoven.errors import InvalidInputError
 from memwoven.models import VectorDocument, coerce_documents
-from memwoven.vector_index import DocumentBatch, VectorIndex, as_matrix, inverse_norms, store_columns
+from memwoven.vector_index import _MAPPED_BYTES, DocumentBatch, VectorIndex, as_matrix, inverse_norms, store_columns
 
 DIMENSION = 4
 
@@ -154,3 +154,16 @@ def test_store_columns_stores_documents_into_any_vector_memory() -> None:
     with pytest.raises(InvalidInputError):
         run(store_columns(memory, ["c"], [[1.0, 2.0]], contents=["one", "two"]))
     assert memory.count() == 2
+
+
+def test_a_matrix_past_the_mapped_size_holds_the_rows_written_and_grows() -> None:
+    rows = _MAPPED_BYTES // (384 * 4) + 10  # its own mapping from the first store on
+    vectors = np.random.default_rng(3).standard_normal((2 * rows, 384)).astype(np.float32)
+    ids = [f"d{i}" for i in range(2 * rows)]
+    index = VectorIndex(384)
+    index.upsert(DocumentBatch.of_arrays(ids[:rows], vectors[:rows], None, None, dimension=384, metric="cosine"))
+    assert index.matrix.ctypes.data % 64 == 0
+    index.upsert(DocumentBatch.of_arrays(ids[rows:], vectors[rows:], None, None, dimension=384, metric="cosine"))
+    assert index.matrix.ctypes.data % 64 == 0
+    assert np.array_equal(index.matrix, vectors)
+    assert [hit.document.id for hit in index.search(vectors[rows + 5].tolist(), top_k=1)] == [f"d{rows + 5}"]
