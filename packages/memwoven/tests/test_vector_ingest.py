@@ -14,7 +14,7 @@ from memwoven._steps import run
 from memwoven.contracts import DocumentsIn, VectorMemory, check_id, check_ids
 from memwoven.errors import InvalidInputError
 from memwoven.models import VectorDocument, coerce_documents
-from memwoven.vector_index import DocumentBatch, VectorIndex, as_matrix, store_columns
+from memwoven.vector_index import _MAPPED_BYTES, DocumentBatch, VectorIndex, as_matrix, inverse_norms, store_columns
 
 DIMENSION = 4
 
@@ -76,6 +76,19 @@ def test_a_batch_of_arrays_is_the_batch_of_the_same_documents(rows: list[tuple[A
     )
     assert (found.ids, found.contents, found.metadata) == (expected.ids, expected.contents, expected.metadata)
     assert np.array_equal(found.vectors, expected.vectors)
+    assert found.scales is None or np.array_equal(found.scales, inverse_norms(found.vectors))
+    assert found.positions is None or found.positions == {doc_id: row for row, doc_id in enumerate(found.ids)}
+    # an index filled from the columns (taking the batch's norms and id map) is the one filled from the documents
+    by_arrays, by_documents = VectorIndex(DIMENSION), VectorIndex(DIMENSION)
+    for index, batch in ((by_arrays, found), (by_documents, expected)):
+        index.upsert(batch)
+        index.upsert(batch)  # a second time: every id replaced
+    assert by_arrays.rows == by_documents.rows == {doc_id: row for row, doc_id in enumerate(expected.ids)}
+    assert np.array_equal(by_arrays.matrix, by_documents.matrix)
+    assert np.array_equal(by_arrays._inverse_norms[: len(by_arrays)], by_documents._inverse_norms[: len(by_documents)])
+    if found.positions is not None and found.ids:
+        found.positions.clear()  # the index holds a copy of the batch's map, not the map itself
+        assert by_arrays.rows == by_documents.rows
 
 
 def test_missing_contents_and_metadata_share_one_value() -> None:
@@ -141,3 +154,16 @@ def test_store_columns_stores_documents_into_any_vector_memory() -> None:
     with pytest.raises(InvalidInputError):
         run(store_columns(memory, ["c"], [[1.0, 2.0]], contents=["one", "two"]))
     assert memory.count() == 2
+
+
+def test_a_matrix_past_the_mapped_size_holds_the_rows_written_and_grows() -> None:
+    rows = _MAPPED_BYTES // (384 * 4) + 10  # its own mapping from the first store on
+    vectors = np.random.default_rng(3).standard_normal((2 * rows, 384)).astype(np.float32)
+    ids = [f"d{i}" for i in range(2 * rows)]
+    index = VectorIndex(384)
+    index.upsert(DocumentBatch.of_arrays(ids[:rows], vectors[:rows], None, None, dimension=384, metric="cosine"))
+    assert index.matrix.ctypes.data % 64 == 0
+    index.upsert(DocumentBatch.of_arrays(ids[rows:], vectors[rows:], None, None, dimension=384, metric="cosine"))
+    assert index.matrix.ctypes.data % 64 == 0
+    assert np.array_equal(index.matrix, vectors)
+    assert [hit.document.id for hit in index.search(vectors[rows + 5].tolist(), top_k=1)] == [f"d{rows + 5}"]
