@@ -466,7 +466,18 @@ REASONS = [
     "validation (each namespace label and key through check_id, each value frozen), ~15% encoding each value to JSON "
     "for its row, ~35% SQLAlchemy's 500-row upserts (insertmanyvalues, RETURNING the versions), ~8% SQLite's "
     "executemany, and the store's own per-op work (index texts, namespace checks). SqliteStore validates nothing, "
-    "keeps no versions and sends orjson text through one executemany.",
+    "keeps no versions and sends orjson text through one executemany. Since 2026-11-27 (second session) the upserts "
+    "run as SQL text compiled once per row count on the driver's cursor (no insertmanyvalues), values go through one "
+    "reused C JSON encoder and a batch validates each namespace once; cProfile of put_many after that (10,000 items "
+    "into a table of 60,000): SQLite's own execution ~35-45%, validation and freezing ~25%, JSON ~7%. What is left in "
+    "SQLite is the layout: a row is a table entry and four index entries, and the primary key is the SHA-256 of the "
+    "address, so every insert lands on a random page of that index (plain sqlite3 with the same rows: ~130,000 "
+    "rows/s with sequential addresses, 30,000-60,000 with the hashed ones, falling as the table grows; a 32 MiB "
+    "page cache instead of SQLite's 2 MiB gave 22-27k -> 29-40k rows/s in a loaded run). An ordered address (the "
+    "namespace's hash, then the key's) would keep a namespace's rows together in that index; it is a schema change "
+    "(version 4, moved by export/import), not made yet. This session's runs shared the 2 cores with ingest "
+    "benchmarks writing 1.5 GB to SQLite: the put rate (both stores) was 3-5x below the idle figures above, so no "
+    "new rate is given.",
     "- The former 7 s case (store search with a filter matching nothing over 5,000 items, SQLite, target < 10 ms; "
     "7.0 s on the chat-session emulation): 3.6 ms against SqliteStore's 2.8 ms in the same rounds (one json_extract "
     "per row; nothing reaches Python).",
