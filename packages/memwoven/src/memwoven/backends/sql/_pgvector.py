@@ -40,6 +40,7 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from memwoven._cache import LRUCache
 from memwoven.backends.sql._engine import driver_errors
 from memwoven.backends.sql._schema import KEY, Tables
 from memwoven.contracts import Metric
@@ -446,8 +447,7 @@ class _PageSql:
         return tuple(value for _, value in found) if self.positional else dict(found)
 
 
-_PAGE_SQL: dict[tuple[Any, ...], _PageSql] = {}
-_PAGE_SQL_SIZE = 512  # entries kept; a few per (collection, top_k, filter shape) in use
+_PAGE_SQL: LRUCache[tuple[Any, ...], _PageSql] = LRUCache(512)  # a few per (collection, top_k, filter shape)
 
 
 def _hnsw_page_sql(connection: Connection, search: Search, shape: _PageShape) -> _PageSql:
@@ -480,9 +480,7 @@ def _hnsw_page_sql(connection: Connection, search: Search, shape: _PageShape) ->
         named = (name for bind, name in compiled.bind_names.items() if bind not in inline)
         names = tuple(compiled.positiontup or ()) if positional else tuple(dict.fromkeys(named))
         found = _PageSql(compiled.string, names, positional)
-        if len(_PAGE_SQL) >= _PAGE_SQL_SIZE:
-            _PAGE_SQL.clear()
-        _PAGE_SQL[key] = found
+        _PAGE_SQL.put(key, found)
     return found
 
 
