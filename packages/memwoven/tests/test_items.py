@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sqlite3
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -85,6 +86,58 @@ def test_long_namespaces_and_keys_are_listed_by_prefix(sql_kind: str, tmp_path: 
         # keys sharing their indexed head (key_head): the page is still in (key, namespace) order
         assert [i.value["v"] for i in memory.list(limit=4, offset=2)] == [4, 2, 6, 5]
         assert [i.value["v"] for i in memory.list((long,), order="desc", limit=2)] == [2, 3]
+
+
+def test_sqlite_lists_a_wide_prefix_in_key_order_exactly(
+    clock: Clock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite reads the first page of a wide prefix off the index in key order, among a bounded number of rows,
+    and falls back to the prefix's range when they do not hold it: every listing equals the in-memory backend's,
+    both ways are taken, and a table made without that index gets it."""
+    from memwoven.backends.sql import items as sql_items
+
+    monkeypatch.setattr(sql_items, "_WIDE", 6)  # small numbers, so that a few dozen items take both ways
+    monkeypatch.setattr(sql_items, "_WALK_ROWS", 3)
+    monkeypatch.setattr(sql_items, "_WALK_PER_ITEM", 1)
+    monkeypatch.setattr(sql_items, "_RECOUNT", 2)
+    outcomes: list[bool] = []
+    walked = sql_items.SQLItemMemory._walked
+
+    def spy(self: SQLItemMemory, *args: object) -> object:
+        page = walked(self, *args)  # type: ignore[arg-type]
+        outcomes.append(page is not None)
+        return page
+
+    monkeypatch.setattr(sql_items.SQLItemMemory, "_walked", spy)
+    url = f"sqlite:///{tmp_path}/items.db"
+    reference = InMemoryItemMemory()
+    with SQLItemMemory(url) as memory:
+        writes = [ItemWrite(("a", f"n{i % 4}"), f"k{i:02d}", {"i": i, "odd": i % 2}) for i in range(40)]
+        writes += [ItemWrite(("b",), f"k{i:02d}x", {"i": i, "odd": i % 2}) for i in range(0, 40, 7)]
+        writes += [ItemWrite(("a", "short"), f"k{i:02d}y", {"i": i, "odd": 1}, ttl=1) for i in range(0, 12, 3)]
+        for target in memory, reference:
+            target.put_many(writes)
+        clock.advance(2)  # the short-lived items expire: live neither in the walk nor in the range
+        prefixes: list[tuple[str, ...]] = [(), ("a",), ("a", "n1"), ("b",), ("a", "short")]
+        filters: list[dict[str, object] | None] = [None, {"odd": 1}, {"i": {"$gte": 30}}]
+        for prefix in prefixes:
+            for spec in filters:
+                for order in ("asc", "desc"):
+                    for limit, offset in ((1, 0), (3, 2), (10, 0), (5, 30)):
+                        query = {"filter": spec, "order": order, "limit": limit, "offset": offset}
+                        expected = [(i.namespace, i.key) for i in reference.list(prefix, **query)]  # type: ignore[arg-type]
+                        found = [(i.namespace, i.key) for i in memory.list(prefix, **query)]  # type: ignore[arg-type]
+                        assert found == expected, (prefix, query)
+        assert True in outcomes
+        assert False in outcomes
+        with contextlib.closing(sqlite3.connect(f"{tmp_path}/items.db")) as connection:
+            connection.execute("DROP INDEX memwoven_items_in_order")
+    with SQLItemMemory(url) as memory:
+        assert memory.count(("a",)) == 40  # setting up the tables made the index again
+    with contextlib.closing(sqlite3.connect(f"{tmp_path}/items.db")) as connection:
+        indexes = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert "memwoven_items_in_order" in indexes
+    assert "memwoven_items_by_key" not in indexes
 
 
 def test_the_async_twins_run_on_the_loop_and_are_named() -> None:

@@ -11,6 +11,7 @@ All tables of one store share a name prefix (``memwoven_`` by default; lowercase
     {prefix}items       (address PK, namespace, ns_head, item_key, key_head, value, version, created_ms,
                          updated_ms, expires_at_ms, ttl)          -- INDEX (ns_head), INDEX (key_head),
                                                                   -- INDEX (expires_at_ms)
+                        SQLite: INDEX (key_head, item_key, namespace) instead of INDEX (key_head)
                         PostgreSQL also: value_jsonb              -- GIN INDEX (value_jsonb jsonb_path_ops),
                                                                   -- INDEX (ns_head) WHERE value_jsonb IS NULL
 
@@ -47,6 +48,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 from sqlalchemy.engine import Connection
 from sqlalchemy.schema import SchemaItem
+from sqlalchemy.sql.compiler import DDLCompiler
+from sqlalchemy.sql.ddl import BaseDDLElement
 
 from memwoven.errors import CorruptMemoryError, InvalidInputError
 
@@ -221,7 +224,12 @@ class Tables:
             sa.Column("ttl", sa.Double, nullable=True),  # seconds
         )
         sa.Index(f"{prefix}items_by_namespace", items.c.ns_head)
-        sa.Index(f"{prefix}items_by_key", items.c.key_head)
+        # SQLite indexes keys of any length: there the index holds the listings' whole order, so a listing of a
+        # prefix holding most items reads its first page off the index, with no sort (`backends.sql.items`).
+        sa.Index(f"{prefix}items_by_key", items.c.key_head).ddl_if(callable_=_not_sqlite)
+        sa.Index(f"{prefix}items_in_order", items.c.key_head, items.c.item_key, items.c.namespace).ddl_if(
+            dialect="sqlite"
+        )
         for ddl in _postgresql_items_ddl(prefix):
             sa.event.listen(items, "after_create", ddl.execute_if(dialect="postgresql"))
         sa.Index(f"{prefix}messages_by_id", messages.c.session_key, messages.c.message_key, unique=True)
@@ -266,6 +274,10 @@ def create_tables(connection: Connection, tables: Tables, wanted: Sequence[sa.Ta
     if schema is not None and connection.dialect.name == "postgresql":
         connection.execute(sa.schema.CreateSchema(schema, if_not_exists=True))
     tables.meta.metadata.create_all(connection, tables=[tables.meta, *wanted], checkfirst=True)
+    if connection.dialect.name == "sqlite":  # indexes added to tables that exist (a PRAGMA each to check)
+        for table in wanted:
+            for index in table.indexes:
+                index.create(connection, checkfirst=True)
     connection.execute(insert_ignoring(connection, tables.meta, {"name": "schema_version", "value": SCHEMA_VERSION}))
     stored = connection.execute(
         sa.select(tables.meta.c.value).where(tables.meta.c.name == "schema_version")
@@ -276,6 +288,21 @@ def create_tables(connection: Connection, tables: Tables, wanted: Sequence[sa.Ta
             f"this memwoven reads version {SCHEMA_VERSION} (move the data with `memwoven export` from the release "
             "that wrote it and `memwoven import`, or use another table_prefix)"
         )
+
+
+def _not_sqlite(
+    ddl: BaseDDLElement,
+    target: SchemaItem | str,
+    bind: Connection | None,
+    tables: list[sa.Table] | None = None,
+    state: Any | None = None,
+    *,
+    dialect: sa.Dialect,
+    compiler: DDLCompiler | None = None,
+    checkfirst: bool = False,
+) -> bool:
+    """`ddl_if`: the DDL is for every database but SQLite."""
+    return dialect.name != "sqlite"
 
 
 def dialect_insert(table: sa.Table, dialect: str) -> Any:

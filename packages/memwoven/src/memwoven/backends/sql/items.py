@@ -24,7 +24,10 @@ head is a prefix of its key), which the index on ``key_head`` holds in part: for
 holding most items, PostgreSQL reads that index and sorts only the rows sharing a head (incremental sort) rather
 than every row. On PostgreSQL the namespace range is inlined into the SQL text (as escaped literals): psycopg
 prepares a statement run often, and the generic plan of a range on parameters would always take the namespace
-index, sorting every row of a wide prefix.
+index, sorting every row of a wide prefix. SQLite indexes keys of any length, so there the key index holds the
+whole order (``key_head, item_key, namespace``); its planner, without statistics of the namespace ranges, would
+still scan a prefix's range and sort it, so a page of a prefix holding many rows is first looked for among the
+first rows of the table in that order (`SQLItemMemory._walked`), and only then in the range.
 
 Every write runs in one transaction. On SQLite and PostgreSQL the items that need no compare-and-set are
 written without reading them first: an upsert whose update derives the version and times from the stored row
@@ -99,6 +102,10 @@ _IN_CHUNK = 500  # addresses per IN (...): far below every driver's parameter li
 _MYSQL = ("mysql", "mariadb")
 _UPSERT_RETURNING = ("sqlite", "postgresql")  # upserts returning their rows (MariaDB's ON DUPLICATE KEY cannot)
 _REMEMBERED_FILTERS = 256  # filters whose SQL pre-selection (and listing statements) an items table keeps built
+_WIDE = 1024  # SQLite: a prefix holding this many rows is wide enough to read in key order (`_walked`)
+_WALK_ROWS = 64  # SQLite: rows read in key order for a wide prefix, plus `_WALK_PER_ITEM` per item wanted
+_WALK_PER_ITEM = 8
+_RECOUNT = 64  # SQLite: listings of a prefix that reuse its counted width before it is counted again
 _COLUMNS = ("namespace", "item_key", "value", "version", "created_ms", "updated_ms", "expires_at_ms", "ttl")
 
 _T = TypeVar("_T")
@@ -239,6 +246,17 @@ class _Statements:
                 items.c.namespace >= low,
                 items.c.namespace < high,
             )
+        # SQLite: whether a prefix holds `_WIDE` rows, counted on the namespace index alone (its heads).
+        self.widths = {
+            shape: sa.select(sa.func.count()).select_from(
+                sa.select(sa.literal(1)).where(*conditions).limit(_WIDE).subquery()
+            )
+            for shape, conditions in (
+                ("head", (items.c.ns_head >= sa.bindparam("low"), items.c.ns_head < sa.bindparam("high"))),
+                ("long", (items.c.ns_head == sa.bindparam("head"),)),
+            )
+        }
+        self.widths_counted: LRUCache[tuple[str, str], tuple[bool, int]] = LRUCache(_REMEMBERED_FILTERS)
         self._listings: dict[tuple[Any, ...], sa.Select[Any]] = {}
         self._driver_sql: LRUCache[int, tuple[sa.Select[Any], _DriverSQL | None]] = LRUCache(4 * _REMEMBERED_FILTERS)
         self._selecting: LRUCache[tuple[Any, ...], sa.Select[Any]] = LRUCache(_REMEMBERED_FILTERS)
@@ -254,17 +272,24 @@ class _Statements:
         return found
 
     def listing(
-        self, scope: _Scope, query: ItemQuery, selected: _Preselection | None = None, *, paged: bool = False
+        self,
+        scope: _Scope,
+        query: ItemQuery,
+        selected: _Preselection | None = None,
+        *,
+        paged: bool = False,
+        walked: bool = False,
     ) -> sa.Select[Any]:
         """The rows of `scope` in the query's order, after/before its keys (parameters ``after``, ``before``), kept
-        by the pre-selection `selected` if given, or else, `paged`, one page (parameters ``limit``, ``offset``)."""
-        shape = (scope.shape, query.after is not None, query.before is not None, query.descending)
+        by the pre-selection `selected` if given, or else, `paged`, one page (parameters ``limit``, ``offset``);
+        `walked` (SQLite), only among the first rows of the whole table in that order (parameter ``walk``)."""
+        shape = (scope.shape, query.after is not None, query.before is not None, query.descending, walked)
         if selected is not None:
             if selected.key is None:
-                return self.listing(scope, query).where(selected.condition)
+                return self.listing(scope, query, walked=walked).where(selected.condition)
             found = self._selecting.get((*shape, *selected.key))
             if found is None:
-                found = self.listing(scope, query).where(selected.condition)
+                found = self.listing(scope, query, walked=walked).where(selected.condition)
                 self._selecting.put((*shape, *selected.key), found)
             return found
         key = (*shape, paged)
@@ -277,7 +302,13 @@ class _Statements:
             if query.before is not None:
                 statement = statement.where(items.c.item_key < sa.bindparam("before"))
             columns = (items.c.key_head, items.c.item_key, items.c.namespace)
-            statement = statement.order_by(*(column.desc() if query.descending else column for column in columns))
+            order = [column.desc() if query.descending else column for column in columns]
+            if walked:  # the rows among the first ``walk`` in order: read off the index holding that order
+                rowid: sa.ColumnClause[int] = sa.literal_column("rowid")
+                statement = statement.where(
+                    rowid.in_(sa.select(rowid).select_from(items).order_by(*order).limit(sa.bindparam("walk")))
+                )
+            statement = statement.order_by(*order)
             if paged:
                 statement = statement.limit(sa.bindparam("limit")).offset(sa.bindparam("offset"))
             self._listings[key] = statement
@@ -552,6 +583,10 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         """The answer to `query`, each row made an item by `convert` (`_listed_item` or `_plain_item`)."""
 
         def read(connection: Connection, scope: _Scope, selected: _Preselection | None) -> builtins.list[_Listed]:
+            if connection.dialect.name == "sqlite":
+                walked = self._walked(connection, scope, query, selected, convert)
+                if walked is not None:
+                    return walked
             exact = connection.dialect.name not in _MYSQL
             paged = query.predicate is None and exact and query.limit is not None  # no filter: the page is SQL's
             statement = self._statements.listing(scope, query, selected, paged=paged)
@@ -579,6 +614,60 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         listing = Work(lambda connection: self._filtered(connection, query, read), single=True)
         listed: builtins.list[_Listed] = yield listing
         return listed
+
+    def _walked(
+        self,
+        connection: Connection,
+        scope: _Scope,
+        query: ItemQuery,
+        selected: _Preselection | None,
+        convert: Callable[[Any], _Listed],
+    ) -> builtins.list[_Listed] | None:
+        """SQLite: the page of `query` found among the first rows of the whole table in the listing's order, if
+        its prefix is wide (holds `_WIDE` rows or more) and they hold the page; else None.
+
+        SQLite's planner has no statistics of the namespace ranges: it always scans the prefix's range on the
+        namespace index and sorts what it finds, which for a prefix holding most of 100,000 items took 20 ms where
+        the first page in key order is 0.02 ms off the index holding that order. Reading only the first rows in
+        that order bounds the cost where the prefix's rows lie elsewhere: the answer is then the range's, as
+        before. Each answer is one statement's, so it is consistent without a transaction."""
+        if query.limit is None or query.after is not None or query.before is not None:
+            return None
+        wanted = query.offset + query.limit
+        if wanted == 0:
+            return None
+        if scope.shape != "all" and not self._wide(connection, scope):
+            return None
+        params = {**scope.params, "walk": _WALK_ROWS + _WALK_PER_ITEM * wanted}
+        if query.predicate is None:  # the page is SQL's (a top-N sort of the rows walked)
+            statement = self._statements.listing(scope, query, paged=True, walked=True)
+            params.update(limit=query.limit, offset=query.offset)
+            page = [convert(row) for row in self._statements.execute(connection, statement, params)]
+            return page if len(page) == query.limit else None
+        statement = self._statements.listing(scope, query, selected, walked=True)
+        found = []
+        for row in self._statements.execute(connection, statement, params):
+            item = convert(row)
+            if _matches(query, item.value):
+                found.append(item)
+                if len(found) == wanted:
+                    return query.page(found)
+        return None
+
+    def _wide(self, connection: Connection, scope: _Scope) -> bool:
+        """SQLite: whether the prefix of `scope` holds `_WIDE` rows or more, counted on the namespace index and
+        then remembered for its next `_RECOUNT` listings (the count took a tenth of a one-namespace listing; a
+        stale answer costs time, never correctness: either plan is exact)."""
+        key = (scope.shape, str(scope.params["low"]))
+        remembered = self._statements.widths_counted.get(key)
+        if remembered is not None and remembered[1] > 0:
+            self._statements.widths_counted.put(key, (remembered[0], remembered[1] - 1))
+            return remembered[0]
+        width = self._statements.widths[scope.shape]
+        ((counted,),) = builtins.list(self._statements.execute(connection, width, scope.params))
+        wide = bool(counted >= _WIDE)
+        self._statements.widths_counted.put(key, (wide, _RECOUNT))
+        return wide
 
     def _count_matching(self, query: ItemQuery) -> Steps[int]:
         items = self._items
