@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from clock_support import Clock
 from process_support import process_context, start
 from pydantic import ValidationError
@@ -21,7 +22,7 @@ import memwoven._clock as _clock
 from memwoven import InMemoryItemMemory, Item, ItemMemory, ItemWrite, SQLItemMemory
 from memwoven.backends.sql.items import decode_namespace, encode_namespace
 from memwoven.contracts import check_namespace, namespace_matches
-from memwoven.errors import InvalidInputError
+from memwoven.errors import ConcurrentModificationError, InvalidInputError
 from memwoven.testing import ItemMemoryContract
 
 
@@ -138,6 +139,35 @@ def test_sqlite_lists_a_wide_prefix_in_key_order_exactly(
         indexes = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert "memwoven_items_in_order" in indexes
     assert "memwoven_items_by_key" not in indexes
+
+
+def test_postgres_single_writes_reuse_the_kept_connection_and_survive_losing_it(tmp_path: Path) -> None:
+    """On PostgreSQL, writes of one statement (a put without compare-and-set; a put_many of new items, one
+    all-or-none INSERT) run in autocommit on the connection kept for reads: a refused insert leaves nothing written
+    and the connection kept; if the server drops it, the write runs again through the pool, applied once."""
+    with sql_place("postgresql", tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
+
+        def pinned_pid() -> int:
+            connection = memory._db._pinned_one._connection  # type: ignore[union-attr]
+            assert connection is not None
+            return int(connection.connection.dbapi_connection.info.backend_pid)  # type: ignore[union-attr]
+
+        first = memory.put(("n",), "a", {"v": 1})
+        pid = pinned_pid()
+        created = memory.put_many([ItemWrite(("n",), key, {"v": 2}, expected_version=0) for key in ("b", "c")])
+        assert [memory.get(("n",), key).version for key in ("b", "c")] == created  # type: ignore[union-attr]
+        with pytest.raises(ConcurrentModificationError):  # "c" is stored: the whole batch is refused
+            memory.put_many([ItemWrite(("n",), key, {"v": 3}, expected_version=0) for key in ("d", "c")])
+        assert memory.get(("n",), "d") is None
+        assert pinned_pid() == pid  # the same server process served every call
+        killer = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+        with killer.begin() as connection:
+            connection.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        killer.dispose()
+        assert memory.put(("n",), "a", {"v": 4}) > first  # through the pool
+        memory.put_many([ItemWrite(("n",), "e", {"v": 5}, expected_version=0)])
+        assert [(i.key, i.value["v"]) for i in memory.list(("n",))] == [("a", 4), ("b", 2), ("c", 2), ("e", 5)]
+        assert pinned_pid() != pid
 
 
 def test_the_async_twins_run_on_the_loop_and_are_named() -> None:

@@ -410,17 +410,19 @@ class _Kept:
                     connection.close()
 
 
-class _PinnedReader(_Kept):
-    """One connection kept for reads (PostgreSQL, in autocommit; SQLite's single reads, without BEGIN).
+class _Pinned(_Kept):
+    """One connection kept for single statements: reads (PostgreSQL, in autocommit; SQLite's single reads, without
+    BEGIN) and PostgreSQL's single writes (one statement each, in autocommit as well).
 
-    A read through the pool pays a checkout; a vector search asks for changes before every scan, so that is a
-    second checkout on every search. A read tries this connection first (one caller at a time; others take the
-    pool). If it fails in any way the driver reports, the connection is discarded and the read runs again through
-    the pool, which reconnects (`Database._retry`): a read is safe to repeat, and a dropped
-    connection (server restart, pg_terminate_backend) costs nothing more than before.
+    A call through the pool pays a checkout (and on PostgreSQL switching autocommit on and off again); a vector
+    search asks for changes before every scan, so that is a second checkout on every search. A call tries this
+    connection first (one caller at a time; others take the pool). If it fails in any way the driver reports, the
+    connection is discarded and the call runs again through the pool, which reconnects (`Database._retry`): a read
+    is safe to repeat, and so is a single write (`Work.single`); a dropped connection (server restart,
+    pg_terminate_backend) costs nothing more than before.
     """
 
-    def try_read(self, work: Work[R]) -> tuple[R] | None:
+    def try_run(self, work: Work[R]) -> tuple[R] | None:
         """`(result,)` if `work` ran on the pinned connection; None if the caller must use the pool."""
         try:
             with self._held() as connection:
@@ -430,7 +432,7 @@ class _PinnedReader(_Kept):
                 connection.commit()  # autocommit: ends SQLAlchemy's transaction, no round trip
                 return (result,)
         except (DBAPIError, PoolTimeoutError) as error:
-            logger.info("dropped the kept read connection (%s); reading through the pool", _error_text(error))
+            logger.info("dropped the kept connection (%s); running through the pool", _error_text(error))
             self._discard()
             return None
 
@@ -544,8 +546,10 @@ class Database:
         # ~15% of a one-namespace store search (in memory, a pool may hold one database per thread: not pinned).
         self._pinned: tuple[str, ...] = ("single read",) if self._sqlite_file is not None else ()
         if self.dialect == "postgresql" and _overflows(engine.pool):
-            self._pinned = ("read", "single read")
-        self._reader = _PinnedReader(self._engines[self._pinned[0]]) if self._pinned else None
+            # single writes too: one statement in autocommit as reads are (checkout and checkin were a fifth of a
+            # small put_many's process time)
+            self._pinned = ("read", "single read", "single")
+        self._pinned_one = _Pinned(self._engines[self._pinned[0]]) if self._pinned else None
         # A file SQLite database keeps one connection for its write transactions as well (`_KeptWriter`).
         self._kept_writer: _KeptWriter | None = (
             _KeptWriter(self._engines["single"]) if self._sqlite_file is not None else None
@@ -650,8 +654,8 @@ class Database:
     def transact(self, work: Work[R]) -> R:
         """Run `work.body` in one transaction on the sync engine, retrying deadlocks and connections found closed
         (`_retry`); return its result."""
-        if self._reader is not None and work.mode in self._pinned:
-            pinned = self._reader.try_read(work)
+        if self._pinned_one is not None and work.mode in self._pinned:
+            pinned = self._pinned_one.try_run(work)
             if pinned is not None:
                 return pinned[0]
         with self.translated():
@@ -814,7 +818,7 @@ class Database:
         A loop's async engine is closed on that loop if it is idle, without it if it is closed; the engine of a loop
         still running (or idle while another runs here) closes when that loop shuts down its async generators.
         """
-        for kept in (self._reader, self._kept_writer):
+        for kept in (self._pinned_one, self._kept_writer):
             if kept is not None:
                 kept.close()
         with self._guard:

@@ -171,11 +171,20 @@ def _row(prepared: _Prepared, version: int, created_ms: int, written_ms: int) ->
     }
 
 
+def _in_lock_order(rows: Iterable[dict[str, Any]]) -> builtins.list[dict[str, Any]]:
+    """`rows` (`_row`) in the one order concurrent writers lock them in: by namespace, then key (not address), so
+    that a namespace's rows stay together in the table (SQLite's rowid order, PostgreSQL's heap) for the scans
+    that read them."""
+    return sorted(rows, key=lambda row: (str(row["namespace"]), str(row["item_key"])))
+
+
 class _Writes(NamedTuple):
-    """The unlocked writes of `SQLItemMemory._write_unlocked` on one database, each returning (address, version)."""
+    """The unlocked writes of `SQLItemMemory._write_unlocked` on one database, each returning (address, version),
+    and the insert of `SQLItemMemory._create_all`, failing if any of its rows is stored."""
 
     replace: sa.Insert
     create: sa.Insert
+    insert: sa.Insert
 
 
 def _unlocked_writes(items: sa.Table, dialect: str) -> _Writes:
@@ -199,7 +208,8 @@ def _unlocked_writes(items: sa.Table, dialect: str) -> _Writes:
         },
     )
     create = insert.on_conflict_do_nothing(index_elements=[stored.address])
-    return _Writes(replace.returning(stored.address, stored.version), create.returning(stored.address, stored.version))
+    returned = (stored.address, stored.version)
+    return _Writes(replace.returning(*returned), create.returning(*returned), insert.returning(*returned))
 
 
 class _Scope(NamedTuple):
@@ -336,15 +346,18 @@ class _Statements:
         self, connection: Connection, statement: sa.Insert, rows: Sequence[dict[str, Any]]
     ) -> Iterable[Sequence[Any]]:
         """What the write `statement` (one of `writes`) returns for `rows` (full rows, `_row`), in statements of
-        at most `_IN_CHUNK` rows. On SQLite each is the statement's SQL text, compiled once with as many VALUES
-        groups as rows, run on the driver's cursor: SQLAlchemy's multi-row insert (its parameter processing,
-        execution context and events) took ~40% of a checkpoint's write."""
+        at most `_IN_CHUNK` rows. On SQLite and PostgreSQL each is the statement's SQL text, compiled once with
+        positional parameters and repeated into as many VALUES groups as rows, run on the driver's cursor:
+        SQLAlchemy's multi-row insert (its parameter processing, execution context and events) took ~40% of a
+        checkpoint's write on SQLite and half of a small put_many's process time on PostgreSQL."""
         writing = None
-        if connection.dialect.name == "sqlite":
+        if connection.dialect.name in _UPSERT_RETURNING:
             remembered = self._multi_row.get(id(statement))
             if remembered is None or remembered[0] is not statement:  # an id is unique among live objects only
                 keys = [column.name for column in self.items.c]
-                remembered = (statement, _MultiRow.of(_DriverSQL.of(statement, connection.dialect, keys), keys))
+                dialect = _positional(connection.dialect)
+                driver = _DriverSQL.of(statement, dialect, keys)
+                remembered = (statement, _MultiRow.of(driver, keys, "?" if dialect.paramstyle == "qmark" else "%s"))
                 self._multi_row[id(statement)] = remembered
             writing = remembered[1]
         for start in range(0, len(rows), _IN_CHUNK):
@@ -354,6 +367,12 @@ class _Statements:
                 yield from _driver_rows(connection, text, values)
             else:  # SQLAlchemy's own multi-row statement
                 yield from connection.execute(statement, chunk)
+
+
+def _positional(dialect: sa.Dialect) -> sa.Dialect:
+    """`dialect`, or for a driver taking named parameters (psycopg's "pyformat") the same dialect taking them
+    positionally ("%s"), which the driver accepts too: a statement's VALUES group can then be repeated."""
+    return dialect if dialect.positional else type(dialect)(paramstyle="format")  # type: ignore[call-arg]
 
 
 def _driver_rows(connection: Connection, text: str, parameters: Sequence[Any]) -> Iterator[Sequence[Any]]:
@@ -419,17 +438,23 @@ class _MultiRow(NamedTuple):
     processors: tuple[Callable[[Any], Any] | None, ...]
 
     @classmethod
-    def of(cls, driver: _DriverSQL | None, keys: Sequence[str]) -> _MultiRow | None:
-        """Split `driver`, an insert of the columns `keys` with the driver's "?" parameters, or None if its text is
-        not laid out so (one group of one "?" per column, before every other parameter)."""
-        group = f"({', '.join('?' * len(keys))})"
-        if driver is None or tuple(driver.names[: len(keys)]) != tuple(keys) or driver.text.count(group) != 1:
+    def of(cls, driver: _DriverSQL | None, keys: Sequence[str], placeholder: str) -> _MultiRow | None:
+        """Split `driver`, an insert of the columns `keys` with the driver's positional parameters (`placeholder`),
+        or None if its text is not laid out so (one group of one parameter per column, each perhaps cast, before
+        every other parameter)."""
+        if driver is None or tuple(driver.names[: len(keys)]) != tuple(keys):
             return None
-        head, tail = driver.text.split(group)
-        if not head.endswith(" VALUES ") or "?" in head:
+        head, found, rest = driver.text.partition(" VALUES (")
+        closing = rest.find(")")
+        if not found or closing < 0 or placeholder in head or "(" in rest[:closing]:
+            return None
+        group, tail = f"({rest[: closing + 1]}", rest[closing + 1 :]
+        if group.count(placeholder) != len(keys):
             return None
         fixed = tuple(driver.fixed[name] for name in driver.names[len(keys) :])
-        return cls(head, group, tail, tuple(keys), fixed, tuple(driver.processors.get(key) for key in keys))
+        return cls(
+            f"{head} VALUES ", group, tail, tuple(keys), fixed, tuple(driver.processors.get(key) for key in keys)
+        )
 
     def of_rows(self, rows: Sequence[Mapping[str, Any]]) -> tuple[str, list[Any]]:
         """The statement's text for `len(rows)` rows and its parameters."""
@@ -499,6 +524,12 @@ class SQLItemMemory(SQLBackend, ItemMemory):
             for namespace, key, value, ttl, expected in writes
             for encoded in (encode_namespace(namespace),)
         ]
+        if self._db.dialect == "postgresql" and len(prepared) <= _IN_CHUNK and all(p.expected == 0 for p in prepared):
+            created: builtins.list[int] | None = yield Work(
+                lambda c: self._create_all(c, prepared), write=True, single=True
+            )
+            if created is not None:
+                return created
 
         def body(connection: Connection) -> builtins.list[int]:
             versions: dict[str, int] = {}
@@ -528,15 +559,30 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         now = _clock.wall_ms()
         statements = self._statements.writes(connection.dialect.name)
         for replace, statement in ((True, statements.replace), (False, statements.create)):
-            rows = sorted(
-                (_row(p, next_version(0), now, now) for p in prepared if (p.expected is None) == replace),
-                # One lock order for concurrent writers; by namespace, not address, so that a namespace's rows stay
-                # together in the table (SQLite's rowid order, PostgreSQL's heap) for the scans that read them.
-                key=lambda row: (str(row["namespace"]), str(row["item_key"])),
+            rows = _in_lock_order(
+                _row(p, next_version(0), now, now) for p in prepared if (p.expected is None) == replace
             )
             for address, version in self._statements.written(connection, statement, rows):
                 versions[address] = int(version)
         return versions
+
+    def _create_all(self, connection: Connection, prepared: Sequence[_Prepared]) -> builtins.list[int] | None:
+        """PostgreSQL: insert `prepared`, all expected new, in one statement without BEGIN and COMMIT (one round
+        trip where a transaction takes three); None, with nothing written, if any of them is stored (the statement
+        fails as a whole): then `_write` runs its transaction, which tells an expired item (replaced) from a live one
+        (refused). Run twice (a reply lost), the second finds them stored and refuses: nothing is doubled."""
+        now = _clock.wall_ms()
+        rows = _in_lock_order(_row(p, next_version(0), now, now) for p in prepared)
+        try:
+            versions = {
+                str(address): int(version)
+                for address, version in self._statements.written(
+                    connection, self._statements.writes("postgresql").insert, rows
+                )
+            }
+        except sa.exc.IntegrityError:
+            return None
+        return [versions[p.address] for p in prepared]
 
     def _write_locked(self, connection: Connection, prepared: Sequence[_Prepared]) -> dict[str, int]:
         """Write `prepared` after locking their rows and checking every expected version (all or nothing)."""
