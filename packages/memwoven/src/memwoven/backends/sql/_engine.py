@@ -48,12 +48,13 @@ from sqlalchemy.pool import Pool, QueuePool
 
 from memwoven._redact import redact_url
 from memwoven.backends._loops import end_this_loops_lifetime
+from memwoven.backends.sql._driver import driver_errors
 from memwoven.errors import BackendUnavailableError, InvalidInputError, MemwovenError
 
 if TYPE_CHECKING:  # imported when an async engine is built or passed in: a sync worker does without its ~0.3 s
     from sqlalchemy.ext.asyncio import AsyncEngine
 
-__all__ = ["Database", "Work", "driver_errors"]
+__all__ = ["Database", "Work"]
 
 logger = logging.getLogger("memwoven.sql")
 
@@ -204,23 +205,6 @@ def _engine_options(backend: str, pool_size: int, pool_timeout: float) -> dict[s
         # every write locks first); READ COMMITTED avoids InnoDB gap locks and their deadlocks.
         options["isolation_level"] = "READ COMMITTED"
     return options
-
-
-@contextmanager
-def driver_errors(connection: Connection, statement: str, parameters: Any = ()) -> Iterator[None]:
-    """Raise the errors of calls made on `connection`'s driver connection directly (`statement` with `parameters`)
-    as SQLAlchemy raises them: a `DBAPIError`, the connection invalidated if the error means it is closed, so that
-    `Database`'s retries and error translation see no difference."""
-    dialect = connection.dialect
-    errors = dialect.loaded_dbapi.Error
-    dbapi_connection = connection.connection.dbapi_connection
-    try:
-        yield
-    except errors as error:
-        closed = dialect.is_disconnect(error, dbapi_connection, None)
-        if closed:
-            connection.invalidate(error)
-        raise DBAPIError.instance(statement, parameters, error, errors, connection_invalidated=closed) from error
 
 
 def _error_text(error: BaseException) -> str:

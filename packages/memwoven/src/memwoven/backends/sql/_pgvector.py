@@ -41,7 +41,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from memwoven._cache import LRUCache
-from memwoven.backends.sql._engine import driver_errors
+from memwoven.backends.sql import _driver
 from memwoven.backends.sql._schema import KEY, Tables
 from memwoven.contracts import Metric
 from memwoven.vector_index import DocumentBatch, Matrix, SearchQuery
@@ -387,7 +387,7 @@ def approximate_candidates(connection: Connection, search: Search, hnsw: Hnsw, i
         # finds, or this page ends beyond them (an unfiltered first page, the common case, is cheaper without).
         scan = iterative and (bool(equalities) or offset + page > hnsw.ef_search)
         page_sql = _hnsw_page_sql(connection, search, _PageShape(len(vector), binary, shape, scan, page, offset))
-        found = _page_rows(connection, page_sql, page_sql.arguments(values, hnsw), binary)
+        found = list(_driver.rows(connection, page_sql.text, page_sql.arguments(values, hnsw), binary=binary))
         rows = _absorb(found, search, batches, base64=not binary)
         matched.extend(distance for distance, match, _ in rows if match)
         farthest = max([farthest, *(distance for distance, _, _ in rows)])
@@ -454,7 +454,8 @@ def _hnsw_page_sql(connection: Connection, search: Search, shape: _PageShape) ->
     """The SQL of one HNSW page statement, compiled once per database driver, tables, collection, metric and shape.
 
     Building every page's SQLAlchemy statement and its cache key (for SQLAlchemy's compiled cache) took longer than
-    PostgreSQL's index scan of a small collection: the text is kept here instead and sent as it is (`_page_rows`).
+    PostgreSQL's index scan of a small collection: the text is kept here instead and sent as it is, on psycopg's
+    cursor with binary results (`memwoven.backends.sql._driver.rows`).
     """
     e, v = search.embeddings, search.vectors
     dialect = connection.dialect
@@ -512,38 +513,6 @@ def _hnsw_page_statement(search: Search, shape: _PageShape) -> sa.Select[Any]:
     )
     # Unordered: nothing downstream depends on the order of a page's rows (the outer sort cost ~10% of the scan).
     return _page_statement(ranked, search, base64=not shape.binary, ordered=False)
-
-
-def _page_rows(
-    connection: Connection, page_sql: _PageSql, arguments: dict[str, Any] | tuple[Any, ...], binary: bool
-) -> Sequence[Sequence[Any]]:
-    """The rows of an HNSW page statement: through psycopg 3 (`binary`), on the driver's own cursor with results in
-    binary format (the embeddings as their bytes, no base64 to make and read); else by ``exec_driver_sql``.
-
-    The driver's errors are raised as SQLAlchemy raises them (`driver_errors`). SQLAlchemy's
-    execution context, events and result object took about as long as PostgreSQL's index scan of a small collection.
-    """
-    dbapi_connection = connection.connection.dbapi_connection
-    if not binary or dbapi_connection is None:  # None: invalidated earlier; SQLAlchemy raises as it does
-        return connection.exec_driver_sql(page_sql.text, arguments).all()
-    driver: Any = connection.connection.driver_connection
-    with driver_errors(connection, page_sql.text, arguments):
-        if getattr(connection.dialect, "is_async", False):
-            from sqlalchemy.util import await_only
-
-            rows: list[Any] = await_only(_afetch(driver, page_sql.text, arguments))  # in `run_sync`'s greenlet
-            return rows
-        with driver.cursor(binary=True) as cursor:
-            cursor.execute(page_sql.text, arguments)
-            found: list[Any] = cursor.fetchall()
-            return found
-
-
-async def _afetch(driver: Any, text: str, arguments: Any) -> list[Any]:
-    async with driver.cursor(binary=True) as cursor:
-        await cursor.execute(text, arguments)
-        rows: list[Any] = await cursor.fetchall()
-        return rows
 
 
 def _settings(iterative: bool) -> Any:

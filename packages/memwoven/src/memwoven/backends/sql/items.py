@@ -58,14 +58,12 @@ from __future__ import annotations
 
 import builtins
 import functools
-import itertools
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple, TypeVar, cast
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
-from sqlalchemy.sql.compiler import SQLCompiler
 
 import memwoven._clock as _clock
 from memwoven._cache import LRUCache
@@ -79,8 +77,10 @@ from memwoven.backends._items import (
     prefix_range,
     ttl_milliseconds,
 )
+from memwoven.backends.sql import _driver
 from memwoven.backends.sql._base import SQLBackend
-from memwoven.backends.sql._engine import Work, driver_errors
+from memwoven.backends.sql._driver import DriverSQL, MultiRow, positional
+from memwoven.backends.sql._engine import Work
 from memwoven.backends.sql._filters import prefilter
 from memwoven.backends.sql._schema import HEAD_CHARS, VALUE_JSONB, dialect_insert, key_of, upsert
 from memwoven.contracts import (
@@ -268,11 +268,11 @@ class _Statements:
         }
         self.widths_counted: LRUCache[tuple[str, str], tuple[bool, int]] = LRUCache(_REMEMBERED_FILTERS)
         self._listings: dict[tuple[Any, ...], sa.Select[Any]] = {}
-        self._driver_sql: LRUCache[int, tuple[sa.Select[Any], _DriverSQL | None]] = LRUCache(4 * _REMEMBERED_FILTERS)
+        self._driver_sql: LRUCache[int, tuple[sa.Select[Any], DriverSQL | None]] = LRUCache(4 * _REMEMBERED_FILTERS)
         self._selecting: LRUCache[tuple[Any, ...], sa.Select[Any]] = LRUCache(_REMEMBERED_FILTERS)
         self.preselections: LRUCache[tuple[str, str], tuple[_Preselection | None]] = LRUCache(_REMEMBERED_FILTERS)
         self._writes: dict[str, _Writes] = {}
-        self._multi_row: dict[int, tuple[sa.Insert, _MultiRow | None]] = {}  # the statements of `_writes`
+        self._multi_row: dict[int, tuple[sa.Insert, MultiRow | None]] = {}  # the statements of `_writes`
 
     def writes(self, dialect: str) -> _Writes:
         """The unlocked writes on `dialect` (SQLite or PostgreSQL)."""
@@ -328,19 +328,19 @@ class _Statements:
         self, connection: Connection, statement: sa.Select[Any], params: dict[str, Any]
     ) -> Iterable[Sequence[Any]]:
         """The rows of `statement`, one of this object's (its columns by position), executed on SQLite as its SQL
-        text compiled once, on the driver's cursor (`_driver_rows`): SQLAlchemy keys and looks up its compiled form
+        text compiled once, on the driver's cursor (`_driver.rows`): SQLAlchemy keys and looks up its compiled form
         on every execution, and its execution context, events and result object took three times SQLite's own
         execution of a one-namespace listing."""
         if connection.dialect.name != "sqlite":
             return connection.execute(statement, params)
         remembered = self._driver_sql.get(id(statement))
         if remembered is None or remembered[0] is not statement:  # an id is unique among live objects only
-            remembered = (statement, _DriverSQL.of(statement, connection.dialect))
+            remembered = (statement, DriverSQL.of(statement, connection.dialect))
             self._driver_sql.put(id(statement), remembered)
         driver = remembered[1]
         if driver is None:
             return connection.execute(statement, params)
-        return _driver_rows(connection, driver.text, driver.parameters(params))
+        return _driver.rows(connection, driver.text, driver.parameters(params))
 
     def written(
         self, connection: Connection, statement: sa.Insert, rows: Sequence[dict[str, Any]]
@@ -355,116 +355,18 @@ class _Statements:
             remembered = self._multi_row.get(id(statement))
             if remembered is None or remembered[0] is not statement:  # an id is unique among live objects only
                 keys = [column.name for column in self.items.c]
-                dialect = _positional(connection.dialect)
-                driver = _DriverSQL.of(statement, dialect, keys)
-                remembered = (statement, _MultiRow.of(driver, keys, "?" if dialect.paramstyle == "qmark" else "%s"))
+                dialect = positional(connection.dialect)
+                driver = DriverSQL.of(statement, dialect, keys)
+                remembered = (statement, MultiRow.of(driver, keys, "?" if dialect.paramstyle == "qmark" else "%s"))
                 self._multi_row[id(statement)] = remembered
             writing = remembered[1]
         for start in range(0, len(rows), _IN_CHUNK):
             chunk = rows[start : start + _IN_CHUNK]
-            if isinstance(writing, _MultiRow):
+            if isinstance(writing, MultiRow):
                 text, values = writing.of_rows(chunk)
-                yield from _driver_rows(connection, text, values)
+                yield from _driver.rows(connection, text, values)
             else:  # SQLAlchemy's own multi-row statement
                 yield from connection.execute(statement, chunk)
-
-
-def _positional(dialect: sa.Dialect) -> sa.Dialect:
-    """`dialect`, or for a driver taking named parameters (psycopg's "pyformat") the same dialect taking them
-    positionally ("%s"), which the driver accepts too: a statement's VALUES group can then be repeated."""
-    return dialect if dialect.positional else type(dialect)(paramstyle="format")  # type: ignore[call-arg]
-
-
-def _driver_rows(connection: Connection, text: str, parameters: Sequence[Any]) -> Iterator[Sequence[Any]]:
-    """The rows of the SQL `text` run on the DBAPI cursor of `connection`'s pooled connection, within its
-    transaction, errors raised as SQLAlchemy raises them (`driver_errors`)."""
-    dbapi_connection = connection.connection.dbapi_connection
-    if dbapi_connection is None:  # invalidated earlier in this transaction: let SQLAlchemy raise as it does
-        yield from connection.exec_driver_sql(text, tuple(parameters))
-        return
-    with driver_errors(connection, text, parameters):
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute(text, parameters)
-            yield from cast("Iterable[Sequence[Any]]", cursor)  # sqlite3's cursor and aiosqlite's adapter iterate
-        finally:
-            cursor.close()
-
-
-class _DriverSQL(NamedTuple):
-    """A statement compiled for a driver with positional parameters: its text, the names of its parameters in
-    order, the values bound in the statement itself (a filter's operands, an upsert's increments) and the
-    conversions its column types make of the values given (a float column's)."""
-
-    text: str
-    names: tuple[str, ...]
-    fixed: dict[str, Any]
-    processors: dict[str, Callable[[Any], Any]]
-
-    @classmethod
-    def of(
-        cls, statement: sa.ClauseElement, dialect: sa.Dialect, column_keys: Sequence[str] | None = None
-    ) -> _DriverSQL | None:
-        """`statement` compiled for `dialect` (an insert given values for `column_keys`), or None if its parameters
-        need more of SQLAlchemy (a list expanded, a value rendered into the text)."""
-        compiled = cast("SQLCompiler", statement.compile(dialect=dialect, column_keys=column_keys))
-        names = compiled.positiontup
-        binds = compiled.binds.values()
-        if names is None or any(b.expanding or b.literal_execute for b in binds):
-            return None
-        fixed = {name: bind.value for name, bind in compiled.binds.items() if not bind.required}
-        processors = cast("dict[str, Callable[[Any], Any]]", dict(compiled._bind_processors))
-        return cls(compiled.string, tuple(names), fixed, processors)
-
-    def parameters(self, given: Mapping[str, Any]) -> tuple[Any, ...]:
-        """The positional parameters for the values `given` by name (with the statement's own)."""
-        values = {**self.fixed, **given}
-        for name, process in self.processors.items():
-            if values[name] is not None:
-                values[name] = process(values[name])
-        return tuple(values[name] for name in self.names)
-
-
-class _MultiRow(NamedTuple):
-    """A one-row INSERT compiled for the driver (`_DriverSQL`), repeated into as many VALUES groups as rows: the
-    text before and after its one group, the group, the parameters after the groups (the upsert's own) and each
-    column's conversion."""
-
-    head: str
-    group: str
-    tail: str
-    keys: tuple[str, ...]
-    fixed: tuple[Any, ...]
-    processors: tuple[Callable[[Any], Any] | None, ...]
-
-    @classmethod
-    def of(cls, driver: _DriverSQL | None, keys: Sequence[str], placeholder: str) -> _MultiRow | None:
-        """Split `driver`, an insert of the columns `keys` with the driver's positional parameters (`placeholder`),
-        or None if its text is not laid out so (one group of one parameter per column, each perhaps cast, before
-        every other parameter)."""
-        if driver is None or tuple(driver.names[: len(keys)]) != tuple(keys):
-            return None
-        head, found, rest = driver.text.partition(" VALUES (")
-        closing = rest.find(")")
-        if not found or closing < 0 or placeholder in head or "(" in rest[:closing]:
-            return None
-        group, tail = f"({rest[: closing + 1]}", rest[closing + 1 :]
-        if group.count(placeholder) != len(keys):
-            return None
-        fixed = tuple(driver.fixed[name] for name in driver.names[len(keys) :])
-        return cls(
-            f"{head} VALUES ", group, tail, tuple(keys), fixed, tuple(driver.processors.get(key) for key in keys)
-        )
-
-    def of_rows(self, rows: Sequence[Mapping[str, Any]]) -> tuple[str, list[Any]]:
-        """The statement's text for `len(rows)` rows and its parameters."""
-        values: list[Any] = []
-        for row in rows:
-            for key, process in zip(self.keys, self.processors):
-                value = row[key]
-                values.append(value if process is None or value is None else process(value))
-        values.extend(self.fixed)
-        return f"{self.head}{', '.join(itertools.repeat(self.group, len(rows)))}{self.tail}", values
 
 
 class SQLItemMemory(SQLBackend, ItemMemory):

@@ -1,0 +1,161 @@
+"""Statements run on the database driver's own cursor, past SQLAlchemy's execution: for the hot paths only.
+
+SQLAlchemy's execution of a statement (its compiled cache lookup, execution context, events and result object) took
+longer than SQLite's own execution of a one-namespace listing, ~40% of a checkpoint's write on SQLite, half of a small
+write's process time on PostgreSQL, and as long as PostgreSQL's index scan of a small collection. So the statements of
+those paths are compiled once (`DriverSQL`, `MultiRow`) and run here (`rows`), their errors raised as SQLAlchemy
+raises them (`driver_errors`), so that retries and error translation (`memwoven.backends.sql._engine`) see no
+difference.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, NamedTuple, cast
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql.compiler import SQLCompiler
+
+__all__ = ["DriverSQL", "MultiRow", "driver_errors", "positional", "rows"]
+
+
+@contextmanager
+def driver_errors(connection: Connection, statement: str, parameters: Any = ()) -> Iterator[None]:
+    """Raise the errors of calls made on `connection`'s driver connection directly (`statement` with `parameters`)
+    as SQLAlchemy raises them: a `DBAPIError`, the connection invalidated if the error means it is closed, so that
+    `Database`'s retries and error translation see no difference."""
+    dialect = connection.dialect
+    errors = dialect.loaded_dbapi.Error
+    dbapi_connection = connection.connection.dbapi_connection
+    try:
+        yield
+    except errors as error:
+        closed = dialect.is_disconnect(error, dbapi_connection, None)
+        if closed:
+            connection.invalidate(error)
+        raise DBAPIError.instance(statement, parameters, error, errors, connection_invalidated=closed) from error
+
+
+def rows(
+    connection: Connection, text: str, parameters: Sequence[Any] | Mapping[str, Any], *, binary: bool = False
+) -> Iterator[Sequence[Any]]:
+    """The rows of the SQL `text` run on the driver cursor of `connection`'s pooled connection, within its
+    transaction (sqlite3's and aiosqlite's stream as they are iterated); `binary`, on psycopg 3's own cursor with
+    results in binary format (a bytea column as its bytes, no base64 to make and read)."""
+    dbapi_connection = connection.connection.dbapi_connection
+    if dbapi_connection is None:  # invalidated earlier in this transaction: let SQLAlchemy raise as it does
+        yield from connection.exec_driver_sql(
+            text, parameters if isinstance(parameters, Mapping) else tuple(parameters)
+        )
+        return
+    with driver_errors(connection, text, parameters):
+        if binary:
+            driver: Any = connection.connection.driver_connection
+            if getattr(connection.dialect, "is_async", False):
+                from sqlalchemy.util import await_only
+
+                yield from await_only(_binary_rows(driver, text, parameters))  # in `run_sync`'s greenlet
+                return
+            with driver.cursor(binary=True) as cursor:
+                cursor.execute(text, parameters)
+                yield from cursor.fetchall()
+            return
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(text, parameters)
+            yield from cast("Iterable[Sequence[Any]]", cursor)
+        finally:
+            cursor.close()
+
+
+async def _binary_rows(driver: Any, text: str, parameters: Any) -> list[Any]:
+    async with driver.cursor(binary=True) as cursor:
+        await cursor.execute(text, parameters)
+        found: list[Any] = await cursor.fetchall()
+        return found
+
+
+def positional(dialect: sa.Dialect) -> sa.Dialect:
+    """`dialect`, or for a driver taking named parameters (psycopg's "pyformat") the same dialect taking them
+    positionally ("%s"), which the driver accepts too: a statement's VALUES group can then be repeated."""
+    return dialect if dialect.positional else type(dialect)(paramstyle="format")  # type: ignore[call-arg]
+
+
+class DriverSQL(NamedTuple):
+    """A statement compiled for a driver with positional parameters: its text, the names of its parameters in
+    order, the values bound in the statement itself (a filter's operands, an upsert's increments) and the
+    conversions its column types make of the values given (a float column's)."""
+
+    text: str
+    names: tuple[str, ...]
+    fixed: dict[str, Any]
+    processors: dict[str, Callable[[Any], Any]]
+
+    @classmethod
+    def of(
+        cls, statement: sa.ClauseElement, dialect: sa.Dialect, column_keys: Sequence[str] | None = None
+    ) -> DriverSQL | None:
+        """`statement` compiled for `dialect` (an insert given values for `column_keys`), or None if its parameters
+        need more of SQLAlchemy (a list expanded, a value rendered into the text)."""
+        compiled = cast("SQLCompiler", statement.compile(dialect=dialect, column_keys=column_keys))
+        names = compiled.positiontup
+        binds = compiled.binds.values()
+        if names is None or any(b.expanding or b.literal_execute for b in binds):
+            return None
+        fixed = {name: bind.value for name, bind in compiled.binds.items() if not bind.required}
+        processors = cast("dict[str, Callable[[Any], Any]]", dict(compiled._bind_processors))
+        return cls(compiled.string, tuple(names), fixed, processors)
+
+    def parameters(self, given: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The positional parameters for the values `given` by name (with the statement's own)."""
+        values = {**self.fixed, **given}
+        for name, process in self.processors.items():
+            if values[name] is not None:
+                values[name] = process(values[name])
+        return tuple(values[name] for name in self.names)
+
+
+class MultiRow(NamedTuple):
+    """A one-row INSERT compiled for the driver (`DriverSQL`), repeated into as many VALUES groups as rows: the
+    text before and after its one group, the group, the parameters after the groups (the upsert's own) and each
+    column's conversion."""
+
+    head: str
+    group: str
+    tail: str
+    keys: tuple[str, ...]
+    fixed: tuple[Any, ...]
+    processors: tuple[Callable[[Any], Any] | None, ...]
+
+    @classmethod
+    def of(cls, driver: DriverSQL | None, keys: Sequence[str], placeholder: str) -> MultiRow | None:
+        """Split `driver`, an insert of the columns `keys` with the driver's positional parameters (`placeholder`),
+        or None if its text is not laid out so (one group of one parameter per column, each perhaps cast, before
+        every other parameter)."""
+        if driver is None or tuple(driver.names[: len(keys)]) != tuple(keys):
+            return None
+        head, found, rest = driver.text.partition(" VALUES (")
+        closing = rest.find(")")
+        if not found or closing < 0 or placeholder in head or "(" in rest[:closing]:
+            return None
+        group, tail = f"({rest[: closing + 1]}", rest[closing + 1 :]
+        if group.count(placeholder) != len(keys):
+            return None
+        fixed = tuple(driver.fixed[name] for name in driver.names[len(keys) :])
+        return cls(
+            f"{head} VALUES ", group, tail, tuple(keys), fixed, tuple(driver.processors.get(key) for key in keys)
+        )
+
+    def of_rows(self, rows: Sequence[Mapping[str, Any]]) -> tuple[str, list[Any]]:
+        """The statement's text for `len(rows)` rows and its parameters."""
+        values: list[Any] = []
+        for row in rows:
+            for key, process in zip(self.keys, self.processors):
+                value = row[key]
+                values.append(value if process is None or value is None else process(value))
+        values.extend(self.fixed)
+        return f"{self.head}{', '.join(itertools.repeat(self.group, len(rows)))}{self.tail}", values
