@@ -466,7 +466,8 @@ REASONS = [
     "code before and after on copies of the same file, two rounds: 22.6-22.8 ms (1.03-1.04x of SqliteStore) -> "
     "0.52-0.57 ms (0.03x); the one-namespace cases unchanged (1.08-1.14x in this probe's alternation, 0.85-0.87x in "
     "the full run), the filtered search over every namespace unchanged (its matches lie past the first rows in key "
-    "order). The wider index costs writes ~5-10% (put_many of 10,000 items 31-51k -> 31-50k items/s).",
+    "order). The wider index costs writes ~5-10% (put_many of 10,000 new items into a growing table, three "
+    "rounds, twice: 33,000-59,000 -> 31,000-51,000 items/s).",
     "- Batch put of 10,000 items on SQLite (target 20,000 items/s): SQLItemMemory.put_many 26,000-28,000 items/s on "
     "an idle machine (20,000 median in a run beside tests), MemwovenStore.batch ~19,000 beside tests, SqliteStore "
     "6-8x faster. Since values are validated in one walk (not pydantic and a json.dumps) and writes that need no "
