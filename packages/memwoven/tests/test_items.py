@@ -154,7 +154,10 @@ def test_postgres_single_writes_reuse_the_kept_connection_and_survive_losing_it(
 
         first = memory.put(("n",), "a", {"v": 1})
         pid = pinned_pid()
+        through_sqlalchemy: list[str] = []  # item writes are compiled once and sent on psycopg's cursor
+        sa.event.listen(memory.engine, "before_cursor_execute", lambda *args: through_sqlalchemy.append(args[2]))
         created = memory.put_many([ItemWrite(("n",), key, {"v": 2}, expected_version=0) for key in ("b", "c")])
+        assert through_sqlalchemy == []
         assert [memory.get(("n",), key).version for key in ("b", "c")] == created  # type: ignore[union-attr]
         with pytest.raises(ConcurrentModificationError):  # "c" is stored: the whole batch is refused
             memory.put_many([ItemWrite(("n",), key, {"v": 3}, expected_version=0) for key in ("d", "c")])
