@@ -14,7 +14,8 @@ other loops run the sync API in worker threads.
 
 No pool is ever exhausted: at most `pool_size` transactions run at once through an engine (per loop, and from all
 the threads through the sync one); more wait their turn, in order. The overflow (up to 10 more connections) serves
-the kept read connection (and an SQLite file's kept write connection) and other objects given the same engine. A
+the kept connection for single statements (`_Pinned`: reads, and PostgreSQL's one-statement writes; an SQLite
+file also keeps one for its write transactions) and other objects given the same engine. A
 wait ends with the pool's timeout only when no transaction ended for all of `pool_timeout` (a server that stopped
 answering), never for being late in a long queue.
 
@@ -258,7 +259,7 @@ def _limits(pool: Pool) -> tuple[int, float] | None:
 
 
 def _overflows(pool: Pool) -> bool:
-    """Whether `pool` opens connections beyond its `pool_size` (where the kept read connection fits)."""
+    """Whether `pool` opens connections beyond its `pool_size` (where the kept connection fits)."""
     return not isinstance(pool, QueuePool) or pool._max_overflow != 0
 
 
