@@ -148,7 +148,7 @@ def test_postgres_single_writes_reuse_the_kept_connection_and_survive_losing_it(
     with sql_place("postgresql", tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
 
         def pinned_pid() -> int:
-            connection = memory._db._pinned_one._connection  # type: ignore[union-attr]
+            connection = memory._db._pinned._connection  # type: ignore[union-attr]
             assert connection is not None
             return int(connection.connection.dbapi_connection.info.backend_pid)  # type: ignore[union-attr]
 

@@ -1101,7 +1101,7 @@ def test_postgres_reads_reuse_one_connection_and_survive_losing_it(tmp_path: Pat
 
 
 def _pinned_pid(memory: SQLChatMemory | SQLVectorMemory) -> int:
-    connection = memory._db._pinned_one._connection  # type: ignore[union-attr]
+    connection = memory._db._pinned._connection  # type: ignore[union-attr]
     assert connection is not None
     return int(connection.connection.dbapi_connection.info.backend_pid)  # type: ignore[union-attr]
 

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import SQLCompiler
 
-__all__ = ["DriverSQL", "MultiRow", "driver_errors", "positional", "rows"]
+__all__ = ["DriverSQL", "MultiRow", "driver_errors", "rows"]
 
 
 @contextmanager
@@ -79,7 +79,7 @@ async def _binary_rows(driver: Any, text: str, parameters: Any) -> list[Any]:
         return found
 
 
-def positional(dialect: sa.Dialect) -> sa.Dialect:
+def _positional(dialect: sa.Dialect) -> sa.Dialect:
     """`dialect`, or for a driver taking named parameters (psycopg's "pyformat") the same dialect taking them
     positionally ("%s"), which the driver accepts too: a statement's VALUES group can then be repeated."""
     return dialect if dialect.positional else type(dialect)(paramstyle="format")  # type: ignore[call-arg]
@@ -132,10 +132,13 @@ class MultiRow(NamedTuple):
     processors: tuple[Callable[[Any], Any] | None, ...]
 
     @classmethod
-    def of(cls, driver: DriverSQL | None, keys: Sequence[str], placeholder: str) -> MultiRow | None:
-        """Split `driver`, an insert of the columns `keys` with the driver's positional parameters (`placeholder`),
-        or None if its text is not laid out so (one group of one parameter per column, each perhaps cast, before
-        every other parameter)."""
+    def of(cls, statement: sa.Insert, dialect: sa.Dialect, keys: Sequence[str]) -> MultiRow | None:
+        """`statement`, an insert of the columns `keys`, compiled for `dialect` with positional parameters and split
+        around its one VALUES group, or None if its text is not laid out so (one group of one parameter per column,
+        each perhaps cast, before every other parameter)."""
+        dialect = _positional(dialect)
+        placeholder = "?" if dialect.paramstyle == "qmark" else "%s"
+        driver = DriverSQL.of(statement, dialect, keys)
         if driver is None or tuple(driver.names[: len(keys)]) != tuple(keys):
             return None
         head, found, rest = driver.text.partition(" VALUES (")

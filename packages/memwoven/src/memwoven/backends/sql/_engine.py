@@ -529,12 +529,12 @@ class Database:
         )
         # A file SQLite database keeps one connection for single reads too: the pool's checkout and checkin were
         # ~15% of a one-namespace store search (in memory, a pool may hold one database per thread: not pinned).
-        self._pinned: tuple[str, ...] = ("single read",) if self._sqlite_file is not None else ()
+        self._pinned_modes: tuple[str, ...] = ("single read",) if self._sqlite_file is not None else ()
         if self.dialect == "postgresql" and _overflows(engine.pool):
             # single writes too: one statement in autocommit as reads are (checkout and checkin were a fifth of a
             # small put_many's process time)
-            self._pinned = ("read", "single read", "single")
-        self._pinned_one = _Pinned(self._engines[self._pinned[0]]) if self._pinned else None
+            self._pinned_modes = ("read", "single read", "single")
+        self._pinned = _Pinned(self._engines[self._pinned_modes[0]]) if self._pinned_modes else None
         # A file SQLite database keeps one connection for its write transactions as well (`_KeptWriter`).
         self._kept_writer: _KeptWriter | None = (
             _KeptWriter(self._engines["single"]) if self._sqlite_file is not None else None
@@ -639,8 +639,8 @@ class Database:
     def transact(self, work: Work[R]) -> R:
         """Run `work.body` in one transaction on the sync engine, retrying deadlocks and connections found closed
         (`_retry`); return its result."""
-        if self._pinned_one is not None and work.mode in self._pinned:
-            pinned = self._pinned_one.try_run(work)
+        if self._pinned is not None and work.mode in self._pinned_modes:
+            pinned = self._pinned.try_run(work)
             if pinned is not None:
                 return pinned[0]
         with self.translated():
@@ -803,7 +803,7 @@ class Database:
         A loop's async engine is closed on that loop if it is idle, without it if it is closed; the engine of a loop
         still running (or idle while another runs here) closes when that loop shuts down its async generators.
         """
-        for kept in (self._pinned_one, self._kept_writer):
+        for kept in (self._pinned, self._kept_writer):
             if kept is not None:
                 kept.close()
         with self._guard:

@@ -79,7 +79,7 @@ from memwoven.backends._items import (
 )
 from memwoven.backends.sql import _driver
 from memwoven.backends.sql._base import SQLBackend
-from memwoven.backends.sql._driver import DriverSQL, MultiRow, positional
+from memwoven.backends.sql._driver import DriverSQL, MultiRow
 from memwoven.backends.sql._engine import Work
 from memwoven.backends.sql._filters import prefilter
 from memwoven.backends.sql._schema import HEAD_CHARS, VALUE_JSONB, dialect_insert, key_of, upsert
@@ -257,7 +257,7 @@ class _Statements:
                 items.c.namespace < high,
             )
         # SQLite: whether a prefix holds `_WIDE` rows, counted on the namespace index alone (its heads).
-        self.widths = {
+        self._widths = {
             shape: sa.select(sa.func.count()).select_from(
                 sa.select(sa.literal(1)).where(*conditions).limit(_WIDE).subquery()
             )
@@ -266,7 +266,7 @@ class _Statements:
                 ("long", (items.c.ns_head == sa.bindparam("head"),)),
             )
         }
-        self.widths_counted: LRUCache[tuple[str, str], tuple[bool, int]] = LRUCache(_REMEMBERED_FILTERS)
+        self._widths_counted: LRUCache[tuple[str, str], tuple[bool, int]] = LRUCache(_REMEMBERED_FILTERS)
         self._listings: dict[tuple[Any, ...], sa.Select[Any]] = {}
         self._driver_sql: LRUCache[int, tuple[sa.Select[Any], DriverSQL | None]] = LRUCache(4 * _REMEMBERED_FILTERS)
         self._selecting: LRUCache[tuple[Any, ...], sa.Select[Any]] = LRUCache(_REMEMBERED_FILTERS)
@@ -324,6 +324,20 @@ class _Statements:
             self._listings[key] = statement
         return statement
 
+    def wide(self, connection: Connection, scope: _Scope) -> bool:
+        """SQLite: whether the prefix of `scope` holds `_WIDE` rows or more, counted on the namespace index and
+        then remembered for its next `_RECOUNT` listings (the count took a tenth of a one-namespace listing; a
+        stale answer costs time, never correctness: either plan is exact)."""
+        key = (scope.shape, str(scope.params["low"]))
+        remembered = self._widths_counted.get(key)
+        if remembered is not None and remembered[1] > 0:
+            self._widths_counted.put(key, (remembered[0], remembered[1] - 1))
+            return remembered[0]
+        ((counted,),) = builtins.list(self.execute(connection, self._widths[scope.shape], scope.params))
+        wide = bool(counted >= _WIDE)
+        self._widths_counted.put(key, (wide, _RECOUNT))
+        return wide
+
     def execute(
         self, connection: Connection, statement: sa.Select[Any], params: dict[str, Any]
     ) -> Iterable[Sequence[Any]]:
@@ -355,9 +369,7 @@ class _Statements:
             remembered = self._multi_row.get(id(statement))
             if remembered is None or remembered[0] is not statement:  # an id is unique among live objects only
                 keys = [column.name for column in self.items.c]
-                dialect = positional(connection.dialect)
-                driver = DriverSQL.of(statement, dialect, keys)
-                remembered = (statement, MultiRow.of(driver, keys, "?" if dialect.paramstyle == "qmark" else "%s"))
+                remembered = (statement, MultiRow.of(statement, connection.dialect, keys))
                 self._multi_row[id(statement)] = remembered
             writing = remembered[1]
         for start in range(0, len(rows), _IN_CHUNK):
@@ -584,7 +596,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         wanted = query.offset + query.limit
         if wanted == 0:
             return None
-        if scope.shape != "all" and not self._wide(connection, scope):
+        if scope.shape != "all" and not self._statements.wide(connection, scope):
             return None
         params = {**scope.params, "walk": _WALK_ROWS + _WALK_PER_ITEM * wanted}
         if query.predicate is None:  # the page is SQL's (a top-N sort of the rows walked)
@@ -601,21 +613,6 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                 if len(found) == wanted:
                     return query.page(found)
         return None
-
-    def _wide(self, connection: Connection, scope: _Scope) -> bool:
-        """SQLite: whether the prefix of `scope` holds `_WIDE` rows or more, counted on the namespace index and
-        then remembered for its next `_RECOUNT` listings (the count took a tenth of a one-namespace listing; a
-        stale answer costs time, never correctness: either plan is exact)."""
-        key = (scope.shape, str(scope.params["low"]))
-        remembered = self._statements.widths_counted.get(key)
-        if remembered is not None and remembered[1] > 0:
-            self._statements.widths_counted.put(key, (remembered[0], remembered[1] - 1))
-            return remembered[0]
-        width = self._statements.widths[scope.shape]
-        ((counted,),) = builtins.list(self._statements.execute(connection, width, scope.params))
-        wide = bool(counted >= _WIDE)
-        self._statements.widths_counted.put(key, (wide, _RECOUNT))
-        return wide
 
     def _count_matching(self, query: ItemQuery) -> Steps[int]:
         items = self._items
