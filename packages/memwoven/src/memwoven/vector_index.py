@@ -48,6 +48,7 @@ __all__ = [
     "check_search_args",
     "check_stored_dimension",
     "inverse_norms",
+    "rank",
     "require_utf8",
     "store_columns",
 ]
@@ -450,12 +451,7 @@ class VectorIndex:
 
     def document(self, row: int) -> VectorDocument:
         """The document at one row."""
-        return VectorDocument.model_construct(
-            id=self.ids[row],
-            content=self.contents[row],
-            embedding=FrozenList(self._matrix[row].tolist()),
-            metadata=self.metadata[row],
-        )
+        return _document(self.ids, self.contents, self.metadata, self._matrix, row)
 
     def search(
         self,
@@ -480,8 +476,7 @@ class VectorIndex:
         if self._directions is not None:
             rows = self._prescan(self._directions, query, rows, top_k, threshold)
         picked, scores = best_rows(self.matrix, self._inverse_norms[: len(self.ids)], query, rows, search, self.metric)
-        ranked = sorted(zip(picked.tolist(), scores.tolist()), key=lambda hit: (-hit[1], self.ids[hit[0]]))
-        return [ScoredDocument.model_construct(document=self.document(r), score=s) for r, s in ranked[:top_k]]
+        return _hits(self.ids, self.contents, self.metadata, self._matrix, picked, scores, top_k)
 
     def _selected(self, spec: Filter, predicate: Predicate) -> Rows:
         """The live rows whose metadata matches `spec`, ascending: the columns' mask where it is exact, else the
@@ -625,6 +620,46 @@ def best_rows(
         rows, scores = (above if rows is None else rows[above]), scores[above]
     top = _top_rows(scores, search.top_k)
     return (top if rows is None else rows[top]), scores[top]
+
+
+def rank(batch: DocumentBatch, search: SearchQuery, metric: Metric) -> list[ScoredDocument]:
+    """The hits of `search` among a few documents (unique ids), scored and ordered exactly as a `VectorIndex`
+    holding them would: the server modes' rescoring of the rows their database found, without building an index."""
+    query = search.vector_for(int(batch.vectors.shape[1]))
+    if search.top_k == 0 or not batch.ids:
+        return []
+    rows: Rows | None = None
+    if search.predicate is not None and search.filter is not None:
+        predicate = search.predicate
+        rows = np.flatnonzero([predicate(metadata) for metadata in batch.metadata])
+    vectors = batch.vectors
+    picked, scores = best_rows(vectors, inverse_norms(vectors), query, rows, search, metric)
+    return _hits(batch.ids, batch.contents, batch.metadata, vectors, picked, scores, search.top_k)
+
+
+def _hits(
+    ids: Sequence[str],
+    contents: Sequence[str],
+    metadata: Sequence[FrozenDict],
+    matrix: Matrix,
+    picked: Rows,
+    scores: Matrix,
+    top_k: int,
+) -> list[ScoredDocument]:
+    """The top `top_k` of the rows `picked` (with their `scores`) as results: by score, ties by id."""
+    ranked = sorted(zip(picked.tolist(), scores.tolist()), key=lambda hit: (-hit[1], ids[hit[0]]))[:top_k]
+    return [
+        ScoredDocument.model_construct(document=_document(ids, contents, metadata, matrix, row), score=score)
+        for row, score in ranked
+    ]
+
+
+def _document(
+    ids: Sequence[str], contents: Sequence[str], metadata: Sequence[FrozenDict], matrix: Matrix, row: int
+) -> VectorDocument:
+    return VectorDocument.model_construct(
+        id=ids[row], content=contents[row], embedding=FrozenList(matrix[row].tolist()), metadata=metadata[row]
+    )
 
 
 def _scores(matrix: Matrix, inverse_norms: Matrix, query: Matrix, rows: Rows | None, metric: Metric) -> Matrix:

@@ -59,6 +59,7 @@ from memwoven.vector_index import (
     check_dimension,
     check_metric,
     check_stored_dimension,
+    rank,
     require_utf8,
 )
 
@@ -361,8 +362,8 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
             batches = candidates(connection, search)
         else:  # _ensure_hnsw ran first
             batches = approximate_candidates(connection, search, self.hnsw, bool(self._iterative))
-        if len(batches) == 1:  # one page (the common case): its ids are unique, and `of_batch` builds in one pass
-            return VectorIndex.of_batch(batches[0], self.metric).query(query)
+        if len(batches) == 1:  # one page (the common case): its ids are unique, ranked without an index
+            return rank(batches[0], query, self.metric)
         index = VectorIndex(dimension, self.metric)
         for batch in batches:  # pages read at different moments may hold the same id: the later one wins
             index.upsert(batch)
