@@ -5,6 +5,8 @@ values, and copies independent of their source."""
 from __future__ import annotations
 
 import base64
+import enum
+import json
 import pickle
 from collections.abc import Iterator
 from pathlib import Path
@@ -90,6 +92,12 @@ def test_damaged_storage_raises_corrupt_memory_error(items: ItemMemory) -> None:
             saver.get_tuple(stored)
         with pytest.raises(CorruptMemoryError):
             list(saver.list(None))
+    for damage in (["a"], "values"):
+        items.put(*address, {**original.value, "values": damage})
+        with pytest.raises(CorruptMemoryError):
+            saver.get_tuple(stored)
+        with pytest.raises(CorruptMemoryError):
+            list(saver.list(None))
 
 
 UNPICKLED: list[bool] = []
@@ -133,9 +141,9 @@ def test_from_url_passes_the_saver_options_and_owns_the_memory(tmp_path: Path) -
 
 def test_prune_keeps_the_latest_values_and_drops_the_others(items: ItemMemory) -> None:
     saver = MemwovenSaver(items)
-    first = put(saver, "t", a="old", b="kept")
+    first = put(saver, "t", a=["old"], b=["kept"])  # lists: values of their own (not kept inside checkpoints)
     second_config = {"configurable": {**first["configurable"]}}
-    new = checkpoint(a="new", b="kept")
+    new = checkpoint(a=["new"], b=["kept"])
     new["channel_versions"] = {"a": saver.get_next_version(f"{1:032}.0", None), "b": f"{1:032}.0"}
     second = saver.put(second_config, new, {"source": "loop", "step": 1}, {"a": new["channel_versions"]["a"]})  # type: ignore[arg-type]
     saver.put_writes(first, [("a", "pending")], "task")
@@ -143,9 +151,65 @@ def test_prune_keeps_the_latest_values_and_drops_the_others(items: ItemMemory) -
     latest = saver.get_tuple({"configurable": {"thread_id": "t"}})
     assert latest is not None
     assert latest.config == second
-    assert latest.checkpoint["channel_values"] == {"a": "new", "b": "kept"}
+    assert latest.checkpoint["channel_values"] == {"a": ["new"], "b": ["kept"]}
     assert len(items.list((*saver.namespace, "blobs"))) == 2  # "old" went with its checkpoint
     assert items.list((*saver.namespace, "writes")) == []
+
+
+class Color(enum.StrEnum):
+    RED = "red"
+
+
+def test_small_values_live_inside_the_checkpoint_and_others_in_blobs(items: ItemMemory) -> None:
+    saver = MemwovenSaver(items, serde=JsonPlusSerializer(allowed_msgpack_modules=[(__name__, "Color")]))
+    values: dict[str, Any] = {
+        "n": 3,
+        "f": 1.5,
+        "yes": True,
+        "none": None,
+        "s": "short",
+        "max": "m" * 1024,
+        "big": 10**18,
+        "long": "x" * 1025,
+        "list": ["a"],
+        "color": Color.RED,
+        "inf": float("inf"),
+    }
+    first = put(saver, "t", **values)
+    blobs = namespace_keys(items, (*saver.namespace, "blobs"))
+    assert {json.loads(key)[0] for key in blobs} == {"big", "long", "list", "color", "inf"}
+    found = saver.get_tuple(first)
+    assert found is not None
+    assert found.checkpoint["channel_values"] == values
+    assert [type(found.checkpoint["channel_values"][name]) for name in ("n", "f", "color")] == [int, float, Color]
+    # a step changing one small value writes no blob, and the others keep their values
+    second = checkpoint(**{**values, "n": 4})
+    second["channel_versions"] = {**second["channel_versions"], "n": saver.get_next_version(f"{1:032}.0", None)}
+    stored = saver.put(first, second, {"source": "loop", "step": 1}, {"n": second["channel_versions"]["n"]})  # type: ignore[arg-type]
+    assert namespace_keys(items, (*saver.namespace, "blobs")) == blobs
+    saver.prune(["t"])
+    latest = saver.get_tuple({"configurable": {"thread_id": "t"}})
+    assert latest is not None
+    assert latest.checkpoint["channel_values"] == {**values, "n": 4}
+    # a checkpoint stored before small values were kept inside (every value in a blob) still reads
+    address = ((*saver.namespace, "checkpoints", "t", "="), stored["configurable"]["checkpoint_id"])
+    item = items.get(*address)
+    assert item is not None
+    for channel, value in item.value["values"].items():
+        key = json.dumps([channel, latest.checkpoint["channel_versions"][channel]], ensure_ascii=False)
+        items.put((*saver.namespace, "blobs", "t", "="), key, {"value": saver._dump(value)})
+    items.put(*address, {key: value for key, value in item.value.items() if key != "values"})
+    again = saver.get_tuple(stored)
+    assert again is not None
+    assert again.checkpoint["channel_values"] == {**values, "n": 4}
+    # a string no item can hold (a lone surrogate) goes to a blob, through the serde
+    lone = put(saver, "u", s="\ud800")
+    assert {json.loads(key)[0] for key in namespace_keys(items, (*saver.namespace, "blobs", "u"))} == {"s"}
+    assert saver.get_tuple(lone) is not None
+
+
+def namespace_keys(items: ItemMemory, prefix: tuple[str, ...]) -> set[str]:
+    return {item.key for item in items.list(prefix)}
 
 
 def test_a_copy_outlives_its_source(items: ItemMemory) -> None:

@@ -118,7 +118,7 @@ def test_a_step_writes_only_what_changed(tmp_path: Path) -> None:
     graph.invoke({"topic": "cost"}, config)
     blobs = len(items.list((*saver.namespace, "blobs")))
     checkpoints = len(items.list((*saver.namespace, "checkpoints")))
-    graph.invoke(Command(resume="fine"), config)
+    graph.invoke(Command(resume=["fine", "ship it"]), config)  # a list: a value of its own (not kept inline)
     # resuming runs one node writing one channel: one new checkpoint, and values only for the changed channels
     assert len(items.list((*saver.namespace, "checkpoints"))) == checkpoints + 1
     latest = saver.get_tuple(config)

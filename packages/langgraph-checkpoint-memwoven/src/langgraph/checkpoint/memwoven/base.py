@@ -4,10 +4,11 @@ Layout under the saver's `namespace` (default ``("langgraph_checkpoints",)``), o
 writes only what changed (as LangGraph's `PostgresSaver` does):
 
 - ``(*namespace, "checkpoints", thread_id, "=" + checkpoint_ns)`` / checkpoint id: the checkpoint without its
-  channel values, its metadata and its parent's id. Checkpoint ids (uuid6) sort by time, so the newest is the
-  last key.
-- ``(*namespace, "blobs", thread_id, "=" + checkpoint_ns)`` / ``[channel, version]``: one channel value, written
-  when its version changes.
+  channel values, its metadata, its parent's id and, as plain JSON under ``values``, its small values of JSON's
+  own types (`_inline`: rewritten with every checkpoint, as PostgresSaver keeps its primitive values, since an
+  item of their own costs more). Checkpoint ids (uuid6) sort by time, so the newest is the last key.
+- ``(*namespace, "blobs", thread_id, "=" + checkpoint_ns)`` / ``[channel, version]``: one other channel value,
+  written when its version changes.
 - ``(*namespace, "writes", thread_id, "=" + checkpoint_ns, checkpoint_id)`` / ``[task_id, index]``: the pending
   writes of a checkpoint (special channels at their fixed negative index, `WRITES_IDX_MAP`).
 - ``(*namespace, "threads")`` / thread id: with a `ttl`, the thread's record: its state (``live``, or
@@ -25,7 +26,9 @@ import base64
 import binascii
 import builtins
 import json
+import math
 import random
+import re
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -66,6 +69,9 @@ _PAGE = 500  # items per put_many / list page in the bulk operations
 _ATTEMPTS = 100  # compare-and-set rounds of a put on a thread record other writers keep changing
 _DEFAULT_SWEEP_MINUTES = 5.0  # LangGraph's default sweep interval for checkpoint TTLs
 _DEFAULT_SWEEP_LIMIT = 1000  # LangGraph's default number of threads per sweep
+_INLINE_CHARS = 1024  # the longest string channel value kept inside its checkpoint (`_inline`)
+_INLINE_INT = 10**18
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class ThreadTTLConfig(TypedDict, total=False):
@@ -94,6 +100,22 @@ def _label(checkpoint_ns: str) -> str:
 
 def _blob_key(channel: str, version: str | int | float) -> str:
     return json.dumps([channel, version], ensure_ascii=False)
+
+
+def _inline(value: object) -> bool:
+    """Whether a channel value is kept inside its checkpoint (as PostgresSaver keeps its primitive values): None, a
+    bool, an int of at most 18 digits, a finite float or a string of at most `_INLINE_CHARS` characters (valid
+    Unicode), exactly those types (a subclass, such as an enum, keeps its type through the serde in a blob). A row
+    of its own costs more than such a value (its keys, indexes and serialized form)."""
+    if value is None or type(value) is bool:
+        return True
+    if type(value) is int:
+        return -_INLINE_INT < value < _INLINE_INT
+    if type(value) is float:
+        return math.isfinite(value)
+    if type(value) is str:
+        return len(value) <= _INLINE_CHARS and (value.isascii() or not _SURROGATE.search(value))
+    return False
 
 
 def _write_key(task_id: str, index: int) -> str:
@@ -252,6 +274,25 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         except (ValueError, TypeError) as error:  # ormsgpack's and json's decode errors are ValueErrors
             raise CorruptMemoryError(f"a stored checkpoint value of type {kind!r} is damaged: {error!r:.200}") from None
 
+    def _values_at(self, item: Item, versions: Mapping[str, Any]) -> Steps[dict[str, Any]]:
+        """The values of the channels in `versions` (channel -> version) as of the checkpoint `item`: those kept
+        inside it (`_inline`), the others read from their blobs; a channel without a value is left out."""
+        inline = item.value.get("values", {})
+        if not isinstance(inline, Mapping):
+            raise CorruptMemoryError(f"stored checkpoint {item.key!r} has damaged channel values")
+        values = {channel: inline[channel] for channel in versions if channel in inline}
+        stored = [(channel, version) for channel, version in versions.items() if channel not in inline]
+        if stored:
+            thread_id, checkpoint_ns = self._place(item)
+            blob_ns = self._ns(_BLOBS, thread_id, _label(checkpoint_ns))
+            blobs = yield Call(self.items, "get_many", ([(blob_ns, _blob_key(c, v)) for c, v in stored],))
+            values.update(
+                (channel, self._load(blob.value.get("value")))
+                for (channel, _), blob in zip(stored, blobs)
+                if blob is not None and "empty" not in blob.value
+            )
+        return values
+
     def _writes_of(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Steps[builtins.list[Any]]:
         """The stored pending writes of a checkpoint (their fields checked, values still serialized), in
         `writes_sort_key` order."""
@@ -289,17 +330,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("channel_versions", {}), dict):
                 raise CorruptMemoryError(f"stored checkpoint {item.key!r} of thread {thread_id!r} is damaged")
             versions = checkpoint.get("channel_versions", {})
-            blob_ns = self._ns(_BLOBS, thread_id, _label(checkpoint_ns))
-            blobs = (
-                (yield Call(self.items, "get_many", ([(blob_ns, _blob_key(k, v)) for k, v in versions.items()],)))
-                if versions
-                else []
-            )
-            channel_values = {
-                channel: self._load(blob.value.get("value"))
-                for channel, blob in zip(versions, blobs)
-                if blob is not None and "empty" not in blob.value
-            }
+            channel_values = yield from self._values_at(item, versions)
             writes = yield from self._writes_of(thread_id, checkpoint_ns, item.key)
             parent = value.get("parent")
             if parent is not None and not isinstance(parent, str):
@@ -387,18 +418,12 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             if item is None:
                 break
             versions = self._load(item.value.get("checkpoint")).get("channel_versions", {})
-            asked = [channel for channel in remaining if channel in versions]
-            keys = [(self._ns(_BLOBS, thread_id, label), _blob_key(channel, versions[channel])) for channel in asked]
-            blobs = (yield Call(self.items, "get_many", (keys,))) if keys else []
-            found = {
-                channel: blob.value.get("value")
-                for channel, blob in zip(asked, blobs)
-                if blob is not None and "empty" not in blob.value
-            }
+            asked = {channel: versions[channel] for channel in remaining if channel in versions}
+            found = yield from self._values_at(item, asked)
             for write in reversed((yield from self._writes_of(thread_id, checkpoint_ns, item.key))):
                 if write["channel"] in remaining:
                     collected[write["channel"]].append((write["task_id"], write["channel"], self._load(write["value"])))
-            seeds.update({channel: self._load(value) for channel, value in found.items()})
+            seeds.update(found)
             remaining -= found.keys()
             parent = item.value.get("parent")
         history: dict[str, DeltaChannelHistory] = {}
@@ -499,6 +524,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         label = _label(checkpoint_ns)
         saved = dict(checkpoint)
         values: dict[str, Any] = saved.pop("channel_values", {})  # type: ignore[assignment]
+        inline = {channel: value for channel, value in values.items() if _inline(value)}
         full_metadata = get_checkpoint_metadata(config, metadata)
         run_id = full_metadata.get("run_id")
         writes = [
@@ -508,12 +534,14 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
                 {"value": self._dump(values[channel])} if channel in values else {"empty": True},
             )
             for channel, version in new_versions.items()
+            if channel not in inline
         ]
         entry = {
             "checkpoint": self._dump(saved),
             "metadata": self._dump(full_metadata),
             "parent": parent_id,
             "run_id": run_id if isinstance(run_id, str) else None,
+            "values": inline,
         }
         writes.append(ItemWrite(self._ns(_CHECKPOINTS, thread_id, label), checkpoint["id"], entry))
         if self._ttl_ms is None:
