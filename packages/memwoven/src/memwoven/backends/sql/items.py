@@ -438,7 +438,11 @@ class SQLItemMemory(SQLBackend, ItemMemory):
             for namespace, key, value, ttl, expected in writes
             for encoded in (encode_namespace(namespace),)
         ]
-        if self._db.dialect == "postgresql" and len(prepared) <= _IN_CHUNK and all(p.expected == 0 for p in prepared):
+        if (
+            self._db.dialect in _UPSERT_RETURNING
+            and len(prepared) <= _IN_CHUNK
+            and all(p.expected == 0 for p in prepared)
+        ):
             created: builtins.list[int] | None = yield Work(
                 lambda c: self._create_all(c, prepared), write=True, single=True
             )
@@ -481,17 +485,18 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         return versions
 
     def _create_all(self, connection: Connection, prepared: Sequence[_Prepared]) -> builtins.list[int] | None:
-        """PostgreSQL: insert `prepared`, all expected new, in one statement without BEGIN and COMMIT (one round
-        trip where a transaction takes three); None, with nothing written, if any of them is stored (the statement
-        fails as a whole): then `_write` runs its transaction, which tells an expired item (replaced) from a live one
-        (refused). Run twice (a reply lost), the second finds them stored and refuses: nothing is doubled."""
+        """SQLite and PostgreSQL: insert `prepared`, all expected new, in one statement without BEGIN and COMMIT
+        (on PostgreSQL one round trip where a transaction takes three); None, with nothing written, if any of them is
+        stored (the statement fails as a whole): then `_write` runs its transaction, which tells an expired item
+        (replaced) from a live one (refused). Run twice (a reply lost), the second finds them stored and refuses:
+        nothing is doubled."""
         now = _clock.wall_ms()
         rows = _in_lock_order(_row(p, next_version(0), now, now) for p in prepared)
         try:
             versions = {
                 str(address): int(version)
                 for address, version in self._statements.written(
-                    connection, self._statements.writes("postgresql").insert, rows
+                    connection, self._statements.writes(connection.dialect.name).insert, rows
                 )
             }
         except sa.exc.IntegrityError:
