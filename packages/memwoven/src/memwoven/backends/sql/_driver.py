@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from typing import Any, NamedTuple, cast
 
 import sqlalchemy as sa
@@ -23,21 +22,35 @@ from sqlalchemy.sql.compiler import SQLCompiler
 __all__ = ["DriverSQL", "MultiRow", "driver_errors", "rows"]
 
 
-@contextmanager
-def driver_errors(connection: Connection, statement: str, parameters: Any = ()) -> Iterator[None]:
+class driver_errors:
     """Raise the errors of calls made on `connection`'s driver connection directly (`statement` with `parameters`)
     as SQLAlchemy raises them: a `DBAPIError`, the connection invalidated if the error means it is closed, so that
-    `Database`'s retries and error translation see no difference."""
-    dialect = connection.dialect
-    errors = dialect.loaded_dbapi.Error
-    dbapi_connection = connection.connection.dbapi_connection
-    try:
-        yield
-    except errors as error:
-        closed = dialect.is_disconnect(error, dbapi_connection, None)
+    `Database`'s retries and error translation see no difference. (A class: on a write's path, a generator-based
+    context manager cost more than the check.)"""
+
+    __slots__ = ("_connection", "_dbapi_connection", "_parameters", "_statement")
+
+    def __init__(self, connection: Connection, statement: str, parameters: Any = ()) -> None:
+        self._connection, self._statement, self._parameters = connection, statement, parameters
+        self._dbapi_connection = connection.connection.dbapi_connection
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, traceback: object) -> None:
+        if error is None:
+            return
+        connection = self._connection
+        dialect = connection.dialect
+        errors = dialect.loaded_dbapi.Error
+        if not isinstance(error, errors):
+            return
+        closed = dialect.is_disconnect(error, self._dbapi_connection, None)
         if closed:
             connection.invalidate(error)
-        raise DBAPIError.instance(statement, parameters, error, errors, connection_invalidated=closed) from error
+        raise DBAPIError.instance(
+            self._statement, self._parameters, error, errors, connection_invalidated=closed
+        ) from error
 
 
 def rows(
