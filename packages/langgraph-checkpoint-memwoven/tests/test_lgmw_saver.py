@@ -77,11 +77,13 @@ def test_damaged_storage_raises_corrupt_memory_error(items: ItemMemory) -> None:
     stored = put(saver, "t", a=1)
     saver.put_writes(stored, [("a", 2)], "task")
     cid = stored["configurable"]["checkpoint_id"]
-    (write,) = items.list((*saver.namespace, "writes"))
-    items.put(write.namespace, write.key, {**write.value, "idx": "zero"})
-    with pytest.raises(CorruptMemoryError):
-        saver.get_tuple(stored)
-    items.put(write.namespace, write.key, write.value)
+    (task,) = items.list((*saver.namespace, "writes"))
+    (write,) = task.value["writes"]
+    for damage in ({"writes": [{**write, "idx": "zero"}]}, {"writes": "none"}, {"task_id": 1}):
+        items.put(task.namespace, task.key, {**task.value, **damage})
+        with pytest.raises(CorruptMemoryError):
+            saver.get_tuple(stored)
+    items.put(task.namespace, task.key, task.value)
     assert saver.get_tuple(stored) is not None
     address = ((*saver.namespace, "checkpoints", "t", "="), cid)
     original = items.get(*address)
@@ -116,9 +118,9 @@ def test_pickle_is_never_loaded_unless_the_serde_opts_in(items: ItemMemory) -> N
     saver = MemwovenSaver(items)
     stored = put(saver, "t", a=1)
     saver.put_writes(stored, [("a", 2)], "task")
-    (write,) = items.list((*saver.namespace, "writes"))
+    (task,) = items.list((*saver.namespace, "writes"))
     payload = {"type": "pickle", "data": base64.b64encode(pickle.dumps(_Flag())).decode()}
-    items.put(write.namespace, write.key, {**write.value, "value": payload})
+    items.put(task.namespace, task.key, {**task.value, "writes": [{**task.value["writes"][0], "value": payload}]})
     UNPICKLED.clear()
     with pytest.raises(NotImplementedError, match="pickle"):
         saver.get_tuple(stored)
@@ -206,6 +208,51 @@ def test_small_values_live_inside_the_checkpoint_and_others_in_blobs(items: Item
     lone = put(saver, "u", s="\ud800")
     assert {json.loads(key)[0] for key in namespace_keys(items, (*saver.namespace, "blobs", "u"))} == {"s"}
     assert saver.get_tuple(lone) is not None
+
+
+ERROR = "__error__"  # a special channel (WRITES_IDX_MAP): its write is replaced, not kept
+
+
+def test_a_tasks_writes_are_one_item_merged_when_put_again(items: ItemMemory) -> None:
+    saver = MemwovenSaver(items)
+    stored = put(saver, "t", a=1)
+    saver.put_writes(stored, [("a", 1), ("b", 2)], "task", "p")
+    assert len(items.list((*saver.namespace, "writes"))) == 1
+    (before,) = items.list((*saver.namespace, "writes"))
+    saver.put_writes(stored, [("a", 9), ("b", 8)], "task", "p")  # regular writes stored already: kept
+    (after,) = items.list((*saver.namespace, "writes"))
+    assert after.version == before.version
+    saver.put_writes(stored, [("a", 9), ("b", 8), ("c", 3)], "task", "p")  # a new index: added
+    saver.put_writes(stored, [(ERROR, "first")], "task", "p")
+    saver.put_writes(stored, [(ERROR, "second")], "task", "p")  # a special channel's write: replaced
+    saver.put_writes(stored, [("a", 5)], "other")
+    found = saver.get_tuple(stored)
+    assert found is not None
+    assert found.pending_writes == [
+        ("other", "a", 5),
+        ("task", ERROR, "second"),
+        ("task", "a", 1),
+        ("task", "b", 2),
+        ("task", "c", 3),
+    ]
+    # writes stored one item each (before a task's were one item) still read, a task's item winning over them
+    namespace = after.namespace
+    for index, (channel, value) in enumerate([("a", 7), ("d", 4)]):
+        items.put(
+            namespace,
+            json.dumps(["old", index]),
+            {"task_id": "old", "channel": channel, "value": saver._dump(value), "task_path": "", "idx": index},
+        )
+    items.put(
+        namespace,
+        json.dumps(["task", 0]),
+        {"task_id": "task", "channel": "a", "value": saver._dump(0), "task_path": "p", "idx": 0},
+    )
+    found = saver.get_tuple(stored)
+    assert found is not None
+    assert found.pending_writes[:2] == [("old", "a", 7), ("old", "d", 4)]
+    assert ("task", "a", 1) in found.pending_writes
+    assert ("task", "a", 0) not in found.pending_writes
 
 
 def namespace_keys(items: ItemMemory, prefix: tuple[str, ...]) -> set[str]:

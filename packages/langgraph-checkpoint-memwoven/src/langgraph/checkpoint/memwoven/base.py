@@ -9,8 +9,9 @@ writes only what changed (as LangGraph's `PostgresSaver` does):
   item of their own costs more). Checkpoint ids (uuid6) sort by time, so the newest is the last key.
 - ``(*namespace, "blobs", thread_id, "=" + checkpoint_ns)`` / ``[channel, version]``: one other channel value,
   written when its version changes.
-- ``(*namespace, "writes", thread_id, "=" + checkpoint_ns, checkpoint_id)`` / ``[task_id, index]``: the pending
-  writes of a checkpoint (special channels at their fixed negative index, `WRITES_IDX_MAP`).
+- ``(*namespace, "writes", thread_id, "=" + checkpoint_ns, checkpoint_id)`` / ``[task_id]``: a task's pending
+  writes for a checkpoint, one item per task (special channels at their fixed negative index, `WRITES_IDX_MAP`);
+  data stored before that keeps one item per write, ``[task_id, index]``, and still reads.
 - ``(*namespace, "threads")`` / thread id: with a `ttl`, the thread's record: its state (``live``, or
   ``deleting`` / ``deleted`` while and after the TTL sweep deletes it), last write time and expiry, an
   incarnation id (new each time the thread starts afresh); written by `put` in the same `put_many` as the
@@ -118,8 +119,28 @@ def _inline(value: object) -> bool:
     return False
 
 
-def _write_key(task_id: str, index: int) -> str:
-    return json.dumps([task_id, index], ensure_ascii=False)
+def _task_key(task_id: str) -> str:
+    return json.dumps([task_id], ensure_ascii=False)
+
+
+_WRITE_FIELDS = {"task_id": str, "channel": str, "task_path": str, "idx": int}
+
+
+def _check_write(item: Item, write: Mapping[str, Any]) -> None:
+    if any(not isinstance(write.get(name), kind) for name, kind in _WRITE_FIELDS.items()):
+        raise CorruptMemoryError(f"a stored pending write is damaged: {item.namespace!r} {item.key!r}")
+
+
+def _task_writes(item: Item) -> builtins.list[dict[str, Any]]:
+    """The writes of a task's item (`MemwovenSaver._put_writes`), each with its task's id and path, checked."""
+    writes: Any = item.value.get("writes")
+    if not isinstance(writes, Sequence) or not all(isinstance(w, Mapping) for w in writes):
+        raise CorruptMemoryError(f"the stored pending writes are damaged: {item.namespace!r} {item.key!r}")
+    task = {"task_id": item.value.get("task_id"), "task_path": item.value.get("task_path")}
+    found: builtins.list[dict[str, Any]] = [{**w, **task} for w in writes]
+    for write in found:
+        _check_write(item, write)
+    return found
 
 
 class ThreadInfo(NamedTuple):
@@ -295,17 +316,18 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
 
     def _writes_of(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Steps[builtins.list[Any]]:
         """The stored pending writes of a checkpoint (their fields checked, values still serialized), in
-        `writes_sort_key` order."""
+        `writes_sort_key` order: one item per task, or (stored before that) one per write."""
         namespace = self._ns(_WRITES, thread_id, _label(checkpoint_ns), checkpoint_id)
         stored: builtins.list[Item] = yield Call(self.items, "list", (namespace,))
-        shapes = {"task_id": str, "channel": str, "task_path": str, "idx": int}
-        for item in stored:
-            if any(not isinstance(item.value.get(name), kind) for name, kind in shapes.items()):
-                raise CorruptMemoryError(f"a stored pending write is damaged: {item.namespace!r} {item.key!r}")
-        return sorted(
-            (dict(item.value) for item in stored),
-            key=lambda w: writes_sort_key(w["task_path"], w["task_id"], w["idx"]),
-        )
+        found: dict[tuple[str, int], dict[str, Any]] = {}
+        for item in sorted(stored, key=lambda item: "writes" in item.value):  # a task's item over older ones
+            if "writes" in item.value:
+                found.update(((w["task_id"], w["idx"]), w) for w in _task_writes(item))
+            else:
+                write: dict[str, Any] = dict(item.value)
+                _check_write(item, write)
+                found[write["task_id"], write["idx"]] = write
+        return sorted(found.values(), key=lambda w: writes_sort_key(w["task_path"], w["task_id"], w["idx"]))
 
     def _config(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> RunnableConfig:
         return {
@@ -557,54 +579,63 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
     def _put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> Steps[None]:
-        """Store a task's writes for the checkpoint `config` names. Idempotent per (task, index): a regular write
-        already stored is kept; a special channel's (`WRITES_IDX_MAP`: error, interrupt, ...) is replaced."""
+        """Store a task's writes for the checkpoint `config` names, in one item per task. Idempotent per (task,
+        index): a regular write already stored is kept; a special channel's (`WRITES_IDX_MAP`: error, interrupt,
+        ...) is replaced."""
         thread_id, checkpoint_ns, checkpoint_id = self._where(config)
         if not checkpoint_id:
             raise InvalidInputError("put_writes needs configurable.checkpoint_id")
-        namespace = self._ns(_WRITES, thread_id, _label(checkpoint_ns), checkpoint_id)
-        keyed: dict[str, tuple[int, str, Any]] = {}
+        given: dict[int, dict[str, Any]] = {}
         for index, (channel, value) in enumerate(writes):
             slot = WRITES_IDX_MAP.get(channel, index)
-            keyed[_write_key(task_id, slot)] = (slot, channel, value)
-        if not keyed:
+            given[slot] = {"channel": channel, "idx": slot, "value": self._dump(value)}
+        if not given:
             return
-
-        def stored(keys: dict[str, tuple[int, str, Any]], first: bool) -> builtins.list[ItemWrite]:
-            """The item writes of `keys`: `first`, a regular write expects to be new (a special one replaces)."""
-            return [
-                ItemWrite(
-                    namespace,
-                    key,
-                    {
-                        "task_id": task_id,
-                        "channel": channel,
-                        "value": self._dump(value),
-                        "task_path": task_path,
-                        "idx": slot,
-                    },
-                    None,
-                    0 if first and slot >= 0 else None,
-                )
-                for key, (slot, channel, value) in keys.items()
-            ]
-
-        new = stored(keyed, True)
-        try:
-            yield Call(self.items, "put_many", (new,))  # one transaction when none of them is stored yet
-        except ConcurrentModificationError:  # some are (a task's writes put again): keep those, put the rest
-            regular = [key for key, (slot, _, _) in keyed.items() if slot >= 0]
-            found = yield Call(self.items, "get_many", ([(namespace, key) for key in regular],))
-            for key, item in zip(regular, found):
-                if item is not None:
-                    del keyed[key]
-            new = stored(keyed, False)
-            if new:
-                yield Call(self.items, "put_many", (new,))
-        if new and self.keep_last is not None:  # landed after retention dropped its checkpoint: delete it too
+        namespace = self._ns(_WRITES, thread_id, _label(checkpoint_ns), checkpoint_id)
+        key = _task_key(task_id)
+        task = {"task_id": task_id, "task_path": task_path}
+        written = True
+        try:  # the common case, a task's first writes: one insert
+            yield Call(
+                self.items,
+                "put",
+                (namespace, key, {**task, "writes": builtins.list(given.values())}),
+                {"expected_version": 0},
+            )
+        except ConcurrentModificationError:  # put again: merged into the stored ones, compare-and-set
+            written = yield from self._merge_writes(namespace, key, task, given)
+        if written and self.keep_last is not None:  # landed after retention dropped its checkpoint: delete it too
             oldest = yield from self._oldest_kept(thread_id, checkpoint_ns, self.keep_last)
             if oldest is not None and checkpoint_id < oldest:
-                yield Call(self.items, "delete_many", ([(write.namespace, write.key) for write in new],))
+                yield Call(self.items, "delete_many", ([(namespace, key)],))
+
+    def _merge_writes(
+        self, namespace: Namespace, key: str, task: dict[str, Any], given: dict[int, dict[str, Any]]
+    ) -> Steps[bool]:
+        """Merge `given` (slot -> write) into a task's stored writes: a regular write stored is kept, a special one
+        replaced; whether anything was written."""
+        for _ in range(_ATTEMPTS):
+            stored: Item | None = yield Call(self.items, "get", (namespace, key))
+            kept = [] if stored is None else _task_writes(stored)
+            merged = {w["idx"]: {name: w[name] for name in ("channel", "idx", "value")} for w in kept}
+            changed = {slot: w for slot, w in given.items() if slot < 0 or slot not in merged}
+            if stored is not None and all(merged.get(slot) == w for slot, w in changed.items()):
+                return False
+            value = {
+                **(task if stored is None else stored.value),
+                "writes": builtins.list({**merged, **changed}.values()),
+            }
+            try:
+                yield Call(
+                    self.items,
+                    "put",
+                    (namespace, key, value),
+                    {"expected_version": 0 if stored is None else stored.version},
+                )
+            except ConcurrentModificationError:
+                continue  # another writer of the same task came first: merge into theirs
+            return True
+        raise ConcurrentModificationError(f"the writes of {key!r} kept changing under {_ATTEMPTS} attempts")
 
     put_writes, aput_writes = twins(_put_writes)
 
