@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import START, MessagesState, StateGraph
+from typing_extensions import TypedDict
 
 from langgraph.checkpoint.memwoven import MemwovenSaver
 from memwoven import CorruptMemoryError, SQLItemMemory
@@ -50,3 +52,37 @@ def test_a_thread_is_stored_encrypted_and_resumed_with_the_key(tmp_path: Path) -
     other_key = EncryptedItemMemory(SQLItemMemory(f"sqlite:///{database}"), key=generate_key(), id_key=id_key)
     with other_key as items, pytest.raises(CorruptMemoryError):  # unreadable without the key, never forged
         list(MemwovenSaver(items).list(None))
+
+
+class _Sealed:
+    """A serde of the user's (as LangGraph's `EncryptedSerializer` is): the bytes it stores are not the value's."""
+
+    def __init__(self) -> None:
+        self.inner = JsonPlusSerializer()
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        kind, data = self.inner.dumps_typed(obj)
+        return f"sealed+{kind}", bytes(b ^ 0x5A for b in data)
+
+    def loads_typed(self, data: tuple[str, bytes]) -> Any:
+        kind, payload = data
+        return self.inner.loads_typed((kind.removeprefix("sealed+"), bytes(b ^ 0x5A for b in payload)))
+
+
+class Note(TypedDict):
+    note: str
+
+
+def test_a_serde_of_the_users_sees_every_value(tmp_path: Path) -> None:
+    database = tmp_path / "sealed.db"
+    builder = StateGraph(Note)
+    builder.add_node("echo", lambda state: {"note": state["note"] + "!"})
+    builder.add_edge(START, "echo")
+    config = {"configurable": {"thread_id": "t"}}
+    with SQLItemMemory(f"sqlite:///{database}") as items:
+        saver = MemwovenSaver(items, serde=_Sealed())
+        builder.compile(checkpointer=saver).invoke({"note": SECRET}, config)  # a small string: inline by default
+        assert saver.get_tuple(config).checkpoint["channel_values"] == {"note": SECRET + "!"}  # type: ignore[union-attr]
+        assert all(not item.value["values"] for item in items.list(("langgraph_checkpoints", "checkpoints")))
+    stored = database.read_bytes() + b"".join(path.read_bytes() for path in tmp_path.glob("sealed.db-*"))
+    assert SECRET.encode() not in stored

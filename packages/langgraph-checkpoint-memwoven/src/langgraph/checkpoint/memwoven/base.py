@@ -51,6 +51,7 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from typing_extensions import Self, TypedDict
 
 import memwoven._clock as _clock
@@ -104,7 +105,8 @@ def _blob_key(channel: str, version: str | int | float) -> str:
 
 
 def _inline(value: object) -> bool:
-    """Whether a channel value is kept inside its checkpoint (as PostgresSaver keeps its primitive values): None, a
+    """Whether a channel value is kept inside its checkpoint (as PostgresSaver keeps its primitive values; with the
+    default serde only): None, a
     bool, an int of at most 18 digits, a finite float or a string of at most `_INLINE_CHARS` characters (valid
     Unicode), exactly those types (a subclass, such as an enum, keeps its type through the serde in a blob). A row
     of its own costs more than such a value (its keys, indexes and serialized form)."""
@@ -234,6 +236,9 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         default_ttl = minutes_to_seconds(config.get("default_ttl"), "default_ttl")
         interval = minutes_to_seconds(config.get("sweep_interval_minutes"), "sweep_interval_minutes")
         super().__init__(serde=serde)
+        # small values skip the serde only when it is the default one: a serde of the user's (EncryptedSerializer,
+        # their own types) sees every value
+        self._inlines = serde is None or type(serde) is JsonPlusSerializer
         self.items = items
         self.namespace: Namespace = tuple(namespace)
         self.keep_last = keep_last
@@ -546,7 +551,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         label = _label(checkpoint_ns)
         saved = dict(checkpoint)
         values: dict[str, Any] = saved.pop("channel_values", {})  # type: ignore[assignment]
-        inline = {channel: value for channel, value in values.items() if _inline(value)}
+        inline = {channel: value for channel, value in values.items() if self._inlines and _inline(value)}
         full_metadata = get_checkpoint_metadata(config, metadata)
         run_id = full_metadata.get("run_id")
         writes = [
