@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -87,6 +88,21 @@ def test_long_namespaces_and_keys_are_listed_by_prefix(sql_kind: str, tmp_path: 
         # keys sharing their indexed head (key_head): the page is still in (key, namespace) order
         assert [i.value["v"] for i in memory.list(limit=4, offset=2)] == [4, 2, 6, 5]
         assert [i.value["v"] for i in memory.list((long,), order="desc", limit=2)] == [2, 3]
+
+
+def test_a_namespaces_items_are_neighbours_in_the_primary_key(sql_kind: str, tmp_path: Path) -> None:
+    """Row keys start with a digest of the namespace, so a batch or a thread's writes land on few index pages."""
+    with sql_place(sql_kind, tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
+        memory.put_many([(("a", str(n)), f"k{i}", {"i": i}) for n in range(3) for i in range(20)])
+        items = memory._items
+        with memory.engine.connect() as connection:
+            rows = connection.execute(sa.select(items.c.namespace, items.c.address).order_by(items.c.address)).all()
+        in_order = [namespace for namespace, _ in rows]
+        assert len(rows) == 60
+        assert len(set(in_order)) == 3
+        assert sum(1 for a, b in itertools.pairwise(in_order) if a != b) == 2  # three runs, one per namespace
+        assert len({address for _, address in rows}) == 60
+        memory.drop_tables()
 
 
 def test_sqlite_lists_a_wide_prefix_in_key_order_exactly(

@@ -17,6 +17,7 @@ from sql_support import KINDS, sql_place
 
 from memwoven import CorruptMemoryError, Item, SQLItemMemory
 from memwoven.backends.sql._filters import prefilter
+from memwoven.backends.sql._schema import has_nul, value_jsonb
 from memwoven.filters import compile_filter
 
 FIELDS = ["a", "b", "a.b", "c d", 'q"uote', "n"]
@@ -129,9 +130,10 @@ def test_what_cannot_be_translated_selects_nothing(tmp_path: Path) -> None:
     for spec in [{"a": {"$ne": 1}}, {"$not": {"a": 1}}, {"a": None}, {"a": [1]}, {"a": {"$contains": 1}}]:
         assert prefilter(spec, value, "sqlite") is None
     assert prefilter({'q"uote': 1}, value, "sqlite") is None  # not in a text path
-    assert prefilter({'q"uote': 1}, value, "postgresql", sa.column("value_jsonb")) is not None  # a bound parameter
-    with pytest.raises(ValueError, match="jsonb copy"):
-        prefilter({"a": 1}, value, "postgresql")
+    binary, nul = sa.literal_column(value_jsonb()), sa.literal_column(has_nul(), sa.Boolean)
+    assert prefilter({'q"uote': 1}, value, "postgresql", binary, nul) is not None  # a bound parameter
+    with pytest.raises(ValueError, match="as jsonb"):
+        prefilter({"a": 1}, value, "postgresql", binary)
     assert prefilter({"a": {"$gt": "x"}}, value, "mariadb") is None  # collation order is not code point order
     assert prefilter({"a": 2**60}, value, "sqlite") is None  # beyond float precision
 
@@ -175,7 +177,7 @@ def test_values_holding_nul_elsewhere_are_kept(sql_kind: str, tmp_path: Path) ->
         if sql_kind == "postgresql":
             with memory.engine.connect() as connection:
                 items = memory._items
-                copies = connection.execute(sa.select(items.c.item_key, sa.literal_column("value_jsonb").is_(None)))
+                copies = connection.execute(sa.select(items.c.item_key, sa.literal_column(value_jsonb()).is_(None)))
                 assert sorted(copies) == [("a", True), ("b", False), ("c", True), ("d", True), ("e", True)]
         memory.drop_tables()
 

@@ -25,14 +25,14 @@ may pass over it, as an index would; a read without a filter raises on it.
 Only one JSON function runs per tested field where the database allows (SQLite: ``json_extract``, whose result
 compares as the filter needs, numbers below text): Python's bundled SQLite parses the value again for every call.
 
-PostgreSQL tests the items' ``jsonb`` copy of each value (`memwoven.backends.sql._schema.VALUE_JSONB`, generated
-by the database; the ``json`` text stays what is read back), not the text that every ``json`` function parses
+PostgreSQL tests each value as ``jsonb`` (`memwoven.backends.sql._schema.value_jsonb`, the expression the table's
+GIN index holds; the ``json`` text stays what is read back), not the text that every ``json`` function parses
 again. Equality with a string or a boolean (``$eq``, each option of ``$in``) is a containment test,
 ``value_jsonb @> '{"field": "x"}'``, which the table's GIN index answers: a filtered search over many items reads
-the matching rows only. ``jsonb`` refuses strings holding NUL, so a value whose text holds ``\\u0000`` has no copy
-(NULL): such rows are selected by their text, when it holds the JSON of each string the filter needs (``strpos``;
+the matching rows only. ``jsonb`` refuses strings holding NUL, so a value whose text holds ``\\u0000`` is NULL as
+``jsonb``: such rows are selected by their text, when it holds the JSON of each string the filter needs (``strpos``;
 every match does, since the text was written by `memwoven.backends._items.encode_value` with the same encoding),
-else all of them, and Python decides. The condition is ``copy IS NOT NULL AND <jsonb test> OR copy IS NULL AND
+else all of them, and Python decides. The condition is ``jsonb IS NOT NULL AND <jsonb test> OR jsonb IS NULL AND
 <substring test>``, two index scans.
 
 A dotted field matches the literal key or the nested path (`memwoven.filters`: the literal key wins), so its
@@ -64,27 +64,34 @@ Condition = sa.ColumnElement[bool]
 
 
 def prefilter(
-    spec: Mapping[str, Any], value: sa.ColumnElement[Any], dialect: str, binary: sa.ColumnElement[Any] | None = None
+    spec: Mapping[str, Any],
+    value: sa.ColumnElement[Any],
+    dialect: str,
+    binary: sa.ColumnElement[Any] | None = None,
+    has_nul: sa.ColumnElement[bool] | None = None,
 ) -> Condition | None:
     """A condition on the stored JSON kept by every value matching the (validated) filter `spec`, or None when
     nothing of it translates on `dialect` ("sqlite", "postgresql", "mysql" or "mariadb").
 
-    `value` is the JSON text; on PostgreSQL `binary` is required: the value's ``jsonb`` copy, NULL exactly where the
-    text holds an escaped NUL (`memwoven.backends.sql._schema.VALUE_JSONB`).
+    `value` is the JSON text; on PostgreSQL `binary` and `has_nul` are required: the value as ``jsonb``, NULL
+    exactly where the text holds an escaped NUL, and the test of that (`memwoven.backends.sql._schema.value_jsonb`,
+    `memwoven.backends.sql._schema.has_nul`).
     """
     if dialect == "postgresql":
-        if binary is None:
-            raise ValueError("PostgreSQL's pre-selection reads the jsonb copy of the values: pass it as `binary`")
+        if binary is None or has_nul is None:
+            raise ValueError("PostgreSQL's pre-selection reads the values as jsonb: pass `binary` and `has_nul`")
         translator = _Translator(binary, dialect)
         condition = translator.filter(spec)
         if condition is None:
             return None
-        # A value holding an escaped NUL has no jsonb copy: it is selected if its text holds the JSON of a string
-        # the filter needs (every match does: the text was written by `encode_value`, the same encoding), and
-        # Python decides.
+        # A value holding an escaped NUL is NULL as jsonb (so `condition` is not true for it): it is selected by
+        # `has_nul` (SQL text, no parameter, so that even a generic plan sees the predicate of the index of such
+        # rows), and Python decides. Every match's text holds the JSON of each string the filter needs (the text
+        # was written by `encode_value`, the same encoding): testing that first spares most rows read through the
+        # namespace index the parsing of their text into jsonb; the GIN index still answers the containment.
+        selected = sa.or_(condition, has_nul)
         required = translator.required_text(spec, sa.cast(value, sa.Text))
-        without_copy = binary.is_(None) if required is None else sa.and_(binary.is_(None), required)
-        return sa.or_(sa.and_(binary.is_not(None), condition), without_copy)
+        return selected if required is None else sa.and_(required, selected)
     translator = _Translator(value, dialect)
     condition = translator.filter(spec)
     if condition is None or translator.dialect == "sqlite":

@@ -1,12 +1,13 @@
 """`SQLItemMemory`: the items of an `ItemMemory` in SQLite, PostgreSQL or MariaDB/MySQL, one row each.
 
-One table, ``{prefix}items`` (`memwoven.backends.sql._schema`): the primary key is the SHA-256 of the item's
-address (`_address`), the namespace and the key are stored as text compared in code point order (SQLite's BINARY
-collation, PostgreSQL ``COLLATE "C"``, UTF-8 bytes in a BLOB on MariaDB/MySQL), each with its first `HEAD_CHARS`
-characters (``ns_head``, ``key_head``, indexed), the value as its JSON text (and on PostgreSQL a generated
-``jsonb`` copy for filters, ``value_jsonb``), the version, the creation and update times (epoch ms), the expiry
-(``expires_at_ms``, indexed; NULL: never) and the ``ttl`` that set it. The key is a digest rather than (namespace,
-key) itself because ids are up to 64 KiB, beyond what a PostgreSQL or InnoDB index entry holds.
+One table, ``{prefix}items`` (`memwoven.backends.sql._schema`): the primary key is made of SHA-256 digests of the
+item's namespace and address (`_address`), the namespace and the key are stored as text compared in code point
+order (SQLite's BINARY collation, PostgreSQL ``COLLATE "C"``, UTF-8 bytes in a BLOB on MariaDB/MySQL), each with
+its first `HEAD_CHARS` characters (``ns_head``, ``key_head``, indexed), the value as its JSON text (on PostgreSQL
+indexed as ``jsonb`` for filters, `memwoven.backends.sql._schema.value_jsonb`), the version, the creation and
+update times (epoch ms), the expiry (``expires_at_ms``, indexed; NULL: never) and the ``ttl`` that set it. The key
+is made of digests rather than (namespace, key) itself because ids are up to 64 KiB, beyond what a PostgreSQL or
+InnoDB index entry holds.
 
 The namespace encoding. A namespace is stored as one string: each label, escaped, followed by ``\\x01``::
 
@@ -42,9 +43,9 @@ in its transaction and raises before it commits: all or nothing.
 
 `list` and `count`: SQL selects the namespace prefix, the key range (after/before), the live items, the order and
 the filter's pre-selection (`_filters`: a condition on the stored JSON, in the database's JSON functions, that
-keeps every match; on PostgreSQL mostly a containment test that the GIN index of ``value_jsonb`` answers); Python
-then applies the filter exactly (`memwoven.filters`) to the rows it reads, and pages, stopping once the page is
-full. Without a filter the page too is SQL's. (MariaDB/MySQL compare BLOBs in ORDER BY and
+keeps every match; on PostgreSQL mostly a containment test that the GIN index of the values as ``jsonb``
+answers); Python then applies the filter exactly (`memwoven.filters`) to the rows it reads, and pages, stopping once
+the page is full. Without a filter the page too is SQL's. (MariaDB/MySQL compare BLOBs in ORDER BY and
 DISTINCT on their first ``max_sort_length`` bytes only, so there the rows are re-sorted in Python, exactly, and
 paged there; `namespaces` adds the SHA-2 of each namespace to its DISTINCT.)
 `namespaces` selects the distinct namespaces of the fixed leading labels of `prefix` in SQL, then matches the
@@ -82,7 +83,7 @@ from memwoven.backends.sql._base import SQLBackend
 from memwoven.backends.sql._driver import DriverSQL, MultiRow
 from memwoven.backends.sql._engine import Work
 from memwoven.backends.sql._filters import prefilter
-from memwoven.backends.sql._schema import HEAD_CHARS, VALUE_JSONB, dialect_insert, key_of, upsert
+from memwoven.backends.sql._schema import HEAD_CHARS, dialect_insert, has_nul, key_of, upsert, value_jsonb
 from memwoven.contracts import (
     CheckedWrite,
     ItemAddress,
@@ -113,9 +114,17 @@ _Listed = TypeVar("_Listed", Item, PlainItem)
 logger = logging.getLogger(__name__)
 
 
+@functools.lru_cache(maxsize=1024)
+def _namespace_part(encoded_namespace: str) -> str:
+    return key_of(encoded_namespace)[:16]
+
+
 def _address(encoded_namespace: str, key: str) -> str:
-    """The row key of an item: the SHA-256 of its encoded namespace, NUL (in no label or key) and its key."""
-    return key_of(f"{encoded_namespace}\x00{key}")
+    """The row key of an item: 16 hex digits of the SHA-256 of its encoded namespace, then 48 of the SHA-256 of
+    the encoded namespace, NUL (in no label or key) and its key. A namespace's items are neighbours in the primary
+    key's index, so a batch or a thread's writes touch few of its pages (the SHA-256 alone sent every insert to a
+    random page: SQLite's put_many of 10,000 items ~30% slower)."""
+    return _namespace_part(encoded_namespace) + key_of(f"{encoded_namespace}\x00{key}")[:48]
 
 
 class _Row:
@@ -692,9 +701,11 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         if found is None:
             items = self._items
             binary: sa.ColumnElement[Any] | None = None
+            nul: sa.ColumnElement[bool] | None = None
             if dialect == "postgresql":
-                binary = sa.literal_column(f"{items.fullname}.{VALUE_JSONB}")
-            condition = prefilter(spec, items.c.value, dialect, binary)
+                binary = sa.literal_column(value_jsonb(f"{items.fullname}.value"))
+                nul = sa.literal_column(has_nul(f"{items.fullname}.value"), sa.Boolean)
+            condition = prefilter(spec, items.c.value, dialect, binary, nul)
             found = (None if condition is None else _Preselection(key, condition),)
             if key is not None:
                 self._statements.preselections.put(key, found)
