@@ -30,10 +30,10 @@ GIN index holds; the ``json`` text stays what is read back), not the text that e
 again. Equality with a string or a boolean (``$eq``, each option of ``$in``) is a containment test,
 ``value_jsonb @> '{"field": "x"}'``, which the table's GIN index answers: a filtered search over many items reads
 the matching rows only. ``jsonb`` refuses strings holding NUL, so a value whose text holds ``\\u0000`` is NULL as
-``jsonb``: such rows are selected by their text, when it holds the JSON of each string the filter needs (``strpos``;
-every match does, since the text was written by `memwoven.backends._items.encode_value` with the same encoding),
-else all of them, and Python decides. The condition is ``jsonb IS NOT NULL AND <jsonb test> OR jsonb IS NULL AND
-<substring test>``, two index scans.
+``jsonb``: such rows are all selected (``has_nul``), and Python decides. Every match's text holds the JSON of each
+string the filter needs (``strpos``; the text was written by `memwoven.backends._items.encode_value` with the same
+encoding), which is tested first: a row read through the namespace index is parsed into ``jsonb`` only if it can
+match. The condition is ``<substring tests> AND (<jsonb test> OR has_nul)``, two index scans.
 
 A dotted field matches the literal key or the nested path (`memwoven.filters`: the literal key wins), so its
 condition is the OR of both. Field names are put into (quoted) JSON paths only if made of letters, digits, ``_``,
