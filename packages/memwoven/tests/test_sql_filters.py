@@ -148,7 +148,7 @@ def test_a_filter_value_holding_nul_is_answered_exactly(sql_kind: str, tmp_path:
 
 
 def test_values_holding_nul_elsewhere_are_kept(sql_kind: str, tmp_path: Path) -> None:
-    """On PostgreSQL a value whose text holds an escaped NUL has no jsonb copy (jsonb refuses it): the
+    """On PostgreSQL a value whose text holds an escaped NUL is NULL as jsonb (jsonb refuses it): the
     pre-selection keeps it by its text, so a filter on another field still finds it, and nothing else is lost."""
     with sql_place(sql_kind, tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
         values: dict[str, dict[str, Any]] = {
@@ -156,7 +156,7 @@ def test_values_holding_nul_elsewhere_are_kept(sql_kind: str, tmp_path: Path) ->
             "b": {"s": "x", "n": 1},
             "c": {"s": "y", "other": ["\x00"], "n": 2, "deep": {"s": "x"}},
             "d": {"s": "x\x00", "n": 2},
-            "e": {"s": "\\u0000", "n": True},  # no NUL, but the text the NUL test looks for: no copy
+            "e": {"s": "\\u0000", "n": True},  # no NUL, but the text the NUL test looks for: NULL as jsonb
         }
         memory.put_many([(("t",), key, value) for key, value in values.items()])
         for spec in [

@@ -32,8 +32,10 @@ again. Equality with a string or a boolean (``$eq``, each option of ``$in``) is 
 the matching rows only. ``jsonb`` refuses strings holding NUL, so a value whose text holds ``\\u0000`` is NULL as
 ``jsonb``: such rows are all selected (``has_nul``), and Python decides. Every match's text holds the JSON of each
 string the filter needs (``strpos``; the text was written by `memwoven.backends._items.encode_value` with the same
-encoding), which is tested first: a row read through the namespace index is parsed into ``jsonb`` only if it can
-match. The condition is ``<substring tests> AND (<jsonb test> OR has_nul)``, two index scans.
+encoding), which is tested too: PostgreSQL, ordering a row's tests by their cost, runs it before parsing the text
+into ``jsonb``, so most rows read through the namespace index are never parsed. The condition is ``<substring
+tests> AND (<jsonb test> OR has_nul)`` (without the substring tests where the filter needs no string), two index
+scans.
 
 A dotted field matches the literal key or the nested path (`memwoven.filters`: the literal key wins), so its
 condition is the OR of both. Field names are put into (quoted) JSON paths only if made of letters, digits, ``_``,
@@ -104,7 +106,7 @@ def prefilter(
 
 class _Translator:
     def __init__(self, value: sa.ColumnElement[Any], dialect: str) -> None:
-        self.value = value  # PostgreSQL: the jsonb copy; elsewhere the JSON text
+        self.value = value  # PostgreSQL: the value as jsonb; elsewhere the JSON text
         self.dialect = "mysql" if dialect == "mariadb" else dialect
 
     def filter(self, spec: Mapping[str, Any]) -> Condition | None:

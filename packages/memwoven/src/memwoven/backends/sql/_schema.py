@@ -13,7 +13,8 @@ All tables of one store share a name prefix (``memwoven_`` by default; lowercase
                                                                   -- INDEX (expires_at_ms)
                         SQLite: INDEX (key_head, item_key, namespace) instead of INDEX (key_head)
                         PostgreSQL also: GIN INDEX (value_jsonb(value) jsonb_path_ops),
-                                         INDEX (ns_head) WHERE has_nul(value)
+                                         INDEX (ns_head) WHERE has_nul(value),
+                                         STATISTICS on has_nul's strpos (PostgreSQL 14+)
 
 The items table (`memwoven.backends.sql.items`) stores its namespace and key as text compared in code point
 order (`ORDERED_TEXT`): SQLite's default BINARY collation, PostgreSQL ``COLLATE "C"``, and on MariaDB/MySQL the

@@ -1,13 +1,13 @@
 """`SQLItemMemory`: the items of an `ItemMemory` in SQLite, PostgreSQL or MariaDB/MySQL, one row each.
 
 One table, ``{prefix}items`` (`memwoven.backends.sql._schema`): the primary key is made of SHA-256 digests of the
-item's namespace and address (`_address`), the namespace and the key are stored as text compared in code point
-order (SQLite's BINARY collation, PostgreSQL ``COLLATE "C"``, UTF-8 bytes in a BLOB on MariaDB/MySQL), each with
-its first `HEAD_CHARS` characters (``ns_head``, ``key_head``, indexed), the value as its JSON text (on PostgreSQL
-indexed as ``jsonb`` for filters, `memwoven.backends.sql._schema.value_jsonb`), the version, the creation and
-update times (epoch ms), the expiry (``expires_at_ms``, indexed; NULL: never) and the ``ttl`` that set it. The key
-is made of digests rather than (namespace, key) itself because ids are up to 64 KiB, beyond what a PostgreSQL or
-InnoDB index entry holds.
+item's namespace and of (namespace, key) (`_address`), the namespace and the key are stored as text compared in
+code point order (SQLite's BINARY collation, PostgreSQL ``COLLATE "C"``, UTF-8 bytes in a BLOB on MariaDB/MySQL),
+each with its first `HEAD_CHARS` characters (``ns_head``, ``key_head``, indexed), the value as its JSON text (on
+PostgreSQL indexed as ``jsonb`` for filters, `memwoven.backends.sql._schema.value_jsonb`), the version, the
+creation and update times (epoch ms), the expiry (``expires_at_ms``, indexed; NULL: never) and the ``ttl`` that set
+it. The key is made of digests rather than (namespace, key) itself because ids are up to 64 KiB, beyond what a
+PostgreSQL or InnoDB index entry holds.
 
 The namespace encoding. A namespace is stored as one string: each label, escaped, followed by ``\\x01``::
 
@@ -115,8 +115,15 @@ logger = logging.getLogger(__name__)
 
 
 @functools.lru_cache(maxsize=1024)
-def _namespace_part(encoded_namespace: str) -> str:
+def _short_namespace_part(encoded_namespace: str) -> str:
     return key_of(encoded_namespace)[:16]
+
+
+def _namespace_part(encoded_namespace: str) -> str:
+    """The first 16 hex digits of an item's address: remembered for namespaces short enough to keep (most)."""
+    if len(encoded_namespace) > HEAD_CHARS:
+        return key_of(encoded_namespace)[:16]
+    return _short_namespace_part(encoded_namespace)
 
 
 def _address(encoded_namespace: str, key: str) -> str:
@@ -690,8 +697,8 @@ class SQLItemMemory(SQLBackend, ItemMemory):
             return read(connection, scope, None)
 
     def _preselection(self, spec: Mapping[str, Any], dialect: str) -> _Preselection | None:
-        """The SQL pre-selection of the filter `spec` on `dialect` (`_filters`; on PostgreSQL, on the values'
-        generated jsonb copy), remembered per filter: building it costs more than SQLite takes to run a small
+        """The SQL pre-selection of the filter `spec` on `dialect` (`_filters`; on PostgreSQL, on the values as
+        jsonb, `_schema.value_jsonb`), remembered per filter: building it costs more than SQLite takes to run a small
         listing, and callers tend to repeat their filters."""
         try:
             key = (dialect, filter_text(spec))
