@@ -3,6 +3,7 @@ and it does select (a filter that matches few items reads few rows)."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -180,6 +181,22 @@ def test_values_holding_nul_elsewhere_are_kept(sql_kind: str, tmp_path: Path) ->
                 copies = connection.execute(sa.select(items.c.item_key, sa.literal_column(value_jsonb()).is_(None)))
                 assert sorted(copies) == [("a", True), ("b", False), ("c", True), ("d", True), ("e", True)]
         memory.drop_tables()
+
+
+@pytest.mark.service
+def test_a_schema_named_by_a_reserved_word_is_quoted_in_filters(tmp_path: Path) -> None:
+    """PostgreSQL's pre-selection names the table in SQL text: a schema such as ``order`` must be quoted there."""
+    with sql_place("postgresql", tmp_path) as (url, prefix):
+        memory = SQLItemMemory(url, table_prefix=prefix, schema="order")
+        try:
+            memory.put_many([(("t",), "a", {"s": "x"}), (("t",), "b", {"s": "y", "n": "\x00"})])
+            assert [item.key for item in memory.list(("t",), filter={"s": "x"})] == ["a"]
+            assert memory.count(("t",), filter={"s": "y"}) == 1
+        finally:
+            memory.drop_tables()
+            memory.close()
+            with contextlib.suppress(sa.exc.DBAPIError), sa.create_engine(url).begin() as connection:
+                connection.execute(sa.text('DROP SCHEMA IF EXISTS "order"'))  # only if no other test uses it
 
 
 @pytest.mark.parametrize("damage", ["not json", '{"s": "x"'])

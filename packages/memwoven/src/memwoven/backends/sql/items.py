@@ -710,8 +710,9 @@ class SQLItemMemory(SQLBackend, ItemMemory):
             binary: sa.ColumnElement[Any] | None = None
             nul: sa.ColumnElement[bool] | None = None
             if dialect == "postgresql":
-                binary = sa.literal_column(value_jsonb(f"{items.fullname}.value"))
-                nul = sa.literal_column(has_nul(f"{items.fullname}.value"), sa.Boolean)
+                column = f"{self.engine.dialect.identifier_preparer.format_table(items)}.value"  # quoted if need be
+                binary = sa.literal_column(value_jsonb(column))
+                nul = sa.literal_column(has_nul(column), sa.Boolean)
             condition = prefilter(spec, items.c.value, dialect, binary, nul)
             found = (None if condition is None else _Preselection(key, condition),)
             if key is not None:
