@@ -41,7 +41,7 @@ import functools
 import hashlib
 import itertools
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -252,7 +252,7 @@ class Tables:
             dialect="sqlite"
         )
         for ddl, version in _postgresql_items_ddl(prefix, schema):
-            sa.event.listen(items, "after_create", ddl.execute_if(callable_=functools.partial(_postgresql, version)))
+            sa.event.listen(items, "after_create", ddl.execute_if(callable_=_postgresql(version)))
         sa.Index(f"{prefix}messages_by_id", messages.c.session_key, messages.c.message_key, unique=True)
         return cls(
             meta=table(
@@ -311,35 +311,31 @@ def create_tables(connection: Connection, tables: Tables, wanted: Sequence[sa.Ta
         )
 
 
-def _not_sqlite(
-    ddl: BaseDDLElement,
-    target: SchemaItem | str,
-    bind: Connection | None,
-    tables: list[sa.Table] | None = None,
-    state: Any | None = None,
-    *,
-    dialect: sa.Dialect,
-    compiler: DDLCompiler | None = None,
-    checkfirst: bool = False,
-) -> bool:
-    """`ddl_if`: the DDL is for every database but SQLite."""
-    return dialect.name != "sqlite"
+def _ddl_if(check: Callable[[sa.Dialect], bool]) -> Callable[..., bool]:
+    """A callable for `ddl_if` / `execute_if`: the DDL runs where `check(dialect)` holds."""
+
+    def callable_(
+        ddl: BaseDDLElement,
+        target: SchemaItem | str,
+        bind: Connection | None,
+        tables: list[sa.Table] | None = None,
+        state: Any | None = None,
+        *,
+        dialect: sa.Dialect,
+        compiler: DDLCompiler | None = None,
+        checkfirst: bool = False,
+    ) -> bool:
+        return check(dialect)
+
+    return callable_
 
 
-def _postgresql(
-    version: int,
-    ddl: BaseDDLElement,
-    target: SchemaItem | str,
-    bind: Connection | None,
-    tables: list[sa.Table] | None = None,
-    state: Any | None = None,
-    *,
-    dialect: sa.Dialect,
-    compiler: DDLCompiler | None = None,
-    checkfirst: bool = False,
-) -> bool:
-    """`execute_if`: the DDL is for PostgreSQL `version` (major) or later."""
-    return dialect.name == "postgresql" and (dialect.server_version_info or (0,)) >= (version,)
+_not_sqlite = _ddl_if(lambda dialect: dialect.name != "sqlite")
+
+
+def _postgresql(version: int) -> Callable[..., bool]:
+    """For `execute_if`: the DDL is for PostgreSQL `version` (major) or later."""
+    return _ddl_if(lambda dialect: dialect.name == "postgresql" and (dialect.server_version_info or (0,)) >= (version,))
 
 
 def dialect_insert(table: sa.Table, dialect: str) -> Any:
