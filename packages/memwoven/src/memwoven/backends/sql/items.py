@@ -114,24 +114,12 @@ _Listed = TypeVar("_Listed", Item, PlainItem)
 logger = logging.getLogger(__name__)
 
 
-@functools.lru_cache(maxsize=1024)
-def _short_namespace_part(encoded_namespace: str) -> str:
-    return key_of(encoded_namespace)[:16]
-
-
-def _namespace_part(encoded_namespace: str) -> str:
-    """The first 16 hex digits of an item's address: remembered for namespaces short enough to keep (most)."""
-    if len(encoded_namespace) > HEAD_CHARS:
-        return key_of(encoded_namespace)[:16]
-    return _short_namespace_part(encoded_namespace)
-
-
 def _address(encoded_namespace: str, key: str) -> str:
     """The row key of an item: 16 hex digits of the SHA-256 of its encoded namespace, then 48 of the SHA-256 of
     the encoded namespace, NUL (in no label or key) and its key. A namespace's items are neighbours in the primary
     key's index, so a batch or a thread's writes touch few of its pages (the SHA-256 alone sent every insert to a
     random page: SQLite's put_many of 10,000 items ~30% slower)."""
-    return _namespace_part(encoded_namespace) + key_of(f"{encoded_namespace}\x00{key}")[:48]
+    return key_of(encoded_namespace)[:16] + key_of(f"{encoded_namespace}\x00{key}")[:48]
 
 
 class _Row:
