@@ -17,9 +17,11 @@ from langchain_core.messages import AIMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+from langgraph.graph import START, StateGraph
 from langgraph.store.memory import InMemoryStore
 from saver_graphs import agent, call
 from saver_support import item_memory
+from typing_extensions import TypedDict
 
 from langgraph.checkpoint.memwoven import MemwovenSaver
 from memwoven import ItemMemory
@@ -298,3 +300,98 @@ async def test_delta_channel_history_matches_the_base_class_walk(items: ItemMemo
         compared += sum(len(entry["writes"]) for entry in walked.values())
     assert compared > 0
     assert saver.get_delta_channel_history(config=config, channels=[]) == {}
+
+
+def test_a_thread_named_by_the_wildcard_reaches_no_other_thread(items: ItemMemory) -> None:
+    """`ItemMemory.namespaces` reads a ``"*"`` label as LangGraph's wildcard; a thread of that name is a name."""
+    saver = MemwovenSaver(items, keep_last=2)
+    paused = put(saver, "a", a=1)
+    saver.put_writes(paused, [("__interrupt__", "waiting")], "task")
+    star = put(saver, "*", b=1)
+    for _ in range(3):
+        star = put(saver, "*", star["configurable"]["checkpoint_id"], b=2)
+    assert pending(saver, "a") == [("task", "__interrupt__", "waiting")]
+    by_id = {"configurable": {"thread_id": "*", "checkpoint_id": paused["configurable"]["checkpoint_id"]}}
+    assert list(saver.list(by_id)) == []
+    saver.prune(["*"])
+    assert pending(saver, "a") == [("task", "__interrupt__", "waiting")]
+    with pytest.raises(InvalidInputError):
+        MemwovenSaver(items, namespace=("lg", "*"))
+
+
+def pending(saver: MemwovenSaver, thread: str) -> Any:
+    found = saver.get_tuple({"configurable": {"thread_id": thread}})
+    return None if found is None else found.pending_writes
+
+
+def test_ids_given_as_one_string_are_refused(items: ItemMemory) -> None:
+    saver = MemwovenSaver(items)
+    put(saver, "t", a=1)
+    with pytest.raises(TypeError):
+        saver.prune("t")
+    with pytest.raises(TypeError):
+        saver.delete_for_runs("run")
+    assert len(list(saver.list({"configurable": {"thread_id": "t"}}))) == 1
+
+
+def test_a_pruned_parent_is_no_parent(items: ItemMemory) -> None:
+    """As PostgresSaver clears a kept checkpoint's parent when pruning it: no `parent_config` naming nothing."""
+    saver = MemwovenSaver(items)
+    first = put(saver, "t", a=1)
+    second = put(saver, "t", first["configurable"]["checkpoint_id"], a=2)
+    assert [t.parent_config for t in saver.list(second)] == [first]
+    saver.prune(["t"])
+    assert [t.parent_config for t in saver.list(second)] == [None]
+    kept = MemwovenSaver(items, namespace=("kept",), keep_last=2)
+    last = put(kept, "t", a=0)
+    for value in range(1, 4):
+        last = put(kept, "t", last["configurable"]["checkpoint_id"], a=value)
+    tuples = list(kept.list({"configurable": {"thread_id": "t"}}))
+    assert [t.parent_config for t in tuples] == [tuples[1].config, None]
+
+
+def test_prune_refuses_threads_using_a_delta_channel(items: ItemMemory) -> None:
+    """As PostgresSaver: keeping only the newest checkpoint would cut the writes a DeltaChannel is rebuilt from."""
+    saver = MemwovenSaver(items)
+    config: dict[str, Any] = {"configurable": {"thread_id": "delta", "checkpoint_ns": ""}}
+    metadata: Any = {"source": "loop", "step": 1, "counters_since_delta_snapshot": {"messages": (1, 1)}}
+    saver.put(config, checkpoint(a=1), metadata, {"a": f"{1:032}.0"})
+    put(saver, "plain", a=1)
+    with pytest.raises(NotImplementedError, match="delta"):
+        saver.prune(["plain", "delta"])
+    assert len(list(saver.list({"configurable": {"thread_id": "plain"}}))) == 1
+    saver.prune(["delta"], strategy="delete")
+    assert list(saver.list({"configurable": {"thread_id": "delta"}})) == []
+
+
+class Counted(TypedDict):
+    count: int
+
+
+def test_keep_last_and_prune_drop_the_subgraph_calls_of_dropped_checkpoints(items: ItemMemory) -> None:
+    """A subgraph called as a node writes a namespace per call ("child:<task id>"): retention must not keep every
+    call's namespace for ever (as PostgresSaver's prune drops a call once its root checkpoint is gone)."""
+    child = StateGraph(Counted)
+    child.add_node("inner", lambda state: {"count": state["count"] + 1})
+    child.add_edge(START, "inner")
+    parent = StateGraph(Counted)
+    parent.add_node("child", child.compile())
+    parent.add_edge(START, "child")
+
+    def calls(saver: MemwovenSaver) -> list[tuple[str, ...]]:
+        spaces = items.namespaces(prefix=(*saver.namespace, "checkpoints", "t"))
+        return [space for space in spaces if ":" in space[-1]]
+
+    for keep_last, namespace in ((2, ("kept",)), (None, ("pruned",))):
+        saver = MemwovenSaver(items, namespace=namespace, keep_last=keep_last)
+        graph = parent.compile(checkpointer=saver)
+        config: Any = {"configurable": {"thread_id": "t"}}
+        for _ in range(4):
+            graph.invoke({"count": 0}, config, durability="sync")
+        if keep_last is None:
+            assert len(calls(saver)) == 4
+            saver.prune(["t"])  # keeps the root's newest checkpoint, after the last call
+            assert calls(saver) == []
+        else:
+            assert len(calls(saver)) == 1  # the last run's: it started from one of the two root checkpoints kept
+        assert graph.get_state(config).values == {"count": 1}

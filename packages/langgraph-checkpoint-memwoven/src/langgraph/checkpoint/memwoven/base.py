@@ -27,6 +27,7 @@ import base64
 import binascii
 import builtins
 import json
+import logging
 import math
 import random
 import re
@@ -60,12 +61,16 @@ from langgraph.checkpoint.memwoven.ttl import TTLSweeper, minutes_to_seconds
 from memwoven import Item, ItemMemory, ItemWrite, Message, open_item_memory
 from memwoven._cache import LRUCache
 from memwoven._steps import Call, Runner, Steps, twins
+from memwoven.contracts import WILDCARD
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 
 __all__ = ["MemwovenSaver", "ThreadDeletedError", "ThreadInfo", "ThreadTTLConfig", "messages_of"]
 
+logger = logging.getLogger(__name__)
+
 Namespace = tuple[str, ...]
 _CHECKPOINTS, _BLOBS, _WRITES, _THREADS = "checkpoints", "blobs", "writes", "threads"
+_KINDS = (_CHECKPOINTS, _WRITES, _BLOBS)  # a thread's items, by kind (checkpoints first: deleted first)
 _LIVE, _DELETING, _DELETED = "live", "deleting", "deleted"
 _PAGE = 500  # items per put_many / list page in the bulk operations
 _ATTEMPTS = 100  # compare-and-set rounds of a put on a thread record other writers keep changing
@@ -74,6 +79,7 @@ _DEFAULT_SWEEP_LIMIT = 1000  # LangGraph's default number of threads per sweep
 _INLINE_CHARS = 1024  # the longest string channel value kept inside its checkpoint (`_inline`)
 _INLINE_INT = 10**18
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_DELTA_MARKS = {"counters_since_delta_snapshot", "delta_writes_versioned"}  # metadata of DeltaChannel threads
 
 
 class ThreadTTLConfig(TypedDict, total=False):
@@ -169,6 +175,14 @@ def _at(epoch_ms: object) -> datetime | None:
     return _clock.utc(epoch_ms) if isinstance(epoch_ms, int) else None
 
 
+def _ids(ids: Sequence[str], what: str) -> builtins.list[str]:
+    """Thread or run ids given as a sequence, as strings; a lone string is refused (as PostgresSaver does), not
+    taken for its characters."""
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"{what} must be a sequence of ids, not a {type(ids).__name__}")
+    return [str(i) for i in ids]
+
+
 def _chunks(values: builtins.list[Any]) -> Iterator[builtins.list[Any]]:
     for start in range(0, len(values), _PAGE):
         yield values[start : start + _PAGE]
@@ -180,8 +194,8 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
     Retention:
 
     - ``keep_last=N`` keeps only the newest N checkpoints of each thread and checkpoint namespace (applied on every
-      `put`): older ones, their writes and the channel values only they used are deleted, so time travel reaches
-      back N checkpoints.
+      `put`): older ones, their writes, the channel values only they used and the subgraph calls started from them
+      are deleted, so time travel reaches back N checkpoints.
     - ``ttl={"default_ttl": minutes}`` (LangGraph's `ThreadTTLConfig`) expires a whole *thread* that many minutes
       after its last `put` (sliding on write; reads do not extend it). Checkpoint items carry no TTL of their own
       (an old channel value still used by the newest checkpoint must live as long as the thread): each thread has
@@ -222,6 +236,8 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             raise InvalidInputError(f"items must be an ItemMemory, got {type(items).__name__}")
         if isinstance(namespace, str) or not namespace or not all(isinstance(x, str) and x for x in namespace):
             raise InvalidInputError(f"namespace must be a non-empty sequence of non-empty strings, got {namespace!r}")
+        if WILDCARD in namespace:
+            raise InvalidInputError(f'the saver namespace cannot hold the wildcard label "{WILDCARD}"')
         if keep_last is not None and (isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1):
             raise InvalidInputError(f"keep_last must be None or an int >= 1, got {keep_last!r:.120}")
         if not isinstance(ttl, (Mapping, type(None))) or set(ttl or {}) - set(ThreadTTLConfig.__annotations__):
@@ -339,6 +355,13 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             "configurable": {"thread_id": thread_id, "checkpoint_ns": checkpoint_ns, "checkpoint_id": checkpoint_id}
         }
 
+    def _namespaces_under(self, prefix: Namespace, **options: Any) -> Steps[builtins.list[Namespace]]:
+        """The stored namespaces starting with `prefix`, label by label. `ItemMemory.namespaces` takes a ``"*"``
+        label as LangGraph's wildcard; a thread may be named ``"*"``, so what the wildcard also matched is left
+        out here (a thread ``"*"`` never reaches another thread's items)."""
+        spaces: builtins.list[Namespace] = yield Call(self.items, "namespaces", (), {"prefix": prefix, **options})
+        return [space for space in spaces if space[: len(prefix)] == prefix]
+
     @staticmethod
     def _place(item: Item) -> tuple[str, str]:
         """The (thread id, checkpoint namespace) of a checkpoint item."""
@@ -348,7 +371,10 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
     # --- reading ---------------------------------------------------------------------------------------------
 
     def _tuples(self, found: builtins.list[Item]) -> Steps[builtins.list[CheckpointTuple]]:
-        """The checkpoint tuples of checkpoint items: their channel values and pending writes read alongside."""
+        """The checkpoint tuples of checkpoint items: their channel values and pending writes read alongside. A
+        parent deleted by retention (`prune`, `keep_last`, `delete_for_runs`) is no parent: `parent_config` None,
+        as LangGraph's PostgresSaver clears it when pruning."""
+        parents = yield from self._stored_parents(found)
         tuples = []
         for item in found:
             thread_id, checkpoint_ns = self._place(item)
@@ -367,11 +393,24 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
                     config=self._config(thread_id, checkpoint_ns, item.key),
                     checkpoint={**checkpoint, "channel_values": channel_values},
                     metadata=self._load(value.get("metadata")),
-                    parent_config=self._config(thread_id, checkpoint_ns, parent) if parent else None,
+                    parent_config=(
+                        self._config(thread_id, checkpoint_ns, parent) if (item.namespace, parent) in parents else None
+                    ),
                     pending_writes=[(w["task_id"], w["channel"], self._load(w["value"])) for w in writes],
                 )
             )
         return tuples
+
+    def _stored_parents(self, found: builtins.list[Item]) -> Steps[set[tuple[Namespace, str]]]:
+        """The (namespace, id) of the parents of the checkpoint items `found` that are stored: among `found`, or
+        read (one `get_many` for the others)."""
+        present = {(item.namespace, item.key) for item in found}
+        named = {(item.namespace, parent) for item in found if isinstance(parent := item.value.get("parent"), str)}
+        asked = sorted(named - present)
+        if asked:
+            stored: builtins.list[Item | None] = yield Call(self.items, "get_many", (asked,))
+            present.update((item.namespace, item.key) for item in stored if item is not None)
+        return present
 
     def _get_tuple(self, config: RunnableConfig) -> Steps[CheckpointTuple | None]:
         """The checkpoint `config` names (configurable.checkpoint_id), or the thread's newest; None if absent."""
@@ -404,7 +443,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         """The threads holding checkpoints, by id: each with its last write and (with a `ttl`) expiry, from its
         record, or for a thread without one (written with no `ttl`) the time of its newest checkpoint."""
         depth = len(self.namespace) + 2
-        spaces = yield Call(self.items, "namespaces", (), {"prefix": self._ns(_CHECKPOINTS), "max_depth": depth})
+        spaces = yield from self._namespaces_under(self._ns(_CHECKPOINTS), max_depth=depth)
         ids = [space[-1] for space in spaces]
         records = (yield Call(self.items, "get_many", ([(self._ns(_THREADS), i) for i in ids],))) if ids else []
         threads = []
@@ -487,7 +526,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         if checkpoint_id:
             if before_id is not None and checkpoint_id >= before_id:
                 return []
-            spaces = yield Call(self.items, "namespaces", (), {"prefix": prefix})
+            spaces = yield from self._namespaces_under(prefix)
             candidates: builtins.list[Item] = [
                 item for item in (yield Call(self.items, "get_many", ([(ns, checkpoint_id) for ns in spaces],))) if item
             ]
@@ -657,7 +696,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
                 yield Call(self.items, "delete_many", ([(item.namespace, item.key) for item in found],))
 
     def _delete_thread_items(self, thread_id: str) -> Steps[None]:
-        yield from self._delete_under([self._ns(kind, thread_id) for kind in (_CHECKPOINTS, _WRITES, _BLOBS)])
+        yield from self._delete_under([self._ns(kind, thread_id) for kind in _KINDS])
 
     def _delete_thread(self, thread_id: str) -> Steps[None]:
         """Delete every checkpoint, channel value and write of the thread. With a `ttl`, as the sweep does: the
@@ -782,7 +821,11 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             except ConcurrentModificationError:
                 continue  # written (or taken over by another sweep) since it was listed
             if state == _LIVE and self._strategy == "keep_latest":
-                yield from self._prune([thread_id])
+                try:
+                    yield from self._prune([thread_id])
+                except NotImplementedError as error:  # a DeltaChannel thread: kept whole, not expired again
+                    logger.warning("TTL sweep: %s; the thread is kept", error)
+                    continue
             else:
                 yield from self._finish_deletion(thread_id, claimed, drop=state == _DELETED)
             swept += state != _DELETED
@@ -826,34 +869,68 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
     def _retain(self, thread_id: str, checkpoint_ns: str, keep: int) -> Steps[None]:
         """Keep the newest `keep` checkpoints of a thread's namespace: drop the older ones, then the writes of any
         older checkpoint. LangGraph stores writes asynchronously, so a write for a dropped checkpoint may land after
-        it was dropped; such a write is deleted here, or by `_put_writes` when it lands after this pass."""
+        it was dropped; such a write is deleted here, or by `_put_writes` when it lands after this pass. In the
+        root namespace, the subgraph calls started from a dropped checkpoint go too (`_drop_calls`)."""
         label = _label(checkpoint_ns)
         namespace = self._ns(_CHECKPOINTS, thread_id, label)
         dropped = yield Call(self.items, "list", (namespace,), {"order": "desc", "offset": keep})
         yield from self._drop_checkpoints(thread_id, checkpoint_ns, dropped)
         oldest = yield from self._oldest_kept(thread_id, checkpoint_ns, keep)
         if oldest is not None:
-            spaces = yield Call(self.items, "namespaces", (), {"prefix": self._ns(_WRITES, thread_id, label)})
+            spaces = yield from self._namespaces_under(self._ns(_WRITES, thread_id, label))
             yield from self._delete_under([space for space in spaces if space[-1] < oldest])
+            if not checkpoint_ns and dropped:
+                yield from self._drop_calls(thread_id, oldest)
+
+    def _drop_calls(self, thread_id: str, oldest: str) -> Steps[None]:
+        """Delete the namespaces of the subgraph calls (a checkpoint namespace with a task id after ":", written
+        anew by each call, unlike a ``checkpointer=True`` subgraph's whose state outlives its calls) that started
+        from a root checkpoint older than `oldest`, the oldest one kept, as PostgresSaver's prune does: each call
+        would otherwise keep its own checkpoints for ever. A call started from a newer root checkpoint (one not yet
+        saved: runs save in the background) is kept."""
+        for space in (yield from self._namespaces_under(self._ns(_CHECKPOINTS, thread_id))):
+            if ":" not in space[-1]:
+                continue
+            newest: builtins.list[Item] = yield Call(self.items, "list", (space,), {"order": "desc", "limit": 1})
+            parents = self._load(newest[0].value.get("metadata")).get("parents") if newest else None
+            root = parents.get("") if isinstance(parents, Mapping) else None
+            if isinstance(root, str) and root < oldest:
+                yield from self._delete_under([self._ns(kind, thread_id, space[-1]) for kind in _KINDS])
+
+    def _refuse_delta_threads(self, thread_ids: Sequence[str]) -> Steps[None]:
+        """`NotImplementedError` if one of the threads uses a `DeltaChannel` (its checkpoints' metadata counts the
+        updates since a snapshot), as PostgresSaver refuses them: keeping only the newest checkpoint would cut the
+        chain of writes such a channel is rebuilt from, and it would read back empty without an error."""
+        delta = []
+        for thread_id in thread_ids:
+            found: builtins.list[Item] = yield Call(self.items, "list", (self._ns(_CHECKPOINTS, thread_id),))
+            metadata = [self._load(item.value.get("metadata")) for item in found]
+            if any(isinstance(m, Mapping) and _DELTA_MARKS & m.keys() for m in metadata):
+                delta.append(thread_id)
+        if delta:
+            raise NotImplementedError(f"keep_latest can't prune threads that use a DeltaChannel: {', '.join(delta)}")
 
     def _prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> Steps[None]:
         """Prune the threads: ``"keep_latest"`` keeps the newest checkpoint of each checkpoint namespace (with its
         writes and channel values), ``"delete"`` deletes the threads."""
         if strategy not in ("keep_latest", "delete"):
             raise InvalidInputError(f'strategy must be "keep_latest" or "delete", got {strategy!r:.120}')
-        for thread_id in thread_ids:
+        wanted = _ids(thread_ids, "thread_ids")
+        if strategy == "keep_latest":
+            yield from self._refuse_delta_threads(wanted)
+        for thread_id in wanted:
             if strategy == "delete":
                 yield from self._delete_thread(thread_id)
                 continue
-            spaces = yield Call(self.items, "namespaces", (), {"prefix": self._ns(_CHECKPOINTS, str(thread_id))})
-            for namespace in spaces:
-                yield from self._retain(str(thread_id), namespace[-1][1:], 1)
+            spaces = yield from self._namespaces_under(self._ns(_CHECKPOINTS, thread_id))
+            for namespace in sorted(spaces, key=lambda space: space[-1] != "="):  # the root first: it drops calls
+                yield from self._retain(thread_id, namespace[-1][1:], 1)
 
     prune, aprune = twins(_prune)
 
     def _delete_for_runs(self, run_ids: Sequence[str]) -> Steps[None]:
         """Delete the checkpoints whose metadata has one of `run_ids`, with their writes."""
-        wanted = [str(run_id) for run_id in run_ids]
+        wanted = _ids(run_ids, "run_ids")
         if not wanted:
             return
         found: builtins.list[Item] = yield Call(
