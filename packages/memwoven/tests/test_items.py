@@ -23,7 +23,7 @@ import memwoven._clock as _clock
 from memwoven import InMemoryItemMemory, Item, ItemMemory, ItemWrite, SQLItemMemory
 from memwoven.backends.sql.items import decode_namespace, encode_namespace
 from memwoven.contracts import check_namespace, namespace_matches
-from memwoven.errors import ConcurrentModificationError, InvalidInputError
+from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 from memwoven.testing import ItemMemoryContract
 
 
@@ -311,3 +311,58 @@ def test_a_ttl_under_half_a_millisecond_lives_one_millisecond(
         monkeypatch.setattr(_clock, "wall_ms", lambda: now + 1)
         monkeypatch.setattr(_clock, "monotonic", lambda: (now + 1) / 1000)
         assert memory.get_many([(("n",), "k"), (("n",), "j")]) == [None, None]
+
+
+@pytest.mark.parametrize("damage", ["x", "", "\x02x\x01", "a\x01\x01"])
+def test_a_damaged_namespace_column_raises_corrupt_memory(sql_kind: str, tmp_path: Path, damage: str) -> None:
+    """A row whose namespace column holds no encoded namespace is damage, not a namespace to guess."""
+    with sql_place(sql_kind, tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
+        memory.put(("t",), "a", {"s": 1})
+        memory.put(("t",), "b", {"s": 2})
+        items = memory._items
+        with memory.engine.begin() as connection:
+            connection.execute(sa.update(items).where(items.c.item_key == "b").values(namespace=damage))
+        with pytest.raises(CorruptMemoryError):
+            memory.list(())
+        with pytest.raises(CorruptMemoryError):
+            memory.namespaces()
+        if sql_kind == "mariadb":  # text kept as UTF-8 bytes: bytes that are not UTF-8
+            with memory.engine.begin() as connection:
+                connection.execute(sa.text(f"UPDATE {items.name} SET item_key = X'FF' WHERE item_key = 'a'"))
+            with pytest.raises(CorruptMemoryError):
+                memory.list(("t",))
+        memory.drop_tables()
+
+
+@pytest.mark.service
+def test_a_create_racing_a_delete_and_a_rival_create_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: a compare-and-set creation (expected_version=0) of a stored item inserts no placeholder over it,
+    which locks nothing; if another session deletes the row before it is locked and a rival creates it again, the
+    first must find the rival's row, not write over it: one creation wins, never both."""
+    with (
+        sql_place("postgresql", tmp_path) as (url, prefix),
+        SQLItemMemory(url, table_prefix=prefix) as memory,
+        SQLItemMemory(url, table_prefix=prefix) as other,
+    ):
+        memory.put(("n",), "k", {"by": "first"})
+        locking = SQLItemMemory._rows_at
+        raced: list[int] = []
+
+        def racing(self: SQLItemMemory, connection: sa.Connection, addresses: list[str], *, lock: bool) -> object:
+            if self is not memory or not lock or raced:
+                return locking(self, connection, addresses, lock=lock)
+            other.delete(("n",), "k")  # between the placeholder (none: the row was stored) and the lock
+            rows = locking(self, connection, addresses, lock=lock)
+            raced.append(other.put(("n",), "k", {"by": "rival"}, expected_version=0))  # before this one writes
+            return rows
+
+        monkeypatch.setattr(SQLItemMemory, "_rows_at", racing)
+        with pytest.raises(ConcurrentModificationError):
+            memory.put(("n",), "k", {"by": "racer"}, expected_version=0)
+        assert raced
+        stored = other.get(("n",), "k")
+        assert stored is not None
+        assert (stored.value, stored.version) == ({"by": "rival"}, raced[0])
+        memory.drop_tables()

@@ -38,6 +38,7 @@ __all__ = [
 _SEPARATOR = "\x01"
 _ESCAPE = "\x02"
 _ESCAPED = re.compile("\x02(.)", re.DOTALL)
+_ENCODED = re.compile("(?:(?:[^\x01\x02]|\x02[\x02\x03])+\x01)+")  # non-empty labels, each escaped, then the separator
 
 
 def encode_namespace(namespace: Sequence[str]) -> str:
@@ -49,8 +50,8 @@ def encode_namespace(namespace: Sequence[str]) -> str:
 
 def decode_namespace(encoded: str) -> Namespace:
     """The namespace `encode_namespace` encoded (`ValueError` if `encoded` is no encoding)."""
-    if not encoded.endswith(_SEPARATOR):
-        raise ValueError("an encoded namespace ends with the separator")
+    if not isinstance(encoded, str) or not _ENCODED.fullmatch(encoded):
+        raise ValueError(f"{encoded!r:.200} is no encoded namespace")
     return tuple(
         _ESCAPED.sub(lambda m: _SEPARATOR if m[1] == "\x02" else _ESCAPE, label)
         for label in encoded[:-1].split(_SEPARATOR)

@@ -150,7 +150,10 @@ class _Utf8Bytes(sa.types.TypeDecorator[str]):
         return None if value is None else value.encode("utf-8")
 
     def process_result_value(self, value: Any, dialect: sa.Dialect) -> str | None:
-        return None if value is None else bytes(value).decode("utf-8")
+        try:
+            return None if value is None else bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            raise CorruptMemoryError(f"a stored text is not UTF-8: {bytes(value)[:200]!r}") from None
 
 
 class _Utf8Head(_Utf8Bytes):

@@ -94,12 +94,14 @@ from memwoven.contracts import (
     check_expected,
     next_version,
 )
+from memwoven.errors import ConcurrentModificationError, CorruptMemoryError
 from memwoven.filters import filter_text
 from memwoven.models import Item
 
 __all__ = ["SQLItemMemory", "decode_namespace", "encode_namespace"]
 
 _IN_CHUNK = 500  # addresses per IN (...): far below every driver's parameter limit
+_LOCK_ATTEMPTS = 100  # rounds of placeholders and locks of rows others keep deleting (`_locked`)
 _MYSQL = ("mysql", "mariadb")
 _UPSERT_RETURNING = ("sqlite", "postgresql")  # upserts returning their rows (MariaDB's ON DUPLICATE KEY cannot)
 _REMEMBERED_FILTERS = 256  # filters whose SQL pre-selection (and listing statements) an items table keeps built
@@ -649,7 +651,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
             return builtins.list(connection.execute(statement, scope.params).scalars())
 
         stored: builtins.list[str] = yield Work(body)
-        return [decode_namespace(encoded) for encoded in stored]
+        return [_stored_namespace(encoded) for encoded in stored]
 
     def _expire(self) -> Steps[int]:
         items = self._items
@@ -731,37 +733,62 @@ class SQLItemMemory(SQLBackend, ItemMemory):
 
     def _locked(self, connection: Connection, wanted: Mapping[str, tuple[str, str]]) -> dict[str, _Row]:
         """Lock the rows of `wanted` (address -> (encoded namespace, key)), creating placeholders (version 0) for
-        the absent ones so that a concurrent creation waits; return the rows (placeholders included)."""
+        the absent ones so that a concurrent creation waits; return the rows (placeholders included).
+
+        A placeholder is not inserted over a stored row, and on PostgreSQL that takes no lock on it: if another
+        transaction deletes the row before it is locked, the lock finds nothing, and that address is tried again
+        (a placeholder, then the lock), else a concurrent creation could land between this check and this write,
+        and be overwritten by it."""
+        if connection.dialect.name == "sqlite":  # the whole database is this transaction's (BEGIN IMMEDIATE)
+            return self._rows_at(connection, sorted(wanted), lock=True)
+        rows: dict[str, _Row] = {}
+        missing = sorted(wanted)
+        for _ in range(_LOCK_ATTEMPTS):
+            self._insert_placeholders(connection, {address: wanted[address] for address in missing})
+            rows.update(self._rows_at(connection, missing, lock=True))
+            missing = [address for address in missing if address not in rows]
+            if not missing:
+                return rows
+        raise ConcurrentModificationError(f"{len(missing)} items kept being deleted while being locked; retry")
+
+    def _insert_placeholders(self, connection: Connection, wanted: Mapping[str, tuple[str, str]]) -> None:
+        """Insert a placeholder row (version 0, no value) at each address of `wanted` where no row is stored."""
         addresses = sorted(wanted)
         dialect = connection.dialect.name
-        if dialect != "sqlite":  # SQLite: the whole database is this transaction's (BEGIN IMMEDIATE)
-            items = self._items
-            placeholders = [
-                {
-                    "address": address,
-                    "namespace": wanted[address][0],
-                    "ns_head": wanted[address][0][:HEAD_CHARS],
-                    "item_key": wanted[address][1],
-                    "key_head": wanted[address][1][:HEAD_CHARS],
-                    "value": "{}",
-                    "version": 0,
-                    "created_ms": 0,
-                    "updated_ms": 0,
-                }
-                for address in addresses
-            ]
-            for start in range(0, len(placeholders), _IN_CHUNK):
-                chunk = placeholders[start : start + _IN_CHUNK]
-                statement = dialect_insert(items, dialect)
-                if dialect == "postgresql":
-                    connection.execute(statement.on_conflict_do_nothing(), chunk)
-                else:
-                    ignoring = statement.on_duplicate_key_update({"address": statement.inserted.address})
-                    connection.execute(ignoring, chunk)
-        return self._rows_at(connection, addresses, lock=True)
+        items = self._items
+        placeholders = [
+            {
+                "address": address,
+                "namespace": wanted[address][0],
+                "ns_head": wanted[address][0][:HEAD_CHARS],
+                "item_key": wanted[address][1],
+                "key_head": wanted[address][1][:HEAD_CHARS],
+                "value": "{}",
+                "version": 0,
+                "created_ms": 0,
+                "updated_ms": 0,
+            }
+            for address in addresses
+        ]
+        for start in range(0, len(placeholders), _IN_CHUNK):
+            chunk = placeholders[start : start + _IN_CHUNK]
+            statement = dialect_insert(items, dialect)
+            if dialect == "postgresql":
+                connection.execute(statement.on_conflict_do_nothing(), chunk)
+            else:
+                ignoring = statement.on_duplicate_key_update({"address": statement.inserted.address})
+                connection.execute(ignoring, chunk)
 
 
-_decoded_namespace = functools.lru_cache(maxsize=4096)(decode_namespace)  # a page's rows share few namespaces
+def _stored_namespace(encoded: str) -> Namespace:
+    """The namespace of a stored row (`CorruptMemoryError` if its column holds no encoded namespace)."""
+    try:
+        return decode_namespace(encoded)
+    except ValueError:
+        raise CorruptMemoryError(f"a stored item's namespace is damaged: {encoded!r:.200}") from None
+
+
+_decoded_namespace = functools.lru_cache(maxsize=4096)(_stored_namespace)  # a page's rows share few namespaces
 
 
 def _matches(query: ItemQuery, value: Mapping[str, Any]) -> bool:
