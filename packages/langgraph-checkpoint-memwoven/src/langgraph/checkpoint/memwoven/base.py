@@ -264,6 +264,9 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         self._sweep_limit = limit or _DEFAULT_SWEEP_LIMIT
         self._sweep_seconds = None if default_ttl is None else interval or _DEFAULT_SWEEP_MINUTES * 60
         self._records: LRUCache[str, tuple[int, str]] = LRUCache(4096)  # thread -> (record version, incarnation)
+        self._call_roots: LRUCache[Namespace, str] = LRUCache(
+            4096
+        )  # a subgraph call's namespace -> its root checkpoint
         self._owns_items = owns_items
 
     @classmethod
@@ -891,10 +894,16 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         for space in (yield from self._namespaces_under(self._ns(_CHECKPOINTS, thread_id))):
             if ":" not in space[-1]:
                 continue
-            newest: builtins.list[Item] = yield Call(self.items, "list", (space,), {"order": "desc", "limit": 1})
-            parents = self._load(newest[0].value.get("metadata")).get("parents") if newest else None
-            root = parents.get("") if isinstance(parents, Mapping) else None
-            if isinstance(root, str) and root < oldest:
+            root = self._call_roots.get(space)
+            if root is None:  # a call's root never changes: read once per call namespace (a call per step, N kept)
+                newest: builtins.list[Item] = yield Call(self.items, "list", (space,), {"order": "desc", "limit": 1})
+                parents = self._load(newest[0].value.get("metadata")).get("parents") if newest else None
+                root = parents.get("") if isinstance(parents, Mapping) else None
+                if not isinstance(root, str):
+                    continue
+                self._call_roots.put(space, root)
+            if root < oldest:
+                self._call_roots.drop(space)
                 yield from self._delete_under([self._ns(kind, thread_id, space[-1]) for kind in _KINDS])
 
     def _refuse_delta_threads(self, thread_ids: Sequence[str]) -> Steps[None]:
