@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+import sqlean
 from filter_support import combined_filters
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -237,3 +238,18 @@ def _damage(memory: SQLItemMemory, damage: str) -> None:
     items = memory._items
     with memory.engine.begin() as connection:
         connection.execute(sa.update(items).where(items.c.item_key == "b").values(value=damage))
+
+
+@pytest.mark.parametrize("damage", ['{"s": "y",}', "{s: 'y'}", "{'s': 'x', n: 1,}"])
+def test_a_filter_never_passes_over_json5_where_sqlite_reads_it(tmp_path: Path, damage: str) -> None:
+    """SQLite 3.42+ reads JSON5 without an error: damaged text that happens to be JSON5 must still raise."""
+    assert sqlean.sqlite_version_info >= (3, 42)
+    engine = sa.create_engine(f"sqlite:///{tmp_path}/json5.db", module=sqlean)
+    with SQLItemMemory(engine) as memory:
+        _damage(memory, damage)
+        for spec in [{"s": "x"}, {"s": {"$gt": "a"}}, {"n": {"$exists": True}}, {"n": 1}]:
+            with pytest.raises(CorruptMemoryError):
+                memory.list(("t",), filter=spec)
+            with pytest.raises(CorruptMemoryError):
+                memory.count(("t",), filter=spec)
+    engine.dispose()

@@ -18,9 +18,10 @@ meaning is at least as wide as the filter's, and everything else becomes "no con
   holding NUL (PostgreSQL text and jsonb cannot): they select nothing.
 
 Damaged storage: text that is not JSON is never passed over (SQLite's JSON functions raise on it, and the
-caller then reads without the pre-selection; MariaDB/MySQL select it by ``JSON_VALID``), so reading it raises
-`CorruptMemoryError`. A value that is valid JSON but no object is never returned, but a filter it cannot match
-may pass over it, as an index would; a read without a filter raises on it.
+caller then reads without the pre-selection; SQLite 3.42+, which reads JSON5 too, and MariaDB/MySQL, which read
+damaged text as NULL, select it by ``json_valid``), so reading it raises `CorruptMemoryError`. A value that is
+valid JSON but no object is never returned, but a filter it cannot match may pass over it, as an index would; a
+read without a filter raises on it.
 
 Only one JSON function runs per tested field where the database allows (SQLite: ``json_extract``, whose result
 compares as the filter needs, numbers below text): Python's bundled SQLite parses the value again for every call.
@@ -71,13 +72,15 @@ def prefilter(
     dialect: str,
     binary: sa.ColumnElement[Any] | None = None,
     has_nul: sa.ColumnElement[bool] | None = None,
+    *,
+    json5: bool = False,
 ) -> Condition | None:
     """A condition on the stored JSON kept by every value matching the (validated) filter `spec`, or None when
     nothing of it translates on `dialect` ("sqlite", "postgresql", "mysql" or "mariadb").
 
     `value` is the JSON text; on PostgreSQL `binary` and `has_nul` are required: the value as ``jsonb``, NULL
     exactly where the text holds an escaped NUL, and the test of that (`memwoven.backends.sql._schema.value_jsonb`,
-    `memwoven.backends.sql._schema.has_nul`).
+    `memwoven.backends.sql._schema.has_nul`). `json5`: SQLite 3.42 or later, whose JSON functions read JSON5 too.
     """
     if dialect == "postgresql":
         if binary is None or has_nul is None:
@@ -96,8 +99,13 @@ def prefilter(
         return selected if required is None else sa.and_(required, selected)
     translator = _Translator(value, dialect)
     condition = translator.filter(spec)
-    if condition is None or translator.dialect == "sqlite":
+    if condition is None or (translator.dialect == "sqlite" and not json5):
         return condition
+    if translator.dialect == "sqlite":
+        # SQLite 3.42+ reads JSON5 (unquoted keys, single quotes, trailing commas) without an error: damaged text
+        # that happens to be JSON5 is selected by the strict `json_valid` (tested only where the condition is not
+        # true, and since 3.45 on the value the condition already parsed: ~7% of a scan of 100,000 values).
+        return sa.case((condition, sa.true()), (sa.func.json_valid(value) == 1, sa.false()), else_=sa.true())
     # MariaDB/MySQL's JSON functions read damaged text as NULL: select it, so that reading it raises
     # CorruptMemoryError. (SQLite's raise on it, and the caller then reads without the pre-selection;
     # PostgreSQL's json column holds valid JSON only.)

@@ -60,6 +60,7 @@ from __future__ import annotations
 import builtins
 import functools
 import logging
+import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeVar
 
@@ -703,7 +704,8 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                 column = f"{self.engine.dialect.identifier_preparer.format_table(items)}.value"  # quoted if need be
                 binary = sa.literal_column(value_jsonb(column))
                 nul = sa.literal_column(has_nul(column), sa.Boolean)
-            condition = prefilter(spec, items.c.value, dialect, binary, nul)
+            json5 = dialect == "sqlite" and _reads_json5(self.engine.dialect)
+            condition = prefilter(spec, items.c.value, dialect, binary, nul, json5=json5)
             found = (None if condition is None else _Preselection(key, condition),)
             if key is not None:
                 self._statements.preselections.put(key, found)
@@ -778,6 +780,12 @@ class SQLItemMemory(SQLBackend, ItemMemory):
             else:
                 ignoring = statement.on_duplicate_key_update({"address": statement.inserted.address})
                 connection.execute(ignoring, chunk)
+
+
+def _reads_json5(dialect: sa.Dialect) -> bool:
+    """Whether SQLite's JSON functions read JSON5 too (3.42+), for the engine's driver or Python's own."""
+    versions = [getattr(dialect.loaded_dbapi, "sqlite_version_info", (0,)), sqlite3.sqlite_version_info]
+    return max(versions) >= (3, 42)
 
 
 def _stored_namespace(encoded: str) -> Namespace:
