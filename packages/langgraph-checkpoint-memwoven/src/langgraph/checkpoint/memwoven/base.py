@@ -397,7 +397,9 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
                     checkpoint={**checkpoint, "channel_values": channel_values},
                     metadata=self._load(value.get("metadata")),
                     parent_config=(
-                        self._config(thread_id, checkpoint_ns, parent) if (item.namespace, parent) in parents else None
+                        self._config(thread_id, checkpoint_ns, parent)
+                        if parent and (item.namespace, parent) in parents
+                        else None
                     ),
                     pending_writes=[(w["task_id"], w["channel"], self._load(w["value"])) for w in writes],
                 )
