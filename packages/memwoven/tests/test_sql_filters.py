@@ -206,11 +206,7 @@ def test_a_filter_never_passes_over_malformed_text(sql_kind: str, tmp_path: Path
         pytest.skip("PostgreSQL's json column refuses text that is not JSON")
     with sql_place(sql_kind, tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
         _damage(memory, damage)
-        for spec in [{"s": "x"}, {"s": {"$gt": "a"}}, {"n": {"$exists": True}}, {"n": 1}]:
-            with pytest.raises(CorruptMemoryError):
-                memory.list(("t",), filter=spec)
-            with pytest.raises(CorruptMemoryError):
-                memory.count(("t",), filter=spec)
+        _raises_on_every_filter(memory)
         memory.drop_tables()
 
 
@@ -231,6 +227,15 @@ def test_json_that_is_no_object_is_never_returned(sql_kind: str, tmp_path: Path,
         memory.drop_tables()
 
 
+def _raises_on_every_filter(memory: SQLItemMemory) -> None:
+    """Filters the damaged item b (`_damage`) matches or not: each listing and count reaches it and raises."""
+    for spec in [{"s": "x"}, {"s": {"$gt": "a"}}, {"n": {"$exists": True}}, {"n": 1}]:
+        with pytest.raises(CorruptMemoryError):
+            memory.list(("t",), filter=spec)
+        with pytest.raises(CorruptMemoryError):
+            memory.count(("t",), filter=spec)
+
+
 def _damage(memory: SQLItemMemory, damage: str) -> None:
     """Items a = {"s": "x"} and b, whose stored value is then replaced by `damage`."""
     memory.put(("t",), "a", {"s": "x"})
@@ -247,9 +252,5 @@ def test_a_filter_never_passes_over_json5_where_sqlite_reads_it(tmp_path: Path, 
     engine = sa.create_engine(f"sqlite:///{tmp_path}/json5.db", module=sqlean)
     with SQLItemMemory(engine) as memory:
         _damage(memory, damage)
-        for spec in [{"s": "x"}, {"s": {"$gt": "a"}}, {"n": {"$exists": True}}, {"n": 1}]:
-            with pytest.raises(CorruptMemoryError):
-                memory.list(("t",), filter=spec)
-            with pytest.raises(CorruptMemoryError):
-                memory.count(("t",), filter=spec)
+        _raises_on_every_filter(memory)
     engine.dispose()
