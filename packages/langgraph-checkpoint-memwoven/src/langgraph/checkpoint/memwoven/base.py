@@ -264,9 +264,8 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         self._sweep_limit = limit or _DEFAULT_SWEEP_LIMIT
         self._sweep_seconds = None if default_ttl is None else interval or _DEFAULT_SWEEP_MINUTES * 60
         self._records: LRUCache[str, tuple[int, str]] = LRUCache(4096)  # thread -> (record version, incarnation)
-        self._call_roots: LRUCache[Namespace, str] = LRUCache(
-            4096
-        )  # a subgraph call's namespace -> its root checkpoint
+        # a subgraph call's namespace -> the root checkpoint it started from (`_drop_calls`)
+        self._call_roots: LRUCache[Namespace, str] = LRUCache(4096)
         self._owns_items = owns_items
 
     @classmethod
