@@ -8,12 +8,13 @@ import base64
 import enum
 import json
 import pickle
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from langchain_core.messages import AIMessage
+from langgraph.channels.delta import DeltaChannel
 from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint
 from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -24,6 +25,7 @@ from saver_support import item_memory
 from typing_extensions import TypedDict
 
 from langgraph.checkpoint.memwoven import MemwovenSaver
+from langgraph.checkpoint.memwoven import base as saver_module
 from memwoven import ItemMemory
 from memwoven.errors import CorruptMemoryError, InvalidInputError
 
@@ -362,6 +364,66 @@ def test_prune_refuses_threads_using_a_delta_channel(items: ItemMemory) -> None:
     assert len(list(saver.list({"configurable": {"thread_id": "plain"}}))) == 1
     saver.prune(["delta"], strategy="delete")
     assert list(saver.list({"configurable": {"thread_id": "delta"}})) == []
+
+
+def _concatenated(state: list[str], writes: Sequence[list[str]]) -> list[str]:
+    return [*state, *(value for write in writes for value in write)]
+
+
+class Logged(TypedDict):
+    log: Annotated[list[str], DeltaChannel(_concatenated, snapshot_frequency=4)]
+
+
+def test_keep_last_never_cuts_the_writes_a_delta_channel_is_rebuilt_from(items: ItemMemory) -> None:
+    """A DeltaChannel's value is rebuilt from its writes back to a snapshot: `keep_last` keeps a thread's
+    checkpoints back to the newest snapshot the kept ones need, so every kept checkpoint reads back whole (it used
+    to drop them, and the state read back short)."""
+    builder = StateGraph(Logged)
+    builder.add_node("step", lambda state: {"log": [f"entry {len(state['log'])}"]})
+    builder.add_edge(START, "step")
+    saver = MemwovenSaver(items, keep_last=2)
+    graph = builder.compile(checkpointer=saver)
+    config: Any = {"configurable": {"thread_id": "delta"}}
+    for turn in range(11):
+        graph.invoke({"log": []}, config)
+        expected = [f"entry {n}" for n in range(turn + 1)]
+        assert graph.get_state(config).values["log"] == expected
+        history = [snapshot.values["log"] for snapshot in graph.get_state_history(config)]
+        assert history[:2] == [expected, expected[:-1]]  # the turn's step, then its input
+    assert len(history) < 2 * 11  # retention ran: not every checkpoint of the 11 turns is kept
+
+
+def test_list_pages_by_key_so_checkpoints_written_meanwhile_shift_nothing(
+    items: ItemMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing longer than a page reads page after page; a checkpoint put (or pruned) between two pages must
+    not make it return one twice or skip one (it paged by offset, and a new checkpoint on top shifted the rest)."""
+    monkeypatch.setattr(saver_module, "_PAGE", 3)
+    saver = MemwovenSaver(items)
+    last = put(saver, "t", a=0)
+    for value in range(1, 8):
+        last = put(saver, "t", last["configurable"]["checkpoint_id"], a=value)
+    before = [t.config["configurable"]["checkpoint_id"] for t in saver.list({"configurable": {"thread_id": "t"}})]
+    listing = items.list
+    pages = []
+
+    def list_then_write(*args: Any, **kwargs: Any) -> Any:
+        found = listing(*args, **kwargs)
+        pages.append(found)
+        if len(pages) == 1:  # between the first page and the second
+            put(saver, "t", last["configurable"]["checkpoint_id"], a=8)
+        return found
+
+    monkeypatch.setattr(items, "list", list_then_write)
+    listed = [t.config["configurable"]["checkpoint_id"] for t in saver.list({"configurable": {"thread_id": "t"}})]
+    assert len(pages) >= 3
+    assert listed == before
+    monkeypatch.setattr(items, "list", listing)
+    assert len(list(saver.list({"configurable": {"thread_id": "t"}}))) == 9
+    saver.copy_thread("t", "u")  # the same checkpoint ids in two threads: pages end inside a run of equal keys
+    everywhere = [(t.config["configurable"]["thread_id"], t.checkpoint["id"]) for t in saver.list(None)]
+    assert sorted(everywhere) == sorted((thread, id_) for thread in "tu" for _, id_ in everywhere if _ == "t")
+    assert len(everywhere) == 18
 
 
 class Counted(TypedDict):

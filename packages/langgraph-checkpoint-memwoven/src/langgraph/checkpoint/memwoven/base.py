@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import builtins
+import itertools
 import json
 import logging
 import math
@@ -61,7 +62,7 @@ from langgraph.checkpoint.memwoven.ttl import TTLSweeper, minutes_to_seconds
 from memwoven import Item, ItemMemory, ItemWrite, Message, open_item_memory
 from memwoven._cache import LRUCache
 from memwoven._steps import Call, Runner, Steps, twins
-from memwoven.contracts import WILDCARD
+from memwoven.contracts import MAX_ID_BYTES, WILDCARD
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 
 __all__ = ["MemwovenSaver", "ThreadDeletedError", "ThreadInfo", "ThreadTTLConfig", "messages_of"]
@@ -183,6 +184,19 @@ def _ids(ids: Sequence[str], what: str) -> builtins.list[str]:
     return [str(i) for i in ids]
 
 
+def _next_page(below: str | None, skip: int, page: Sequence[Item]) -> tuple[str | None, int]:
+    """Where a newest-first listing goes on after `page` (the keys < `below` less the first `skip`): below its
+    last key, by key rather than by offset, so that checkpoints written or deleted meanwhile shift nothing (an
+    offset would return a checkpoint twice, or skip one). The page's last key itself stays in (another namespace
+    of the prefix may hold it too): the bound is the next possible key (keys hold no NUL), less what was read."""
+    last = page[-1].key
+    ties = sum(1 for _ in itertools.takewhile(lambda item: item.key == last, reversed(page)))
+    following = last + "\x01"
+    if len(following.encode()) > MAX_ID_BYTES:  # no longer key can exist: go on by offset
+        return below, skip + len(page)
+    return following, (skip + len(page) if following == below else ties)
+
+
 def _chunks(values: builtins.list[Any]) -> Iterator[builtins.list[Any]]:
     for start in range(0, len(values), _PAGE):
         yield values[start : start + _PAGE]
@@ -195,7 +209,8 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
 
     - ``keep_last=N`` keeps only the newest N checkpoints of each thread and checkpoint namespace (applied on every
       `put`): older ones, their writes, the channel values only they used and the subgraph calls started from them
-      are deleted, so time travel reaches back N checkpoints.
+      are deleted, so time travel reaches back N checkpoints. In a thread using a `DeltaChannel`, older
+      checkpoints are kept until the oldest of the N snapshots the channel (their writes rebuild its value).
     - ``ttl={"default_ttl": minutes}`` (LangGraph's `ThreadTTLConfig`) expires a whole *thread* that many minutes
       after its last `put` (sliding on write; reads do not extend it). Checkpoint items carry no TTL of their own
       (an old channel value still used by the newest checkpoint must live as long as the thread): each thread has
@@ -266,6 +281,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         self._records: LRUCache[str, tuple[int, str]] = LRUCache(4096)  # thread -> (record version, incarnation)
         # a subgraph call's namespace -> the root checkpoint it started from (`_drop_calls`)
         self._call_roots: LRUCache[Namespace, str] = LRUCache(4096)
+        self._delta_threads: LRUCache[str, bool] = LRUCache(4096)  # threads `keep_last` found using a DeltaChannel
         self._owns_items = owns_items
 
     @classmethod
@@ -535,11 +551,11 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
                 item for item in (yield Call(self.items, "get_many", ([(ns, checkpoint_id) for ns in spaces],))) if item
             ]
         chosen: builtins.list[Item] = []
-        offset = 0
+        below, skip = before_id, 0  # the next page: keys < below, less the first `skip` (read already)
         while True:
             if not checkpoint_id:
                 page = limit if not filter and limit is not None else _PAGE
-                options = {"order": "desc", "before": before_id, "limit": page, "offset": offset}
+                options = {"order": "desc", "before": below, "limit": page, "offset": skip}
                 candidates = yield Call(self.items, "list", (prefix,), options)
             for item in candidates:
                 if filter:
@@ -549,9 +565,9 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
                 chosen.append(item)
                 if limit is not None and len(chosen) >= limit:
                     break
-            offset += len(candidates)
             if checkpoint_id or len(candidates) < _PAGE or (limit is not None and len(chosen) >= limit):
                 break
+            below, skip = _next_page(below, skip, candidates)
         return (yield from self._tuples(chosen))
 
     _list_all, _alist_all = twins(_list_steps)
@@ -653,7 +669,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         except ConcurrentModificationError:  # put again: merged into the stored ones, compare-and-set
             written = yield from self._merge_writes(namespace, key, task, given)
         if written and self.keep_last is not None:  # landed after retention dropped its checkpoint: delete it too
-            oldest = yield from self._oldest_kept(thread_id, checkpoint_ns, self.keep_last)
+            oldest = yield from self._retention_floor(thread_id, checkpoint_ns, self.keep_last)
             if oldest is not None and checkpoint_id < oldest:
                 yield Call(self.items, "delete_many", ([(namespace, key)],))
 
@@ -864,27 +880,45 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         for chunk in _chunks(unused):
             yield Call(self.items, "delete_many", (chunk,))
 
-    def _oldest_kept(self, thread_id: str, checkpoint_ns: str, keep: int) -> Steps[str | None]:
-        """The id of the `keep`-th newest checkpoint of a thread's namespace (None if it has fewer)."""
+    def _retention_floor(self, thread_id: str, checkpoint_ns: str, keep: int) -> Steps[str | None]:
+        """The id of the oldest checkpoint `keep` leaves in a thread's namespace (its `keep`-th newest): older ones
+        are to be dropped. None if there are fewer, or if that checkpoint's state is rebuilt from older ones: in a
+        thread using a `DeltaChannel`, a checkpoint whose metadata counts updates since a snapshot reads the writes
+        of its ancestors back to one, so retention waits for a kept checkpoint snapshotting every such channel
+        (its metadata without the counters) rather than cut that chain (logged once per thread)."""
         namespace = self._ns(_CHECKPOINTS, thread_id, _label(checkpoint_ns))
         found = yield Call(self.items, "list", (namespace,), {"order": "desc", "offset": keep - 1, "limit": 1})
-        return found[0].key if found else None
+        if not found:
+            return None
+        metadata = self._load(found[0].value.get("metadata"))
+        if isinstance(metadata, Mapping) and _DELTA_MARKS & metadata.keys():
+            if self._delta_threads.get(thread_id) is None:
+                self._delta_threads.put(thread_id, True)
+                logger.warning(
+                    "keep_last: thread %r uses a DeltaChannel; its checkpoints are kept back to a snapshot of it",
+                    thread_id,
+                )
+            return None
+        key: str = found[0].key
+        return key
 
     def _retain(self, thread_id: str, checkpoint_ns: str, keep: int) -> Steps[None]:
-        """Keep the newest `keep` checkpoints of a thread's namespace: drop the older ones, then the writes of any
-        older checkpoint. LangGraph stores writes asynchronously, so a write for a dropped checkpoint may land after
-        it was dropped; such a write is deleted here, or by `_put_writes` when it lands after this pass. In the
-        root namespace, the subgraph calls started from a dropped checkpoint go too (`_drop_calls`)."""
+        """Keep the newest `keep` checkpoints of a thread's namespace (see `_retention_floor`): drop the older
+        ones, then the writes of any older checkpoint. LangGraph stores writes asynchronously, so a write for a
+        dropped checkpoint may land after it was dropped; such a write is deleted here, or by `_put_writes` when it
+        lands after this pass. In the root namespace, the subgraph calls started from a dropped checkpoint go too
+        (`_drop_calls`)."""
+        oldest = yield from self._retention_floor(thread_id, checkpoint_ns, keep)
+        if oldest is None:
+            return
         label = _label(checkpoint_ns)
         namespace = self._ns(_CHECKPOINTS, thread_id, label)
-        dropped = yield Call(self.items, "list", (namespace,), {"order": "desc", "offset": keep})
+        dropped = yield Call(self.items, "list", (namespace,), {"order": "desc", "before": oldest})
         yield from self._drop_checkpoints(thread_id, checkpoint_ns, dropped)
-        oldest = yield from self._oldest_kept(thread_id, checkpoint_ns, keep)
-        if oldest is not None:
-            spaces = yield from self._namespaces_under(self._ns(_WRITES, thread_id, label))
-            yield from self._delete_under([space for space in spaces if space[-1] < oldest])
-            if not checkpoint_ns and dropped:
-                yield from self._drop_calls(thread_id, oldest)
+        spaces = yield from self._namespaces_under(self._ns(_WRITES, thread_id, label))
+        yield from self._delete_under([space for space in spaces if space[-1] < oldest])
+        if not checkpoint_ns and dropped:
+            yield from self._drop_calls(thread_id, oldest)
 
     def _drop_calls(self, thread_id: str, oldest: str) -> Steps[None]:
         """Delete the namespaces of the subgraph calls (a checkpoint namespace with a task id after ":", written
