@@ -35,7 +35,7 @@ from memwoven import (
     InvalidInputError,
     Message,
 )
-from memwoven.backends.sql import SQLChatMemory, SQLVectorMemory
+from memwoven.backends.sql import SQLChatMemory, SQLVectorMemory, _driver
 from memwoven.backends.sql._schema import SCHEMA_VERSION, Tables, key_of
 from memwoven.contracts import ChatMemory, VectorMemory
 from memwoven.history import encode_message
@@ -632,13 +632,28 @@ def _doc(doc_id: str, vector: list[float], **metadata: Any) -> dict[str, Any]:
     return {"id": doc_id, "content": f"text {doc_id}", "embedding": vector, "metadata": metadata}
 
 
-def test_vector_changes_reach_other_objects_incrementally(place: Place) -> None:
+def _statements_of(memory: SQLVectorMemory, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every statement `memory` sends from now on: through SQLAlchemy, and on the driver's cursor (the changes
+    query a read runs first, on SQLite)."""
+    statements: list[str] = []
+    sa.event.listen(memory.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    rows = _driver.rows
+
+    def recorded(connection: sa.Connection, text: str, parameters: Any, **options: Any) -> Any:
+        if connection.engine.pool is memory.engine.pool:
+            statements.append(text)
+        return rows(connection, text, parameters, **options)
+
+    monkeypatch.setattr(_driver, "rows", recorded)
+    return statements
+
+
+def test_vector_changes_reach_other_objects_incrementally(place: Place, monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = place.vector(collection="docs"), place.vector(collection="docs")
     a.store([_doc("x", [1.0, 0.0]), _doc("y", [0.0, 1.0])])
     assert b.count() == 2
     assert b.dimension == 2
-    statements: list[str] = []
-    sa.event.listen(b.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+    statements = _statements_of(b, monkeypatch)
     a.store([_doc("x", [0.5, 0.5], v=2)])
     assert [d.metadata for d in b.get(["x"])] == [{"v": 2}]
     fetched = [s for s in statements if "embedding" in s]

@@ -34,8 +34,10 @@ from memwoven._vector_cache import (
     newest,
     writing,
 )
+from memwoven.backends.sql import _driver
 from memwoven.backends.sql._base import SQLBackend, SQLOptions
 from memwoven.backends.sql._bulk import write_documents
+from memwoven.backends.sql._driver import DriverSQL
 from memwoven.backends.sql._engine import Database, Work
 from memwoven.backends.sql._pgvector import (
     EmbeddingsTable,
@@ -84,6 +86,20 @@ class _Collection(NamedTuple):
     version: int
     generation: int
     dimension: int | None
+
+
+class _ChangeRow(NamedTuple):
+    """A row of the changes query (`SQLVectorMemory._changes`), as the driver returns it."""
+
+    name: str
+    version: int
+    generation: int
+    dimension: int | None
+    doc_id: str | None
+    content: str | None
+    metadata: str | None
+    embedding: bytes | None
+    deleted: int | None
 
 
 class _GenerationMoved(Exception):
@@ -169,6 +185,7 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
             .select_from(c.outerjoin(v, newer))
             .where(c.c.collection_key == self._key)
         )
+        self._changes_sql: tuple[DriverSQL | None] | None = None  # on SQLite, its text for the driver (`_changes`)
         self._lock = threading.Lock()  # guards the index and the state below; never held during I/O
         self._index: VectorIndex | CachedIndex = VectorIndex(dimension, self.metric)
         self._generation = -1  # (generation, version) of the stored collection the index reflects
@@ -391,7 +408,7 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
 
     def _read_steps(self, read: Callable[[VectorIndex | CachedIndex], T]) -> Steps[T]:
         """Bring the index up to date with the table, then `read` it."""
-        yield Work(self._refresh)
+        yield Work(self._refresh, single=True)
         with self._lock:
             return read(self._index)
 
@@ -479,7 +496,7 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
             # many changes over a mapped file: map a newer one (or write it), as a new process would
             stale = isinstance(index, CachedIndex) and index.wants_newer_file()
             # Before the first load, only the collection row: the load reads the rows page by page
-            rows = connection.execute(self._changes_query, {"seen": base[1] if base[1] >= 0 else _NEVER}).all()
+            rows = self._changes(connection, base[1] if base[1] >= 0 else _NEVER)
             if not rows:
                 raise CorruptMemoryError(f"collection {self.collection!r}: its row in {c.name} is missing")
             head = rows[0]
@@ -508,6 +525,20 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
                     self._index.upsert(changes.live)
                 self._generation, self._seen = stored.generation, stored.version
                 return
+
+    def _changes(self, connection: Connection, seen: int) -> Sequence[Any]:
+        """The rows of the changes query (`_refresh`): the collection row joined with the documents written after
+        version `seen`, by column name. On SQLite its text, compiled once, runs on the driver's cursor:
+        SQLAlchemy's execution (compiled cache lookup, context, result object) cost a small collection's search
+        about as much as its scan."""
+        if connection.dialect.name == "sqlite":
+            if self._changes_sql is None:
+                self._changes_sql = (DriverSQL.of(self._changes_query, connection.dialect),)
+            sql = self._changes_sql[0]
+            if sql is not None:
+                found = _driver.rows(connection, sql.text, sql.parameters({"seen": seen}))
+                return [_ChangeRow._make(row) for row in found]
+        return connection.execute(self._changes_query, {"seen": seen}).all()
 
     def _load(self, connection: Connection, stored: _Collection) -> VectorIndex | CachedIndex:
         """An index of every live row, as of `stored` or later: mapped from the cache directory's newest file (see
@@ -564,7 +595,7 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         if found is None:
             return None
         index = CachedIndex(found, self.metric)
-        rows = connection.execute(self._changes_query, {"seen": found.version}).all()
+        rows = self._changes(connection, found.version)
         changes = self._decode([row for row in rows if row.doc_id is not None], dimension)
         index.remove(changes.removed)
         index.upsert(changes.live)
