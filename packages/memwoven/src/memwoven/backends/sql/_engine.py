@@ -99,10 +99,11 @@ class Work(Generic[R]):
     write: bool = False
     ddl: bool = False
     single: bool = False
-    """A body running one statement, atomic on its own (a read; a write also harmless to apply twice, such as an
-    upsert needing no compare-and-set): on SQLite it runs without BEGIN, a write on PostgreSQL without BEGIN and
-    COMMIT (two of its three round trips) as reads there always do; a write runs again on a new connection if its
-    connection turns out closed."""
+    """A body running one statement, atomic on its own (a write also harmless to apply twice, such as an upsert
+    needing no compare-and-set), or a read whose statements need no snapshot in common (each consistent alone, as
+    every read is on PostgreSQL, in autocommit, and MariaDB, in READ COMMITTED): on SQLite it runs without BEGIN,
+    a write on PostgreSQL without BEGIN and COMMIT (two of its three round trips) as reads there always do; a write
+    runs again on a new connection if its connection turns out closed."""
 
     @property
     def mode(self) -> str:

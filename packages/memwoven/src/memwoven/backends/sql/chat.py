@@ -131,7 +131,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             rows = connection.execute(self._rows_query(key)).all()
             return self._decode(session_id, key, rows)
 
-        snapshot: Snapshot = yield Work(body)
+        snapshot: Snapshot = yield Work(body, single=True)  # statements each a snapshot (see body)
         if snapshot.version:
             self._cache.put(session_id, snapshot)
         return History(list(snapshot.messages), snapshot.version)
@@ -176,7 +176,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         added = coerce_messages(messages)
         key = key_of(session_id)
         if not added:
-            version: int = yield Work(lambda connection: self._stored_version(connection, key))
+            version: int = yield Work(lambda connection: self._stored_version(connection, key), single=True)
             return version
         carry_ids = bool(message_ids(added))  # refuses two messages with one id before anything is written
         bodies = [encode_message(m) for m in added]
@@ -218,7 +218,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             query = sa.select(sessions.c.session_id).where(sessions.c.message_count > 0, _alive(sessions))
             return sorted(connection.execute(query).scalars())
 
-        session_ids: list[str] = yield Work(body)
+        session_ids: list[str] = yield Work(body, single=True)
         return session_ids
 
     sessions, asessions = twins(_sessions)

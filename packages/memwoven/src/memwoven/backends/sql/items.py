@@ -436,7 +436,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                 found[address] = _item(row, wanted[address])
             return found
 
-        found: dict[str, Item] = yield Work(body, write=refresh)
+        found: dict[str, Item] = yield Work(body, write=refresh, single=not refresh)
         return [found.get(_address(encode_namespace(ns), key)) for ns, key in addresses]
 
     def _write(self, writes: Sequence[CheckedWrite]) -> Steps[builtins.list[int]]:
@@ -638,7 +638,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
             values = connection.execute(sa.select(items.c.value).where(*conditions), scope.params).scalars()
             return sum(1 for value in values if predicate(decode_value(value)))
 
-        counted: int = yield Work(lambda connection: self._filtered(connection, query, read))
+        counted: int = yield Work(lambda connection: self._filtered(connection, query, read), single=True)
         return counted
 
     def _stored_namespaces(self, prefix: Namespace) -> Steps[builtins.list[Namespace]]:
@@ -651,7 +651,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                 statement = statement.add_columns(sa.func.sha2(items.c.namespace, 256))
             return builtins.list(connection.execute(statement, scope.params).scalars())
 
-        stored: builtins.list[str] = yield Work(body)
+        stored: builtins.list[str] = yield Work(body, single=True)
         return [_stored_namespace(encoded) for encoded in stored]
 
     def _expire(self) -> Steps[int]:
