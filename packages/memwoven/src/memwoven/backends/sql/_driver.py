@@ -112,9 +112,10 @@ class DriverSQL(NamedTuple):
     def of(
         cls, statement: sa.ClauseElement, dialect: sa.Dialect, column_keys: Sequence[str] | None = None
     ) -> DriverSQL | None:
-        """`statement` compiled for `dialect` (an insert given values for `column_keys`), or None if its parameters
-        need more of SQLAlchemy (a list expanded, a value rendered into the text)."""
-        compiled = cast("SQLCompiler", statement.compile(dialect=dialect, column_keys=column_keys))
+        """`statement` compiled for `dialect` (an insert given values for `column_keys`), with positional parameters
+        (`_positional`), or None if its parameters need more of SQLAlchemy (a list expanded, a value rendered into
+        the text)."""
+        compiled = cast("SQLCompiler", statement.compile(dialect=_positional(dialect), column_keys=column_keys))
         names = compiled.positiontup
         binds = compiled.binds.values()
         if names is None or any(b.expanding or b.literal_execute for b in binds):

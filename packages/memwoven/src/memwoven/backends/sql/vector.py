@@ -528,15 +528,18 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
 
     def _changes(self, connection: Connection, seen: int) -> Sequence[Any]:
         """The rows of the changes query (`_refresh`): the collection row joined with the documents written after
-        version `seen`, by column name. On SQLite its text, compiled once, runs on the driver's cursor:
-        SQLAlchemy's execution (compiled cache lookup, context, result object) cost a small collection's search
-        about as much as its scan."""
-        if connection.dialect.name == "sqlite":
+        version `seen`, by column name. On SQLite and on PostgreSQL through psycopg (with binary results: the
+        embeddings' bytes as they are) its text, compiled once, runs on the driver's cursor: SQLAlchemy's execution
+        (compiled cache lookup, context, result object) cost a small collection's search about as much as its
+        scan."""
+        dialect = connection.dialect
+        binary = dialect.name == "postgresql" and dialect.driver == "psycopg"  # psycopg 3, sync or async
+        if dialect.name == "sqlite" or binary:
             if self._changes_sql is None:
-                self._changes_sql = (DriverSQL.of(self._changes_query, connection.dialect),)
+                self._changes_sql = (DriverSQL.of(self._changes_query, dialect),)
             sql = self._changes_sql[0]
             if sql is not None:
-                found = _driver.rows(connection, sql.text, sql.parameters({"seen": seen}))
+                found = _driver.rows(connection, sql.text, sql.parameters({"seen": seen}), binary=binary)
                 return [_ChangeRow._make(row) for row in found]
         return connection.execute(self._changes_query, {"seen": seen}).all()
 
