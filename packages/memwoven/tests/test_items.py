@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -21,6 +22,7 @@ from sql_support import SQLHooks, sql_place
 
 import memwoven._clock as _clock
 from memwoven import InMemoryItemMemory, Item, ItemMemory, ItemWrite, SQLItemMemory
+from memwoven.backends.sql import _driver
 from memwoven.backends.sql.items import decode_namespace, encode_namespace
 from memwoven.contracts import check_namespace, namespace_matches
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
@@ -187,6 +189,50 @@ def test_postgres_single_writes_reuse_the_kept_connection_and_survive_losing_it(
         memory.put_many([ItemWrite(("n",), "e", {"v": 5}, expected_version=0)])
         assert [(i.key, i.value["v"]) for i in memory.list(("n",))] == [("a", 4), ("b", 2), ("c", 2), ("e", 5)]
         assert pinned_pid() != pid
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_create_whose_reply_was_lost_reports_success_not_a_conflict(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A create (expected_version=0) is one statement, run again on a new connection if its connection fails:
+    when the first run had been applied and only its reply was lost, the second finds the rows stored. They are
+    this call's rows, so it reports their versions (it used to report a conflict); a rival's rows stay a
+    conflict, and nothing is ever written twice."""
+    with sql_place(kind, tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
+        memory.put(("n",), "warm", {"v": 0})
+        real_rows = _driver.rows
+        losses: list[bool] = []  # per connection lost: whether the insert had been applied
+
+        def lose_the_connection(applied: bool) -> Any:
+            def rows(connection: sa.Connection, text: str, parameters: Any, **options: Any) -> Any:
+                if not text.startswith("INSERT") or losses:
+                    return real_rows(connection, text, parameters, **options)
+                if applied:  # autocommit: applied once executed
+                    list(real_rows(connection, text, parameters, **options))
+                losses.append(applied)
+                connection.invalidate()
+                error = connection.dialect.loaded_dbapi.OperationalError("server closed the connection unexpectedly")
+                raise sa.exc.DBAPIError.instance(text, parameters, error, Exception, connection_invalidated=True)
+
+            return rows
+
+        monkeypatch.setattr(_driver, "rows", lose_the_connection(applied=True))
+        created = memory.put_many([ItemWrite(("n",), key, {"k": key}, expected_version=0) for key in ("a", "b")])
+        assert losses == [True]
+        stored = memory.get_many([(("n",), "a"), (("n",), "b")])
+        assert created == [item.version for item in stored if item is not None]
+        monkeypatch.setattr(_driver, "rows", real_rows)
+        rival = memory.put(("n",), "c", {"by": "rival"}, expected_version=0)
+        losses.clear()
+        monkeypatch.setattr(_driver, "rows", lose_the_connection(applied=False))
+        with pytest.raises(ConcurrentModificationError):  # run again, it finds "c" stored, but not by this call
+            memory.put(("n",), "c", {"by": "me"}, expected_version=0)
+        assert losses == [False]
+        kept = memory.get(("n",), "c")
+        assert kept is not None
+        assert (kept.version, kept.value) == (rival, {"by": "rival"})
+        assert [item.key for item in memory.list(("n",))] == ["a", "b", "c", "warm"]
 
 
 def test_the_async_twins_run_on_the_loop_and_are_named() -> None:

@@ -33,7 +33,9 @@ from memwoven import (
     CorruptMemoryError,
     DimensionMismatchError,
     InvalidInputError,
+    ItemWrite,
     Message,
+    SQLItemMemory,
 )
 from memwoven.backends.sql import SQLChatMemory, SQLVectorMemory, _driver
 from memwoven.backends.sql._schema import SCHEMA_VERSION, Tables, key_of
@@ -268,6 +270,23 @@ def test_the_same_object_works_again_when_the_server_returns(tmp_path: Path) -> 
         finally:
             memory.close()
             proxy.stop()
+
+
+def test_an_sqlite_engine_taking_named_parameters_serves_the_statements_compiled_once(tmp_path: Path) -> None:
+    """The hot paths compile their SQL once with positional parameters for the driver's cursor: an engine given
+    with ``paramstyle="named"`` gets sqlite3's "?" there (it was sent "%s", which sqlite3 refuses)."""
+    engine = sa.create_engine(f"sqlite:///{tmp_path}/named.db", paramstyle="named")
+    writer, reader = SQLVectorMemory(engine, collection="c"), SQLVectorMemory(engine, collection="c")
+    items = SQLItemMemory(engine)
+    try:
+        writer.store([_doc("x", [1.0, 0.0]), _doc("y", [0.0, 1.0])])
+        assert [hit.document.id for hit in reader.search([0.0, 1.0], top_k=1)] == ["y"]
+        items.put_many([ItemWrite(("n",), key, {"k": key}, expected_version=0) for key in ("a", "b")])
+        assert [item.key for item in items.list(("n",), filter={"k": "b"})] == ["b"]
+    finally:
+        for memory in (writer, reader, items):
+            memory.close()
+        engine.dispose()
 
 
 def test_given_engines_are_used_and_left_open(tmp_path: Path) -> None:

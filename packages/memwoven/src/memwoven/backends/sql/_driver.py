@@ -93,9 +93,12 @@ async def _binary_rows(driver: Any, text: str, parameters: Any) -> list[Any]:
 
 
 def _positional(dialect: sa.Dialect) -> sa.Dialect:
-    """`dialect`, or for a driver taking named parameters (psycopg's "pyformat") the same dialect taking them
-    positionally ("%s"), which the driver accepts too: a statement's VALUES group can then be repeated."""
-    return dialect if dialect.positional else type(dialect)(paramstyle="format")  # type: ignore[call-arg]
+    """`dialect`, or for a driver taking named parameters (psycopg's "pyformat", an SQLite engine made "named")
+    the same dialect taking them positionally ("%s"; SQLite "?"), which the driver accepts too: a statement's
+    VALUES group can then be repeated."""
+    if dialect.positional:
+        return dialect
+    return type(dialect)(paramstyle="qmark" if dialect.name == "sqlite" else "format")  # type: ignore[call-arg]
 
 
 class DriverSQL(NamedTuple):

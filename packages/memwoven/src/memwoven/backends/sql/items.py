@@ -450,8 +450,11 @@ class SQLItemMemory(SQLBackend, ItemMemory):
             and len(prepared) <= _IN_CHUNK
             and all(p.expected == 0 for p in prepared)
         ):
+            now = _clock.wall_ms()
+            rows = _in_lock_order(_row(p, next_version(0), now, now) for p in prepared)
+            runs: builtins.list[None] = []
             created: builtins.list[int] | None = yield Work(
-                lambda c: self._create_all(c, prepared), write=True, single=True
+                lambda c: self._create_all(c, prepared, rows, runs), write=True, single=True
             )
             if created is not None:
                 return created
@@ -491,14 +494,21 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                 versions[address] = int(version)
         return versions
 
-    def _create_all(self, connection: Connection, prepared: Sequence[_Prepared]) -> builtins.list[int] | None:
-        """SQLite and PostgreSQL: insert `prepared`, all expected new, in one statement without BEGIN and COMMIT
-        (on PostgreSQL one round trip where a transaction takes three); None, with nothing written, if any of them is
-        stored (the statement fails as a whole): then `_write` runs its transaction, which tells an expired item
-        (replaced) from a live one (refused). Run twice (a reply lost), the second finds them stored and refuses:
-        nothing is doubled."""
-        now = _clock.wall_ms()
-        rows = _in_lock_order(_row(p, next_version(0), now, now) for p in prepared)
+    def _create_all(
+        self,
+        connection: Connection,
+        prepared: Sequence[_Prepared],
+        rows: Sequence[dict[str, Any]],
+        runs: builtins.list[None],
+    ) -> builtins.list[int] | None:
+        """SQLite and PostgreSQL: insert `rows` (of `prepared`, all expected new) in one statement without BEGIN
+        and COMMIT (on PostgreSQL one round trip where a transaction takes three); None, with nothing written, if
+        any of them is stored (the statement fails as a whole): then `_write` runs its transaction, which tells an
+        expired item (replaced) from a live one (refused). Run again (`runs` counts the runs) after a failure that
+        may have come after the insert was applied (the reply lost with the connection), it finds the rows stored:
+        if they are these very rows (version, write time and value), the insert was this call's and it succeeded,
+        else the items were someone else's first. Nothing is doubled either way."""
+        runs.append(None)
         try:
             versions = {
                 str(address): int(version)
@@ -507,8 +517,21 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                 )
             }
         except sa.exc.IntegrityError:
-            return None
+            if len(runs) == 1 or not self._are_stored(connection, rows):
+                return None
+            logger.info("a create whose reply was lost had been applied: %d items", len(rows))
+            versions = {str(row["address"]): int(row["version"]) for row in rows}
         return [versions[p.address] for p in prepared]
+
+    def _are_stored(self, connection: Connection, rows: Sequence[dict[str, Any]]) -> bool:
+        """Whether each of `rows` (`_row`) is stored as it is (its version, write time and value)."""
+        stored = self._rows_at(connection, [str(row["address"]) for row in rows], lock=False)
+        return all(
+            (found := stored.get(str(row["address"]))) is not None
+            and (int(found.version), int(found.updated_ms), found.value)
+            == (row["version"], row["updated_ms"], row["value"])
+            for row in rows
+        )
 
     def _write_locked(self, connection: Connection, prepared: Sequence[_Prepared]) -> dict[str, int]:
         """Write `prepared` after locking their rows and checking every expected version (all or nothing)."""
