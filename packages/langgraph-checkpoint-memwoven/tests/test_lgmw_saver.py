@@ -375,22 +375,32 @@ class Logged(TypedDict):
 
 
 def test_keep_last_never_cuts_the_writes_a_delta_channel_is_rebuilt_from(items: ItemMemory) -> None:
-    """A DeltaChannel's value is rebuilt from its writes back to a snapshot: `keep_last` keeps a thread's
-    checkpoints back to the newest snapshot the kept ones need, so every kept checkpoint reads back whole (it used
-    to drop them, and the state read back short)."""
+    """A DeltaChannel's value is rebuilt from its writes back to a snapshot, a fork's through its ancestors however
+    old: `keep_last` prunes such a thread only when each kept checkpoint holds the value, so every checkpoint
+    kept reads back whole (it used to drop the older ones, and the state read back short)."""
     builder = StateGraph(Logged)
     builder.add_node("step", lambda state: {"log": [f"entry {len(state['log'])}"]})
     builder.add_edge(START, "step")
-    saver = MemwovenSaver(items, keep_last=2)
+    saver = MemwovenSaver(items, keep_last=1)
     graph = builder.compile(checkpointer=saver)
     config: Any = {"configurable": {"thread_id": "delta"}}
+    expected: list[str] = []
     for turn in range(11):
         graph.invoke({"log": []}, config)
-        expected = [f"entry {n}" for n in range(turn + 1)]
+        expected.append(f"entry {turn}")
         assert graph.get_state(config).values["log"] == expected
         history = [snapshot.values["log"] for snapshot in graph.get_state_history(config)]
-        assert history[:2] == [expected, expected[:-1]]  # the turn's step, then its input
+        assert history[0] == expected
+        assert all(log == expected[: len(log)] for log in history)  # each kept checkpoint whole
     assert len(history) < 2 * 11  # retention ran: not every checkpoint of the 11 turns is kept
+    graph.update_state(config, {"log": ["by hand"]})  # a fork: its value rebuilt from the writes before it
+    expected.append("by hand")
+    for _ in range(5):
+        assert graph.get_state(config).values["log"] == expected
+        graph.invoke({"log": []}, config)
+        expected.append(f"entry {len(expected)}")
+    assert graph.get_state(config).values["log"] == expected
+    assert all(s.values["log"] == expected[: len(s.values["log"])] for s in graph.get_state_history(config))
 
 
 def test_list_pages_by_key_so_checkpoints_written_meanwhile_shift_nothing(

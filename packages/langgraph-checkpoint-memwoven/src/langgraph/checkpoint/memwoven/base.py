@@ -209,8 +209,9 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
 
     - ``keep_last=N`` keeps only the newest N checkpoints of each thread and checkpoint namespace (applied on every
       `put`): older ones, their writes, the channel values only they used and the subgraph calls started from them
-      are deleted, so time travel reaches back N checkpoints. In a thread using a `DeltaChannel`, older
-      checkpoints are kept until the oldest of the N snapshots the channel (their writes rebuild its value).
+      are deleted, so time travel reaches back N checkpoints. A thread using a `DeltaChannel` is pruned only
+      when each of its N newest checkpoints holds every such channel's value (a snapshot): the others are rebuilt
+      from their ancestors' writes, so until then it keeps its checkpoints (logged once).
     - ``ttl={"default_ttl": minutes}`` (LangGraph's `ThreadTTLConfig`) expires a whole *thread* that many minutes
       after its last `put` (sliding on write; reads do not extend it). Checkpoint items carry no TTL of their own
       (an old channel value still used by the newest checkpoint must live as long as the thread): each thread has
@@ -282,6 +283,9 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         # a subgraph call's namespace -> the root checkpoint it started from (`_drop_calls`)
         self._call_roots: LRUCache[Namespace, str] = LRUCache(4096)
         self._delta_threads: LRUCache[str, bool] = LRUCache(4096)  # threads `keep_last` found using a DeltaChannel
+        # (namespace, checkpoint id) -> whether it is rebuilt from its ancestors (`_rebuilt_from_ancestors`)
+        self._delta_marks: LRUCache[tuple[Namespace, str], bool] = LRUCache(16_384)
+        self._floors: LRUCache[Namespace, tuple[str | None]] = LRUCache(4096)  # a namespace's last `keep_last` floor
         self._owns_items = owns_items
 
     @classmethod
@@ -630,6 +634,9 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             "values": inline,
         }
         writes.append(ItemWrite(self._ns(_CHECKPOINTS, thread_id, label), checkpoint["id"], entry))
+        if self.keep_last is not None:  # `_retention_floor` reads it back: known without decoding
+            marked = bool(_DELTA_MARKS & full_metadata.keys())
+            self._delta_marks.put((self._ns(_CHECKPOINTS, thread_id, label), checkpoint["id"]), marked)
         if self._ttl_ms is None:
             yield Call(self.items, "put_many", (writes,))
         else:
@@ -669,7 +676,8 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         except ConcurrentModificationError:  # put again: merged into the stored ones, compare-and-set
             written = yield from self._merge_writes(namespace, key, task, given)
         if written and self.keep_last is not None:  # landed after retention dropped its checkpoint: delete it too
-            oldest = yield from self._retention_floor(thread_id, checkpoint_ns, self.keep_last)
+            known = self._floors.get(self._ns(_CHECKPOINTS, thread_id, _label(checkpoint_ns)))
+            oldest = known[0] if known else (yield from self._retention_floor(thread_id, checkpoint_ns, self.keep_last))
             if oldest is not None and checkpoint_id < oldest:
                 yield Call(self.items, "delete_many", ([(namespace, key)],))
 
@@ -882,25 +890,36 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
 
     def _retention_floor(self, thread_id: str, checkpoint_ns: str, keep: int) -> Steps[str | None]:
         """The id of the oldest checkpoint `keep` leaves in a thread's namespace (its `keep`-th newest): older ones
-        are to be dropped. None if there are fewer, or if that checkpoint's state is rebuilt from older ones: in a
-        thread using a `DeltaChannel`, a checkpoint whose metadata counts updates since a snapshot reads the writes
-        of its ancestors back to one, so retention waits for a kept checkpoint snapshotting every such channel
-        (its metadata without the counters) rather than cut that chain (logged once per thread)."""
+        are to be dropped. None if there are fewer, or if one of the kept checkpoints is rebuilt from older ones: in
+        a thread using a `DeltaChannel`, a checkpoint whose metadata counts updates since a snapshot reads the
+        writes of its ancestors back to one (a fork's ancestors too, however old), so such a thread is pruned only
+        when each kept checkpoint holds every such channel's value (logged once per thread)."""
         namespace = self._ns(_CHECKPOINTS, thread_id, _label(checkpoint_ns))
-        found = yield Call(self.items, "list", (namespace,), {"order": "desc", "offset": keep - 1, "limit": 1})
-        if not found:
+        kept: builtins.list[Item] = yield Call(self.items, "list", (namespace,), {"order": "desc", "limit": keep})
+        if len(kept) < keep:
             return None
-        metadata = self._load(found[0].value.get("metadata"))
-        if isinstance(metadata, Mapping) and _DELTA_MARKS & metadata.keys():
+        if any(self._rebuilt_from_ancestors(namespace, item) for item in kept):
             if self._delta_threads.get(thread_id) is None:
                 self._delta_threads.put(thread_id, True)
                 logger.warning(
-                    "keep_last: thread %r uses a DeltaChannel; its checkpoints are kept back to a snapshot of it",
+                    "keep_last: thread %r uses a DeltaChannel; its checkpoints are kept while the newest %d "
+                    "need older ones",
                     thread_id,
+                    keep,
                 )
             return None
-        key: str = found[0].key
-        return key
+        oldest: str = kept[-1].key
+        return oldest
+
+    def _rebuilt_from_ancestors(self, namespace: Namespace, item: Item) -> bool:
+        """Whether a stored checkpoint's DeltaChannel values are rebuilt from its ancestors' writes (its metadata
+        counts updates since a snapshot); remembered per checkpoint, which never changes."""
+        found = self._delta_marks.get((namespace, item.key))
+        if found is None:
+            metadata = self._load(item.value.get("metadata"))
+            found = isinstance(metadata, Mapping) and bool(_DELTA_MARKS & metadata.keys())
+            self._delta_marks.put((namespace, item.key), found)
+        return found
 
     def _retain(self, thread_id: str, checkpoint_ns: str, keep: int) -> Steps[None]:
         """Keep the newest `keep` checkpoints of a thread's namespace (see `_retention_floor`): drop the older
@@ -908,11 +927,13 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         dropped checkpoint may land after it was dropped; such a write is deleted here, or by `_put_writes` when it
         lands after this pass. In the root namespace, the subgraph calls started from a dropped checkpoint go too
         (`_drop_calls`)."""
-        oldest = yield from self._retention_floor(thread_id, checkpoint_ns, keep)
-        if oldest is None:
-            return
         label = _label(checkpoint_ns)
         namespace = self._ns(_CHECKPOINTS, thread_id, label)
+        oldest = yield from self._retention_floor(thread_id, checkpoint_ns, keep)
+        if keep == self.keep_last:  # for the step's `put_writes`: an older floor only keeps more
+            self._floors.put(namespace, (oldest,))
+        if oldest is None:
+            return
         dropped = yield Call(self.items, "list", (namespace,), {"order": "desc", "before": oldest})
         yield from self._drop_checkpoints(thread_id, checkpoint_ns, dropped)
         spaces = yield from self._namespaces_under(self._ns(_WRITES, thread_id, label))
