@@ -62,7 +62,7 @@ from langgraph.checkpoint.memwoven.ttl import TTLSweeper, minutes_to_seconds
 from memwoven import Item, ItemMemory, ItemWrite, Message, open_item_memory
 from memwoven._cache import LRUCache
 from memwoven._steps import Call, Runner, Steps, twins
-from memwoven.contracts import MAX_ID_BYTES, WILDCARD
+from memwoven.contracts import MAX_ID_BYTES, WILDCARD, PlainItem
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 
 __all__ = ["MemwovenSaver", "ThreadDeletedError", "ThreadInfo", "ThreadTTLConfig", "messages_of"]
@@ -285,6 +285,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         self._delta_threads: LRUCache[str, bool] = LRUCache(4096)  # threads `keep_last` found using a DeltaChannel
         # (namespace, checkpoint id) -> whether it is rebuilt from its ancestors (`_rebuilt_from_ancestors`)
         self._delta_marks: LRUCache[tuple[Namespace, str], bool] = LRUCache(16_384)
+        self._used_blobs: LRUCache[tuple[Namespace, str], frozenset[str]] = LRUCache(16_384)  # `_blob_keys`
         self._floors: LRUCache[Namespace, tuple[str | None]] = LRUCache(4096)  # a namespace's last `keep_last` floor
         self._owns_items = owns_items
 
@@ -634,9 +635,11 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             "values": inline,
         }
         writes.append(ItemWrite(self._ns(_CHECKPOINTS, thread_id, label), checkpoint["id"], entry))
-        if self.keep_last is not None:  # `_retention_floor` reads it back: known without decoding
-            marked = bool(_DELTA_MARKS & full_metadata.keys())
-            self._delta_marks.put((self._ns(_CHECKPOINTS, thread_id, label), checkpoint["id"]), marked)
+        if self.keep_last is not None:  # retention reads it back: known without decoding
+            stored_at = (self._ns(_CHECKPOINTS, thread_id, label), checkpoint["id"])
+            self._delta_marks.put(stored_at, bool(_DELTA_MARKS & full_metadata.keys()))
+            versions = checkpoint["channel_versions"].items()
+            self._used_blobs.put(stored_at, frozenset(_blob_key(channel, version) for channel, version in versions))
         if self._ttl_ms is None:
             yield Call(self.items, "put_many", (writes,))
         else:
@@ -677,7 +680,10 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             written = yield from self._merge_writes(namespace, key, task, given)
         if written and self.keep_last is not None:  # landed after retention dropped its checkpoint: delete it too
             known = self._floors.get(self._ns(_CHECKPOINTS, thread_id, _label(checkpoint_ns)))
-            oldest = known[0] if known else (yield from self._retention_floor(thread_id, checkpoint_ns, self.keep_last))
+            if known is None:
+                floor = yield from self._retention_floor(thread_id, checkpoint_ns, self.keep_last)
+                known = (None if floor is None else floor[0],)
+            oldest = known[0]
             if oldest is not None and checkpoint_id < oldest:
                 yield Call(self.items, "delete_many", ([(namespace, key)],))
 
@@ -861,7 +867,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
 
     sweep_ttl, asweep_ttl = twins(_sweep_ttl)
 
-    def _drop_checkpoints(self, thread_id: str, checkpoint_ns: str, dropped: Sequence[Item]) -> Steps[None]:
+    def _drop_checkpoints(self, thread_id: str, checkpoint_ns: str, dropped: Sequence[Item | PlainItem]) -> Steps[None]:
         """Delete `dropped` (checkpoint items of one thread and namespace) with their writes, then the channel
         values no remaining checkpoint of that namespace uses."""
         if not dropped:
@@ -888,14 +894,19 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         for chunk in _chunks(unused):
             yield Call(self.items, "delete_many", (chunk,))
 
-    def _retention_floor(self, thread_id: str, checkpoint_ns: str, keep: int) -> Steps[str | None]:
-        """The id of the oldest checkpoint `keep` leaves in a thread's namespace (its `keep`-th newest): older ones
-        are to be dropped. None if there are fewer, or if one of the kept checkpoints is rebuilt from older ones: in
-        a thread using a `DeltaChannel`, a checkpoint whose metadata counts updates since a snapshot reads the
-        writes of its ancestors back to one (a fork's ancestors too, however old), so such a thread is pruned only
-        when each kept checkpoint holds every such channel's value (logged once per thread)."""
+    def _retention_floor(
+        self, thread_id: str, checkpoint_ns: str, keep: int
+    ) -> Steps[tuple[str, builtins.list[PlainItem]] | None]:
+        """The id of the oldest checkpoint `keep` leaves in a thread's namespace (its `keep`-th newest: older ones
+        are to be dropped) and the kept ones, newest first. None if there are fewer, or if one of the kept
+        checkpoints is rebuilt from older ones: in a thread using a `DeltaChannel`, a checkpoint whose metadata
+        counts updates since a snapshot reads the writes of its ancestors back to one (a fork's ancestors too,
+        however old), so such a thread is pruned only when each kept checkpoint holds every such channel's value
+        (logged once per thread)."""
         namespace = self._ns(_CHECKPOINTS, thread_id, _label(checkpoint_ns))
-        kept: builtins.list[Item] = yield Call(self.items, "list", (namespace,), {"order": "desc", "limit": keep})
+        kept: builtins.list[PlainItem] = yield Call(
+            self.items, "list_plain", (namespace,), {"order": "desc", "limit": keep}
+        )
         if len(kept) < keep:
             return None
         if any(self._rebuilt_from_ancestors(namespace, item) for item in kept):
@@ -908,10 +919,9 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
                     keep,
                 )
             return None
-        oldest: str = kept[-1].key
-        return oldest
+        return kept[-1].key, kept
 
-    def _rebuilt_from_ancestors(self, namespace: Namespace, item: Item) -> bool:
+    def _rebuilt_from_ancestors(self, namespace: Namespace, item: PlainItem) -> bool:
         """Whether a stored checkpoint's DeltaChannel values are rebuilt from its ancestors' writes (its metadata
         counts updates since a snapshot); remembered per checkpoint, which never changes."""
         found = self._delta_marks.get((namespace, item.key))
@@ -921,21 +931,43 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             self._delta_marks.put((namespace, item.key), found)
         return found
 
-    def _retain(self, thread_id: str, checkpoint_ns: str, keep: int) -> Steps[None]:
+    def _blob_keys(self, namespace: Namespace, item: PlainItem) -> frozenset[str]:
+        """The keys of the channel values a stored checkpoint uses; remembered per checkpoint."""
+        found = self._used_blobs.get((namespace, item.key))
+        if found is None:
+            versions = self._load(item.value.get("checkpoint")).get("channel_versions", {})
+            found = frozenset(_blob_key(channel, version) for channel, version in versions.items())
+            self._used_blobs.put((namespace, item.key), found)
+        return found
+
+    def _retain(self, thread_id: str, checkpoint_ns: str, keep: int, *, sweep: bool = False) -> Steps[None]:
         """Keep the newest `keep` checkpoints of a thread's namespace (see `_retention_floor`): drop the older
-        ones, then the writes of any older checkpoint. LangGraph stores writes asynchronously, so a write for a
-        dropped checkpoint may land after it was dropped; such a write is deleted here, or by `_put_writes` when it
-        lands after this pass. In the root namespace, the subgraph calls started from a dropped checkpoint go too
-        (`_drop_calls`)."""
+        ones, their writes and the channel values only they used (`sweep`: every value no checkpoint left uses,
+        as `prune` does; else only those of the dropped ones, without reading the others), then the writes of
+        any older checkpoint. LangGraph stores writes asynchronously, so a write for a dropped checkpoint may land
+        after it was dropped; such a write is deleted here, or by `_put_writes` when it lands after this pass. In
+        the root namespace, the subgraph calls started from a dropped checkpoint go too (`_drop_calls`)."""
         label = _label(checkpoint_ns)
         namespace = self._ns(_CHECKPOINTS, thread_id, label)
-        oldest = yield from self._retention_floor(thread_id, checkpoint_ns, keep)
+        floor = yield from self._retention_floor(thread_id, checkpoint_ns, keep)
         if keep == self.keep_last:  # for the step's `put_writes`: an older floor only keeps more
-            self._floors.put(namespace, (oldest,))
-        if oldest is None:
+            self._floors.put(namespace, (None if floor is None else floor[0],))
+        if floor is None:
             return
-        dropped = yield Call(self.items, "list", (namespace,), {"order": "desc", "before": oldest})
-        yield from self._drop_checkpoints(thread_id, checkpoint_ns, dropped)
+        oldest, kept = floor
+        dropped: builtins.list[PlainItem] = yield Call(
+            self.items, "list_plain", (namespace,), {"order": "desc", "before": oldest}
+        )
+        if sweep:
+            yield from self._drop_checkpoints(thread_id, checkpoint_ns, dropped)
+        elif dropped:
+            yield Call(self.items, "delete_many", ([(item.namespace, item.key) for item in dropped],))
+            yield from self._delete_under([self._ns(_WRITES, thread_id, label, item.key) for item in dropped])
+            used = set().union(*(self._blob_keys(namespace, item) for item in kept))
+            unused = set().union(*(self._blob_keys(namespace, item) for item in dropped)) - used
+            blobs = self._ns(_BLOBS, thread_id, label)
+            for chunk in _chunks(sorted(unused)):
+                yield Call(self.items, "delete_many", ([(blobs, key) for key in chunk],))
         spaces = yield from self._namespaces_under(self._ns(_WRITES, thread_id, label))
         yield from self._delete_under([space for space in spaces if space[-1] < oldest])
         if not checkpoint_ns and dropped:
@@ -989,7 +1021,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
                 continue
             spaces = yield from self._namespaces_under(self._ns(_CHECKPOINTS, thread_id))
             for namespace in sorted(spaces, key=lambda space: space[-1] != "="):  # the root first: it drops calls
-                yield from self._retain(thread_id, namespace[-1][1:], 1)
+                yield from self._retain(thread_id, namespace[-1][1:], 1, sweep=True)
 
     prune, aprune = twins(_prune)
 
