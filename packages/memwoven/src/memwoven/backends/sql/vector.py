@@ -185,7 +185,7 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
             .select_from(c.outerjoin(v, newer))
             .where(c.c.collection_key == self._key)
         )
-        self._changes_sql: tuple[DriverSQL | None] | None = None  # on SQLite, its text for the driver (`_changes`)
+        self._changes_sql: tuple[DriverSQL | None] | None = None  # its text for the driver, compiled once (`_changes`)
         self._lock = threading.Lock()  # guards the index and the state below; never held during I/O
         self._index: VectorIndex | CachedIndex = VectorIndex(dimension, self.metric)
         self._generation = -1  # (generation, version) of the stored collection the index reflects
