@@ -432,7 +432,8 @@ def test_list_pages_by_key_so_checkpoints_written_meanwhile_shift_nothing(
     assert len(list(saver.list({"configurable": {"thread_id": "t"}}))) == 9
     saver.copy_thread("t", "u")  # the same checkpoint ids in two threads: pages end inside a run of equal keys
     everywhere = [(t.config["configurable"]["thread_id"], t.checkpoint["id"]) for t in saver.list(None)]
-    assert sorted(everywhere) == sorted((thread, id_) for thread in "tu" for _, id_ in everywhere if _ == "t")
+    ids = [checkpoint_id for thread, checkpoint_id in everywhere if thread == "t"]
+    assert sorted(everywhere) == sorted((thread, checkpoint_id) for thread in "tu" for checkpoint_id in ids)
     assert len(everywhere) == 18
 
 

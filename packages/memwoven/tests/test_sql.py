@@ -653,7 +653,7 @@ def _doc(doc_id: str, vector: list[float], **metadata: Any) -> dict[str, Any]:
 
 def _statements_of(memory: SQLVectorMemory, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every statement `memory` sends from now on: through SQLAlchemy, and on the driver's cursor (the changes
-    query a read runs first, on SQLite)."""
+    query a read runs first, on SQLite and PostgreSQL)."""
     statements: list[str] = []
     sa.event.listen(memory.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
     rows = _driver.rows

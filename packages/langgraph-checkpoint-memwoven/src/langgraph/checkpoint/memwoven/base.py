@@ -867,15 +867,30 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
 
     sweep_ttl, asweep_ttl = twins(_sweep_ttl)
 
-    def _drop_checkpoints(self, thread_id: str, checkpoint_ns: str, dropped: Sequence[Item | PlainItem]) -> Steps[None]:
+    def _drop_checkpoints(
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        dropped: Sequence[Item | PlainItem],
+        kept: Sequence[PlainItem] | None = None,
+    ) -> Steps[None]:
         """Delete `dropped` (checkpoint items of one thread and namespace) with their writes, then the channel
-        values no remaining checkpoint of that namespace uses."""
+        values only they used: those no checkpoint in `kept` (the namespace's others) uses, without reading any
+        other value; or, without `kept`, every value of the namespace no remaining checkpoint uses."""
         if not dropped:
             return
         label = _label(checkpoint_ns)
         yield Call(self.items, "delete_many", ([(item.namespace, item.key) for item in dropped],))
         yield from self._delete_under([self._ns(_WRITES, thread_id, label, item.key) for item in dropped])
-        yield from self._collect_blobs(thread_id, checkpoint_ns)
+        if kept is None:
+            yield from self._collect_blobs(thread_id, checkpoint_ns)
+            return
+        namespace = self._ns(_CHECKPOINTS, thread_id, label)
+        used = set().union(*(self._blob_keys(namespace, item) for item in kept))
+        unused = set().union(*(self._blob_keys(namespace, item) for item in dropped)) - used
+        blobs = self._ns(_BLOBS, thread_id, label)
+        for chunk in _chunks(sorted(unused)):
+            yield Call(self.items, "delete_many", ([(blobs, key) for key in chunk],))
 
     def _collect_blobs(self, thread_id: str, checkpoint_ns: str) -> Steps[None]:
         """Delete the channel values of a thread's namespace that no checkpoint of it uses. The values are listed
@@ -931,7 +946,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             self._delta_marks.put((namespace, item.key), found)
         return found
 
-    def _blob_keys(self, namespace: Namespace, item: PlainItem) -> frozenset[str]:
+    def _blob_keys(self, namespace: Namespace, item: Item | PlainItem) -> frozenset[str]:
         """The keys of the channel values a stored checkpoint uses; remembered per checkpoint."""
         found = self._used_blobs.get((namespace, item.key))
         if found is None:
@@ -958,16 +973,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         dropped: builtins.list[PlainItem] = yield Call(
             self.items, "list_plain", (namespace,), {"order": "desc", "before": oldest}
         )
-        if sweep:
-            yield from self._drop_checkpoints(thread_id, checkpoint_ns, dropped)
-        elif dropped:
-            yield Call(self.items, "delete_many", ([(item.namespace, item.key) for item in dropped],))
-            yield from self._delete_under([self._ns(_WRITES, thread_id, label, item.key) for item in dropped])
-            used = set().union(*(self._blob_keys(namespace, item) for item in kept))
-            unused = set().union(*(self._blob_keys(namespace, item) for item in dropped)) - used
-            blobs = self._ns(_BLOBS, thread_id, label)
-            for chunk in _chunks(sorted(unused)):
-                yield Call(self.items, "delete_many", ([(blobs, key) for key in chunk],))
+        yield from self._drop_checkpoints(thread_id, checkpoint_ns, dropped, None if sweep else kept)
         spaces = yield from self._namespaces_under(self._ns(_WRITES, thread_id, label))
         yield from self._delete_under([space for space in spaces if space[-1] < oldest])
         if not checkpoint_ns and dropped:
