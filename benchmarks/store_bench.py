@@ -43,6 +43,8 @@ from memwoven import ItemWrite, SQLItemMemory
 PER_NAMESPACE = 100
 FILL_CHUNK = 10_000
 OURS = "MemwovenStore"
+INDEXED_FIELD = "topic"  # the field of the filtered search over every namespace
+INDEXED = f"MemwovenStore(indexed_fields=['{INDEXED_FIELD}'])"
 RAW_LIST = "ItemMemory.list"
 RAW_COUNT = "ItemMemory.count"
 SCAN = "the database's own scan"
@@ -65,6 +67,8 @@ class Place:
     """Run after filling: what the database would do on its own before long (PostgreSQL: ANALYZE)."""
     scan: Callable[[str, str], object]
     """The database's own scan: count the rows of LangGraph's table whose JSON value has field = text."""
+    indexed: Callable[[], contextlib.AbstractContextManager[MemwovenStore]] | None = None
+    """SQLite: opens a second memwoven store on the same table, with `INDEXED_FIELD` indexed (`indexed_fields`)."""
 
 
 @dataclass
@@ -77,9 +81,14 @@ class CaseResult:
     timings: dict[str, Timing]
 
     @property
+    def subject(self) -> str:
+        """The memwoven store the case's targets are on: the one with the field index where it was measured."""
+        return INDEXED if INDEXED in self.timings else OURS
+
+    @property
     def ratio(self) -> float:
         """memwoven's store time / LangGraph's store time (medians)."""
-        return self.timings[OURS].median / self.timings[self.peer_name].median
+        return self.timings[self.subject].median / self.timings[self.peer_name].median
 
 
 @dataclass
@@ -132,7 +141,8 @@ def _with_search_path(conninfo: str, schema: str) -> str:
 @contextlib.contextmanager
 def sqlite_place(directory: Path, name: str) -> Iterator[Place]:
     """Fresh SQLite files for both stores, in `directory`."""
-    items = SQLItemMemory(f"sqlite:///{directory / f'{name}-memwoven.db'}")
+    items_url = f"sqlite:///{directory / f'{name}-memwoven.db'}"
+    items = SQLItemMemory(items_url)
     ours = MemwovenStore(items)
     try:
         with SqliteStore.from_conn_string(str(directory / f"{name}-langgraph.db")) as peer:
@@ -143,7 +153,10 @@ def sqlite_place(directory: Path, name: str) -> Iterator[Place]:
                 sql = f"SELECT count(*) FROM store WHERE json_extract(value, '$.{field_name}') = ?"
                 return conn.execute(sql, (wanted,)).fetchall()
 
-            yield Place("SQLite", items, ours, peer, "SqliteStore", _nothing, scan)
+            def indexed() -> contextlib.AbstractContextManager[MemwovenStore]:
+                return MemwovenStore.from_url(items_url, indexed_fields=[INDEXED_FIELD])
+
+            yield Place("SQLite", items, ours, peer, "SqliteStore", _nothing, scan, indexed)
     finally:
         ours.close()
         items.close()
@@ -244,16 +257,24 @@ def search_cases(place: Place, count: int, runs: int) -> list[CaseResult]:
         (f"search without query, all namespaces ({count:,} items)", everything, None, count),
     ]
     results = []
-    for case, prefix, spec, matching in cases:
-        _check(place, prefix, spec, min(10, matching))
-        if place.items.count(_stored(place, prefix), filter=spec) != matching:
-            raise AssertionError(f"{place.database} count {prefix} {spec} is not {matching}")
-        calls = _calls(place, prefix, spec)
-        if spec is not None and prefix == everything:  # the floor: the database's own scan of every JSON value
-            ((field_name, wanted),) = spec.items()
-            calls[SCAN] = functools.partial(place.scan, field_name, wanted)
-        timings = measure_rounds(calls, runs=runs)
-        results.append(CaseResult(place.database, place.peer_name, case, timings))
+    with contextlib.ExitStack() as stack:
+        for case, prefix, spec, matching in cases:
+            _check(place, prefix, spec, min(10, matching))
+            if place.items.count(_stored(place, prefix), filter=spec) != matching:
+                raise AssertionError(f"{place.database} count {prefix} {spec} is not {matching}")
+            calls = _calls(place, prefix, spec)
+            if spec is not None and prefix == everything:  # the floor: the database's own scan of every JSON value
+                ((field_name, wanted),) = spec.items()
+                calls[SCAN] = functools.partial(place.scan, field_name, wanted)
+                if place.indexed is not None:  # the same search with the field indexed (made here, untimed)
+                    indexed = stack.enter_context(place.indexed())
+                    if [i.value for i in indexed.search(prefix, filter=spec, limit=10)] != [
+                        i.value for i in place.ours.search(prefix, filter=spec, limit=10)
+                    ]:
+                        raise AssertionError(f"{INDEXED} search {prefix} {spec} differs from {OURS}'s")
+                    calls[INDEXED] = functools.partial(indexed.search, prefix, filter=spec, limit=10)
+            timings = measure_rounds(calls, runs=runs)
+            results.append(CaseResult(place.database, place.peer_name, case, timings))
     return results
 
 
@@ -316,12 +337,13 @@ def _report(report: Report, results: StoreResults) -> None:
     for case in results.cases:
         name = f"LangGraph store {case.case} ({case.database})"
         for subject, timing in case.timings.items():
-            note = f"{case.ratio:.2f}x (memwoven / LangGraph)" if subject == OURS else ""
+            note = f"{case.ratio:.2f}x (memwoven / LangGraph)" if subject == case.subject else ""
             report.add(name, subject, timing, note)
     for case in results.cases:
         what = f"{case.database}, {case.case}"
-        report.target(f"{what}: {OURS} / {case.peer_name}", case.ratio, 1.0, False)
-        report.target(f"{what}: {OURS} ms", case.timings[OURS].median * 1e3, SEARCH_GOAL_SECONDS * 1e3, False)
+        report.target(f"{what}: {case.subject} / {case.peer_name}", case.ratio, 1.0, False)
+        milliseconds = case.timings[case.subject].median * 1e3
+        report.target(f"{what}: {case.subject} ms", milliseconds, SEARCH_GOAL_SECONDS * 1e3, False)
     name = f"SQLite put of {results.put_count:,} items in one batch"
     for subject, timing in results.puts.items():
         report.add(name, subject, timing, f"{results.put_count / timing.median:,.0f} items/s")
@@ -361,11 +383,21 @@ def markdown(results: StoreResults) -> str:
     ]
     for case in results.cases:
         t = case.timings
+        ours = _ms(t[OURS]) if case.subject == OURS else f"{_ms(t[case.subject])} (without the index {_ms(t[OURS])})"
         lines.append(
-            f"| {case.database} | {case.case} | {_ms(t[OURS])} | {case.peer_name} {_ms(t[case.peer_name])} | "
+            f"| {case.database} | {case.case} | {ours} | {case.peer_name} {_ms(t[case.peer_name])} | "
             f"{case.ratio:.2f}x | {_ms(t[RAW_LIST])} | {_ms(t[RAW_COUNT])} |"
         )
     lines += ["", *_floors(results)]
+    if any(case.subject == INDEXED for case in results.cases):
+        lines += [
+            "",
+            f"With an index (SQLite): {INDEXED}, a second store on the same table, its item memory made with "
+            f"`indexed_fields=['{INDEXED_FIELD}']` (an expression index of that field, added to the table on first "
+            "use), answers the filtered search over every namespace off that index; the ratio and the targets of "
+            "that case are its own. Without the index SQLite tests the JSON of every item under the prefix, "
+            "whose floor is the database's own scan above.",
+        ]
     lines += [
         "",
         f"Filling (batches of {FILL_CHUNK:,} puts, once): "
@@ -449,7 +481,13 @@ REASONS = [
     "stored copy's 0.51-0.60, PostgresStore 0.69-0.71; all namespaces 2.3-2.4 ms against 2.0). SQLite: 1.03x of "
     "SqliteStore in a run after writes went back to inserting a batch in namespace order (2.1-2.2x while they went "
     "in address order, which scattered a namespace's rows over the table): one json_extract per row; no store meets "
-    "the target without an index on the field, the floor lines show the database's own scan over 20 ms.",
+    "the target without an index on the field, the floor lines show the database's own scan over 20 ms. Since "
+    "2026-11-28 an SQLite item memory keeps an expression index of each field named in "
+    "`SQLItemMemory(indexed_fields=...)` (`MemwovenStore.from_url(..., indexed_fields=...)`), and a filtered listing "
+    "or count over every namespace or a prefix of 1,024 items or more tests those fields on that expression, which "
+    "SQLite reads off the index: the case is measured on such a store (a second one on the same table) and its "
+    "targets are its own; a probe at 100,000 items: 2.6 ms against SqliteStore's 44 ms and the unindexed store's "
+    "44 ms. What it costs writes is in the fill and put rows of the bench's own store, which has no field index.",
     "- LangGraph store, search without query over every namespace (100,000 items, limit 10; target 20 ms). "
     "PostgreSQL: was 1.9x (memwoven orders by key then namespace, and no index held that order: keys may be 64 KiB, "
     "over a B-tree entry, so PostgreSQL sorted every live row). Now an indexed key_head (the first 100 characters of "

@@ -19,9 +19,10 @@ EMBED = HashingEmbedFn(32)
 def test_sqlite_with_an_index_and_the_url_options(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/store.db?table_prefix=lg_"
     index = {"dims": EMBED.dimension, "embed": EMBED}
-    with MemwovenStore.from_url(url, index=index) as store:  # type: ignore[arg-type]
+    with MemwovenStore.from_url(url, index=index, indexed_fields=["kind"]) as store:  # type: ignore[arg-type]
         assert isinstance(store.items, SQLItemMemory)
         assert store.items.table_prefix == "lg_"
+        assert store.items.indexed_fields == ("kind",)  # the item memory's own option: not the vectors' too
         assert store.vectors is not None
         store.put(("users", "u1"), "tea", {"text": "Alice drinks green tea"})
         store.put(("users", "u1"), "bike", {"text": "Alice rides a red bicycle"})
@@ -31,9 +32,13 @@ def test_sqlite_with_an_index_and_the_url_options(tmp_path: Path) -> None:
         assert found.value == {"text": "Alice drinks green tea"}
         hits = again.search(("users",), query="green tea", limit=1)
         assert [hit.key for hit in hits] == ["tea"]
+        assert [item.key for item in again.search((), filter={"text": "Alice drinks green tea"})] == ["tea"]
     with sa.create_engine(f"sqlite:///{tmp_path}/store.db").connect() as connection:
         tables = sa.inspect(connection).get_table_names()
+        listed = connection.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'index'")
+        indexes = {name for (name,) in listed}
     assert "lg_items" in tables
+    assert any(name.startswith("lg_items_field_") for name in indexes)
     assert not any(table.startswith("memwoven_") for table in tables)
 
 

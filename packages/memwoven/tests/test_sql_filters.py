@@ -17,9 +17,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sql_support import KINDS, sql_place
 
-from memwoven import CorruptMemoryError, Item, SQLItemMemory
+from memwoven import CorruptMemoryError, InvalidInputError, Item, ItemWrite, SQLItemMemory
+from memwoven.backends.sql import _driver
 from memwoven.backends.sql._filters import prefilter
-from memwoven.backends.sql._schema import has_nul, value_jsonb
+from memwoven.backends.sql._schema import has_nul, key_of, value_jsonb
 from memwoven.filters import compile_filter
 
 FIELDS = ["a", "b", "a.b", "c d", 'q"uote', "n"]
@@ -254,3 +255,109 @@ def test_a_filter_never_passes_over_json5_where_sqlite_reads_it(tmp_path: Path, 
         _damage(memory, damage)
         _raises_on_every_filter(memory)
     engine.dispose()
+
+
+# indexed_fields (SQLite): tests written on each field's indexed expression ----------------------------------
+
+INDEXED = ["a", "b", "a.b", "c d", "n"]
+
+
+@pytest.fixture(scope="module", params=["sqlite3", "sqlean"])
+def indexed(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[SQLItemMemory, list[Item]]]:
+    """The items of `stored` in an SQLite table with indexed fields (Python's SQLite, and sqlean's, which reads
+    JSON5): listed over every namespace, the pre-selection's tests on those fields are written on their index."""
+    path = tmp_path_factory.mktemp("indexed") / "items.db"
+    engine = sa.create_engine(f"sqlite:///{path}", **({"module": sqlean} if request.param == "sqlean" else {}))
+    memory = SQLItemMemory(engine, indexed_fields=INDEXED)
+    try:
+        rng = random.Random(20261123)
+        memory.put_many([(("t",), f"k{i:03}", _value(rng)) for i in range(300)])
+        memory.put(("t-other",), "k000", {"a": 1, "a.b": "x"})
+        yield memory, memory.list(())
+    finally:
+        memory.close()
+        engine.dispose()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(spec=filters)
+def test_indexed_fields_keep_every_match(indexed: tuple[SQLItemMemory, list[Item]], spec: dict[str, Any]) -> None:
+    memory, everything = indexed
+    predicate = compile_filter(spec)
+    expected = [(item.namespace, item.key) for item in everything if predicate(item.value)]
+    assert [(item.namespace, item.key) for item in memory.list((), filter=spec)] == expected
+    assert memory.count((), filter=spec) == len(expected)
+    paged = memory.list((), filter=spec, limit=2, offset=1, order="desc")
+    assert [(item.namespace, item.key) for item in paged] == expected[::-1][1:3]
+
+
+def test_indexed_fields_are_checked_before_anything_connects(tmp_path: Path) -> None:
+    for bad in ["topic", ["$a"], ['q"uote'], [1], ["a/b"], None]:
+        with pytest.raises(InvalidInputError, match="indexed"):
+            SQLItemMemory(f"sqlite:///{tmp_path}/never.db", indexed_fields=bad)  # type: ignore[arg-type]
+    assert not (tmp_path / "never.db").exists()
+    memory = SQLItemMemory(f"sqlite:///{tmp_path}/items.db", indexed_fields=("x", "y.z", "x"))
+    assert memory.indexed_fields == ("x", "y.z")
+    assert "indexed_fields=('x', 'y.z')" in repr(memory)
+    memory.close()
+
+
+def test_a_wide_prefix_reads_an_indexed_field_off_its_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over every namespace or a prefix holding many items, a filter on an indexed field reads its index (the
+    plan SQLite gives the statements the listing and the count ran says so); a narrow prefix keeps to the
+    namespace index. An existing table gets its indexes on first use."""
+    url = f"sqlite:///{tmp_path}/items.db"
+    writes = [
+        ItemWrite(("users", f"u{i // 100:02d}"), f"m{i % 100:03d}", {"topic": f"t{i % 50}", "user": {"tier": i % 3}})
+        for i in range(1_200)
+    ]
+    in_order = sorted(writes, key=lambda write: (write.key, write.namespace))
+    with SQLItemMemory(url) as memory:
+        memory.put_many(writes)
+    statements: list[tuple[str, Any]] = []  # what ran on the driver's cursor, and through SQLAlchemy
+    driver_rows = _driver.rows
+
+    def recorded(connection: Any, text: str, parameters: Any, **options: Any) -> Any:
+        statements.append((text, parameters))
+        return driver_rows(connection, text, parameters, **options)
+
+    monkeypatch.setattr(_driver, "rows", recorded)
+    with SQLItemMemory(url, indexed_fields=["topic", "user.tier"]) as memory:
+        sa.event.listen(memory.engine, "before_cursor_execute", lambda *args: statements.append(args[2:4]))
+        cases: list[tuple[tuple[str, ...], dict[str, Any], str]] = [
+            # (keys m049, m099, ...: past the first rows in key order, among which a wide prefix's page is first
+            # looked for)
+            ((), {"topic": "t49"}, "topic"),
+            (("users",), {"topic": {"$in": ["t48", "t49"]}}, "topic"),
+            (("users",), {"user.tier": 2, "topic": {"$gte": "t48", "$lt": "t5"}}, "either"),
+            (("users", "u03"), {"topic": "t49"}, "namespace"),
+        ]
+        for prefix, spec, index in cases:
+            predicate = compile_filter(spec)
+            expected = [
+                (write.namespace, write.key)
+                for write in in_order
+                if write.namespace[: len(prefix)] == prefix and predicate(write.value)
+            ]
+            statements.clear()
+            assert [(item.namespace, item.key) for item in memory.list(prefix, filter=spec, limit=7)] == expected[:7]
+            assert memory.count(prefix, filter=spec) == len(expected)
+            ranges = [  # the listing and the count (not the walk of the first rows in key order)
+                (text, parameters)
+                for text, parameters in statements
+                if text.startswith("SELECT") and "json_" in text and "rowid IN" not in text
+            ]
+            assert len(ranges) == 2, statements
+            with contextlib.closing(sqlean.connect(f"{tmp_path}/items.db")) as connection:
+                for text, parameters in ranges:
+                    rows = connection.execute(f"EXPLAIN QUERY PLAN {text}", parameters)
+                    plan = " ".join(row[-1] for row in rows)
+                    if index == "namespace":
+                        assert "items_by_namespace" in plan, plan
+                        assert "items_field_" not in plan, plan
+                    elif index == "topic":
+                        assert f"items_field_{key_of('topic')[:16]}" in plan, plan
+                    else:
+                        assert "items_field_" in plan, plan

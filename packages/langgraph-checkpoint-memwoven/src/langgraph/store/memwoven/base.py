@@ -285,12 +285,14 @@ class MemwovenStore(TTLSweeper, BaseStore, Runner):
         ``postgresql://...``, ``mysql://...``, and every other scheme with an item memory).
 
         With `index`, the vectors live at the same URL in `collection` (`open_vector_memory`). `options` go to both
-        backends (e.g. `table_prefix=`, `schema=`; or in the URL's query string). The store owns the memories:
+        backends (e.g. `table_prefix=`, `schema=`; or in the URL's query string), but for the item memory's own
+        (`indexed_fields=`: on SQLite, the filter fields to keep an index of). The store owns the memories:
         `close()` (or leaving ``with``) closes them.
         """
         if not isinstance(url, str):
             raise InvalidInputError(f"a store URL must be a string, got {type(url).__name__}")
-        items = open_item_memory(url, **options)
+        items_only = {name: options.pop(name) for name in ("indexed_fields",) if name in options}
+        items = open_item_memory(url, **options, **items_only)
         vectors = None
         try:
             if index is not None:

@@ -56,7 +56,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-__all__ = ["prefilter"]
+from memwoven.errors import InvalidInputError
+
+__all__ = ["check_indexed_fields", "field_expression", "prefilter"]
 
 _SIMPLE_NAME = re.compile(r"[A-Za-z0-9_\-. ]+")
 _EXACT_FLOAT_INT = 2**53
@@ -64,6 +66,37 @@ _COMPARISONS = {"$gt": "__ge__", "$gte": "__ge__", "$lt": "__le__", "$lte": "__l
 
 _FLOAT_MAX = sa.literal(Decimal(sys.float_info.max), sa.Numeric)
 Condition = sa.ColumnElement[bool]
+
+
+def check_indexed_fields(fields: object) -> tuple[str, ...]:
+    """Validate `SQLItemMemory(indexed_fields=...)`: filter field names (dotted for nested ones) made of letters,
+    digits, ``_``, ``-``, ``.`` and spaces, which SQLite's JSON paths take as they are; duplicates dropped."""
+    if isinstance(fields, str) or not isinstance(fields, (list, tuple, set, frozenset)):
+        raise InvalidInputError(f"indexed_fields must be a list of field names, got {type(fields).__name__}")
+    checked: dict[str, None] = {}
+    for field in fields:
+        if not isinstance(field, str) or not _SIMPLE_NAME.fullmatch(field) or field.startswith("$"):
+            raise InvalidInputError(
+                f"an indexed field must be a filter field name of letters, digits, '_', '-', '.' and spaces, "
+                f"got {field!r}"
+            )
+        checked[field] = None
+    return tuple(checked)
+
+
+def field_expression(field: str, value: str = "value") -> str:
+    """SQLite: the SQL of the value the filter field `field` tests in the JSON text column `value`, resolved as
+    `memwoven.filters` resolves it (a dotted field: the literal key where the object has it, else the nested path).
+
+    The expression an index of `SQLItemMemory(indexed_fields=...)` holds; the pre-selection tests this very text,
+    since SQLite uses an expression index only for the same expression."""
+    literal = _text_path([field])
+    extracted = f"json_extract({value}, '{literal}')"
+    if "." not in field:
+        return extracted
+    nested = _text_path(field.split("."))
+    present = f"json_type({value}, '{literal}') IS NOT NULL"
+    return f"CASE WHEN {present} THEN {extracted} ELSE json_extract({value}, '{nested}') END"
 
 
 def prefilter(
@@ -74,6 +107,7 @@ def prefilter(
     has_nul: sa.ColumnElement[bool] | None = None,
     *,
     json5: bool = False,
+    indexed: Sequence[str] = (),
 ) -> Condition | None:
     """A condition on the stored JSON kept by every value matching the (validated) filter `spec`, or None when
     nothing of it translates on `dialect` ("sqlite", "postgresql", "mysql" or "mariadb").
@@ -81,6 +115,8 @@ def prefilter(
     `value` is the JSON text; on PostgreSQL `binary` and `has_nul` are required: the value as ``jsonb``, NULL
     exactly where the text holds an escaped NUL, and the test of that (`memwoven.backends.sql._schema.value_jsonb`,
     `memwoven.backends.sql._schema.has_nul`). `json5`: SQLite 3.42 or later, whose JSON functions read JSON5 too.
+    `indexed` (SQLite): fields whose `field_expression` the table has an index of; their tests are written on
+    that expression, so that SQLite can read the matching rows off the index.
     """
     if dialect == "postgresql":
         if binary is None or has_nul is None:
@@ -97,7 +133,7 @@ def prefilter(
         selected = sa.or_(condition, has_nul)
         required = translator.required_text(spec, sa.cast(value, sa.Text))
         return selected if required is None else sa.and_(required, selected)
-    translator = _Translator(value, dialect)
+    translator = _Translator(value, dialect, indexed if dialect == "sqlite" else ())
     condition = translator.filter(spec)
     if condition is None or (translator.dialect == "sqlite" and not json5):
         return condition
@@ -105,7 +141,11 @@ def prefilter(
         # SQLite 3.42+ reads JSON5 (unquoted keys, single quotes, trailing commas) without an error: damaged text
         # that happens to be JSON5 is selected by the strict `json_valid` (tested only where the condition is not
         # true, and since 3.45 on the value the condition already parsed: ~7% of a scan of 100,000 values).
-        return sa.case((condition, sa.true()), (sa.func.json_valid(value) == 1, sa.false()), else_=sa.true())
+        # Tests on indexed fields stay outside the CASE, where SQLite can use their index: like any index, it then
+        # passes over the rows it does not select.
+        lenient = sa.case((condition, sa.true()), (sa.func.json_valid(value) == 1, sa.false()), else_=sa.true())
+        on_index = translator.indexed_part(spec)
+        return lenient if on_index is None else sa.and_(on_index, lenient)
     # MariaDB/MySQL's JSON functions read damaged text as NULL: select it, so that reading it raises
     # CorruptMemoryError. (SQLite's raise on it, and the caller then reads without the pre-selection;
     # PostgreSQL's json column holds valid JSON only.)
@@ -113,9 +153,20 @@ def prefilter(
 
 
 class _Translator:
-    def __init__(self, value: sa.ColumnElement[Any], dialect: str) -> None:
+    def __init__(self, value: sa.ColumnElement[Any], dialect: str, indexed: Sequence[str] = ()) -> None:
         self.value = value  # PostgreSQL: the value as jsonb; elsewhere the JSON text
         self.dialect = "mysql" if dialect == "mariadb" else dialect
+        self.indexed = frozenset(indexed)  # SQLite: fields tested on their indexed `field_expression`
+
+    def indexed_part(self, spec: Mapping[str, Any]) -> Condition | None:
+        """The tests of `filter(spec)` on indexed fields that every match passes (those not under ``$or``)."""
+        parts = []
+        for key, condition in spec.items():
+            if key == "$and":
+                parts.append(_all([self.indexed_part(clause) for clause in condition]))
+            elif key in self.indexed:
+                parts.append(self.on_index(key, condition))
+        return _all(parts)
 
     def filter(self, spec: Mapping[str, Any]) -> Condition | None:
         parts = []
@@ -147,15 +198,42 @@ class _Translator:
         return _all(parts)
 
     def field(self, name: str, condition: Any) -> Condition | None:
-        if isinstance(condition, Mapping) and condition and all(key.startswith("$") for key in condition):
-            tests = list(condition.items())
-        else:
-            tests = [("$eq", condition)]
+        if name in self.indexed:
+            on_index = self.on_index(name, condition)
+            if on_index is not None:
+                return on_index
+        tests = _tests(condition)
         paths = [[name]] + ([name.split(".")] if "." in name else [])
         alternatives = [_all([self.test(path, op, operand) for op, operand in tests]) for path in paths]
         if any(alternative is None for alternative in alternatives):
             return None
         return alternatives[0] if len(alternatives) == 1 else sa.or_(*alternatives)  # type: ignore[arg-type]
+
+    def on_index(self, name: str, condition: Any) -> Condition | None:
+        """SQLite: the tests of the field `name` on its indexed `field_expression`, or None if one of them cannot be
+        (``$exists`` and the tests that translate to nothing)."""
+        expression: sa.ColumnElement[Any] = sa.literal_column(field_expression(name))
+        parts = [self.indexed_test(expression, op, operand) for op, operand in _tests(condition)]
+        return None if any(part is None for part in parts) else _all(parts)
+
+    def indexed_test(self, expression: sa.ColumnElement[Any], op: str, operand: Any) -> Condition | None:
+        if _holds_nul(operand):
+            return None
+        if op == "$in":
+            options = [self.indexed_test(expression, "$eq", option) for option in operand]
+            return None if not options or any(o is None for o in options) else sa.or_(*options)  # type: ignore[arg-type]
+        if op == "$eq" and isinstance(operand, bool):
+            return expression == int(operand)  # json_extract's true is 1 (a number 1 too: wider is allowed)
+        if op == "$eq" and isinstance(operand, str):
+            return expression == operand
+        method, also = (_COMPARISONS.get(op), None) if op != "$eq" else ("__ge__", "__le__")
+        if method is None or isinstance(operand, bool) or not isinstance(operand, (int, float, str)):
+            return None
+        if not isinstance(operand, str) and not _exact_number(operand):
+            return None
+        # SQLite orders numbers below text: a bound of either type keeps every match (and maybe values of the other)
+        condition: Condition = getattr(expression, method)(operand)
+        return condition if also is None else sa.and_(condition, getattr(expression, also)(operand))
 
     def test(self, path: Sequence[str], op: str, operand: Any) -> Condition | None:
         if self.dialect != "postgresql" and not all(_SIMPLE_NAME.fullmatch(name) for name in path):
@@ -246,6 +324,13 @@ class _Translator:
         else:
             as_number = sa.cast(sa.func.json_extract(self.value, _text_path(path)), sa.Double)
         return sa.case((kind.in_(names), as_number), else_=None)
+
+
+def _tests(condition: Any) -> list[tuple[str, Any]]:
+    """A field's condition as (operator, operand) pairs: a plain value is ``$eq``."""
+    if isinstance(condition, Mapping) and condition and all(key.startswith("$") for key in condition):
+        return list(condition.items())
+    return [("$eq", condition)]
 
 
 def _all(parts: list[Condition | None]) -> Condition | None:

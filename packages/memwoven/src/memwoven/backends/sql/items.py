@@ -62,10 +62,10 @@ import functools
 import logging
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import URL, Connection, Engine
 
 import memwoven._clock as _clock
 from memwoven._cache import LRUCache
@@ -83,7 +83,7 @@ from memwoven.backends.sql import _driver
 from memwoven.backends.sql._base import SQLBackend
 from memwoven.backends.sql._driver import DriverSQL, MultiRow
 from memwoven.backends.sql._engine import Work
-from memwoven.backends.sql._filters import prefilter
+from memwoven.backends.sql._filters import check_indexed_fields, field_expression, prefilter
 from memwoven.backends.sql._schema import HEAD_CHARS, dialect_insert, has_nul, key_of, upsert, value_jsonb
 from memwoven.contracts import (
     CheckedWrite,
@@ -111,6 +111,9 @@ _WALK_ROWS = 64  # SQLite: rows read in key order for a wide prefix, plus `_WALK
 _WALK_PER_ITEM = 8
 _RECOUNT = 64  # SQLite: listings of a prefix that reuse its counted width before it is counted again
 _COLUMNS = ("namespace", "item_key", "value", "version", "created_ms", "updated_ms", "expires_at_ms", "ttl")
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 _T = TypeVar("_T")
 _Listed = TypeVar("_Listed", Item, PlainItem)
@@ -230,7 +233,7 @@ class _Scope(NamedTuple):
 class _Preselection(NamedTuple):
     """A filter's SQL pre-selection (`_filters.prefilter`) and what it is remembered by (None: not remembered)."""
 
-    key: tuple[str, str] | None
+    key: tuple[str, str, bool] | None  # (dialect, the filter's text, on the indexed fields' expressions)
     condition: sa.ColumnElement[bool]
 
 
@@ -277,7 +280,7 @@ class _Statements:
         self._listings: dict[tuple[Any, ...], sa.Select[Any]] = {}
         self._driver_sql: LRUCache[int, tuple[sa.Select[Any], DriverSQL | None]] = LRUCache(4 * _REMEMBERED_FILTERS)
         self._selecting: LRUCache[tuple[Any, ...], sa.Select[Any]] = LRUCache(_REMEMBERED_FILTERS)
-        self.preselections: LRUCache[tuple[str, str], tuple[_Preselection | None]] = LRUCache(_REMEMBERED_FILTERS)
+        self.preselections: LRUCache[tuple[str, str, bool], tuple[_Preselection | None]] = LRUCache(_REMEMBERED_FILTERS)
         self._writes: dict[str, _Writes] = {}
         self._multi_row: dict[int, tuple[sa.Insert, MultiRow | None]] = {}  # the statements of `_writes`
 
@@ -394,9 +397,41 @@ class SQLItemMemory(SQLBackend, ItemMemory):
     Constructed with the SQL backends' options (`SQLBackend`: a URL or engines, `table_prefix`, `schema`, the pool);
     the table is created on first use. The async API works from any event loop; close with `aclose()` from a loop
     still running, else `close()`.
+
+    `indexed_fields` (SQLite): filter fields (``"topic"``, ``"user.tier"`` for a nested one) to keep an index of, so
+    that a filtered `list` or `count` over a prefix holding many items reads the items whose field matches
+    (equality, ``$in``, comparisons) instead of testing every item's JSON: over 100,000 items, milliseconds
+    instead of tens. Each index costs every write of an item some time. Created with the table, or added to an
+    existing one on first use (which then takes the time to index its items); removing a field from the list
+    leaves its index in place. PostgreSQL needs none (its GIN index of the values already answers equality with a
+    string or a boolean on every field), and MariaDB/MySQL get none (not implemented: their filters test every
+    item under the prefix).
     """
 
     _table_names = ("items",)
+
+    def __init__(
+        self,
+        url_or_engine: str | URL | Engine | AsyncEngine,
+        *,
+        indexed_fields: Sequence[str] = (),
+        table_prefix: str = "memwoven_",
+        schema: str | None = None,
+        pool_size: int = 5,
+        pool_timeout: float = 30.0,
+        async_engine: AsyncEngine | None = None,
+    ) -> None:
+        # The options spelled out (not **SQLOptions): `open_item_memory` refuses unknown ones by this signature.
+        self.indexed_fields = check_indexed_fields(indexed_fields)
+        """The filter fields SQLite keeps an index of (`indexed_fields`)."""
+        super().__init__(
+            url_or_engine,
+            table_prefix=table_prefix,
+            schema=schema,
+            pool_size=pool_size,
+            pool_timeout=pool_timeout,
+            async_engine=async_engine,
+        )
 
     @property
     def _items(self) -> sa.Table:
@@ -407,10 +442,25 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         return _Statements(self._items)
 
     def __repr__(self) -> str:
-        return f"SQLItemMemory({self._options_repr()})"
+        indexed = f", indexed_fields={self.indexed_fields!r}" if self.indexed_fields else ""
+        return f"SQLItemMemory({self._options_repr()}{indexed})"
 
     def _setup_steps(self) -> Steps[None]:
         yield self._create_tables()
+        if self.indexed_fields:
+            yield Work(self._create_field_indexes, write=True, ddl=True)
+
+    def _create_field_indexes(self, connection: Connection) -> None:
+        """SQLite: an index of each indexed field's `field_expression`, unless there is one (named by its digest)."""
+        if connection.dialect.name != "sqlite":
+            return
+        preparer = connection.dialect.identifier_preparer
+        for field in self.indexed_fields:
+            name = preparer.quote(f"{self.table_prefix}items_field_{key_of(field)[:16]}")
+            if self.schema is not None:  # SQLite: the index names the attached database, its table does not
+                name = f"{preparer.quote_schema(self.schema)}.{name}"
+            table = preparer.quote(self._items.name)
+            connection.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {name} ON {table} ({field_expression(field)})")
 
     # The hooks of `ItemMemory` -------------------------------------------------------------------------------
 
@@ -582,6 +632,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                 walked = self._walked(connection, scope, query, selected, convert)
                 if walked is not None:
                     return walked
+                selected = self._on_indexes(connection, scope, query, selected)
             exact = connection.dialect.name not in _MYSQL
             paged = query.predicate is None and exact and query.limit is not None  # no filter: the page is SQL's
             statement = self._statements.listing(scope, query, selected, paged=paged)
@@ -654,6 +705,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         predicate = query.predicate
 
         def read(connection: Connection, scope: _Scope, selected: _Preselection | None) -> int:
+            selected = self._on_indexes(connection, scope, query, selected)
             conditions = scope.conditions if selected is None else (*scope.conditions, selected.condition)
             if predicate is None:
                 statement = sa.select(sa.func.count()).select_from(items).where(*conditions)
@@ -710,12 +762,27 @@ class SQLItemMemory(SQLBackend, ItemMemory):
             logger.warning("a stored item's value is not JSON: reading %s without the filter's pre-selection", self)
             return read(connection, scope, None)
 
-    def _preselection(self, spec: Mapping[str, Any], dialect: str) -> _Preselection | None:
+    def _on_indexes(
+        self, connection: Connection, scope: _Scope, query: ItemQuery, selected: _Preselection | None
+    ) -> _Preselection | None:
+        """SQLite: the pre-selection of the query's filter written on the indexed fields' expressions, where the
+        table has indexed fields and the prefix is wide (holds `_WIDE` items or more); else `selected`.
+
+        Not for a narrower prefix: SQLite, without statistics, would take a field's index (an equality) over the
+        namespace range, reading every item of the table whose field matches to find the few under the prefix."""
+        if selected is None or query.filter is None or connection.dialect.name != "sqlite" or not self.indexed_fields:
+            return selected
+        if scope.shape != "all" and not self._statements.wide(connection, scope):
+            return selected
+        return self._preselection(query.filter, "sqlite", indexed=True)
+
+    def _preselection(self, spec: Mapping[str, Any], dialect: str, *, indexed: bool = False) -> _Preselection | None:
         """The SQL pre-selection of the filter `spec` on `dialect` (`_filters`; on PostgreSQL, on the values as
-        jsonb, `_schema.value_jsonb`), remembered per filter: building it costs more than SQLite takes to run a small
-        listing, and callers tend to repeat their filters."""
+        jsonb, `_schema.value_jsonb`; `indexed`, on SQLite, on the indexed fields' expressions), remembered per
+        filter: building it costs more than SQLite takes to run a small listing, and callers tend to repeat their
+        filters."""
         try:
-            key = (dialect, filter_text(spec))
+            key = (dialect, filter_text(spec), indexed)
         except (TypeError, ValueError):  # no JSON text to tell it by (prefilter translates none of it anyway)
             key = None
         found = None if key is None else self._statements.preselections.get(key)
@@ -728,7 +795,8 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                 binary = sa.literal_column(value_jsonb(column))
                 nul = sa.literal_column(has_nul(column), sa.Boolean)
             json5 = dialect == "sqlite" and _reads_json5(self.engine.dialect)
-            condition = prefilter(spec, items.c.value, dialect, binary, nul, json5=json5)
+            fields = self.indexed_fields if indexed else ()
+            condition = prefilter(spec, items.c.value, dialect, binary, nul, json5=json5, indexed=fields)
             found = (None if condition is None else _Preselection(key, condition),)
             if key is not None:
                 self._statements.preselections.put(key, found)
