@@ -468,3 +468,55 @@ def test_keep_last_and_prune_drop_the_subgraph_calls_of_dropped_checkpoints(item
         else:
             assert len(calls(saver)) == 1  # the last run's: it started from one of the two root checkpoints kept
         assert graph.get_state(config).values == {"count": 1}
+
+
+def test_keep_last_costs_a_put_a_few_item_calls_whatever_it_keeps(items: ItemMemory) -> None:
+    """Retention in the steady state: one listing of the newest checkpoints (the dropped one among them), one of
+    the dropped one's writes, one delete of it all; the looks for leftovers every `_HOUSEKEEPING` passes. What is
+    left is exactly the kept checkpoints, their writes and the values they use."""
+    for keep in (2, 30):
+        saver = MemwovenSaver(items, namespace=(f"keep{keep}",), keep_last=keep)
+        calls: list[str] = []
+        saver.items = _Counting(items, calls)  # type: ignore[assignment]
+        last = put(saver, "t", a=0)
+        for value in range(1, keep + 40):
+            if value == keep + 8:
+                calls.clear()  # the steady state: one checkpoint dropped by each put
+            saver.put_writes(last, [("a", value)], f"task{value}")
+            last = put(saver, "t", last["configurable"]["checkpoint_id"], a=value)
+        retention = [name for name in calls if name not in ("put", "put_many")]  # put_writes' put, the put's
+        assert len(retention) / 32 <= 3 + 4 / saver_module._HOUSEKEEPING, calls
+        kept = list(saver.list({"configurable": {"thread_id": "t"}}))
+        assert len(kept) == keep
+        ids = {t.config["configurable"]["checkpoint_id"] for t in kept}
+        writes = items.list((*saver.namespace, "writes", "t"))
+        assert {w.namespace[-1] for w in writes} == ids - {last["configurable"]["checkpoint_id"]}
+        used = {saver_module._blob_key(c, v) for t in kept for c, v in t.checkpoint["channel_versions"].items()}
+        assert {b.key for b in items.list((*saver.namespace, "blobs", "t"))} <= used
+
+
+class _Counting:
+    """An item memory's proxy noting the name of each method called."""
+
+    def __init__(self, items: ItemMemory, calls: list[str]) -> None:
+        self._items, self._calls = items, calls
+
+    def __getattr__(self, name: str) -> Any:
+        self._calls.append(name)
+        return getattr(self._items, name)
+
+
+def test_keep_last_deletes_the_writes_another_saver_left_for_a_dropped_checkpoint(items: ItemMemory) -> None:
+    """A saver in another process knows no floor: its late write for a checkpoint this one dropped stays (read by
+    nothing) until this one next looks for leftovers, within `_HOUSEKEEPING` puts."""
+    saver, other = MemwovenSaver(items, keep_last=2), MemwovenSaver(items)
+    configs = [put(saver, "t", a=0)]
+    for value in range(1, 4):
+        configs.append(put(saver, "t", configs[-1]["configurable"]["checkpoint_id"], a=value))
+    dropped = configs[0]["configurable"]["checkpoint_id"]
+    other.put_writes(configs[0], [("a", 9)], "late")
+    writes = (*saver.namespace, "writes", "t")
+    assert [w.namespace[-1] for w in items.list(writes)] == [dropped]  # left behind for now
+    for value in range(4, 4 + saver_module._HOUSEKEEPING):
+        configs.append(put(saver, "t", configs[-1]["configurable"]["checkpoint_id"], a=value))
+    assert items.list(writes) == []

@@ -81,6 +81,8 @@ _INLINE_CHARS = 1024  # the longest string channel value kept inside its checkpo
 _INLINE_INT = 10**18
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _DELTA_MARKS = {"counters_since_delta_snapshot", "delta_writes_versioned"}  # metadata of DeltaChannel threads
+_RETAIN_AHEAD = 4  # `keep_last`: checkpoints listed beyond the kept ones (a put drops one: one listing finds it)
+_HOUSEKEEPING = 16  # `keep_last`: retention passes of a namespace between two looks for leftovers (`_retain`)
 
 
 class ThreadTTLConfig(TypedDict, total=False):
@@ -202,6 +204,15 @@ def _chunks(values: builtins.list[Any]) -> Iterator[builtins.list[Any]]:
         yield values[start : start + _PAGE]
 
 
+class _Floor(NamedTuple):
+    """What `keep_last` leaves of a thread's namespace: the oldest checkpoint kept (its id), the kept checkpoints
+    (newest first) and the older ones, to be dropped."""
+
+    oldest: str
+    kept: builtins.list[PlainItem]
+    dropped: builtins.list[PlainItem]
+
+
 class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
     """A LangGraph checkpointer on a memwoven `ItemMemory`, for sync and async graphs alike.
 
@@ -287,6 +298,8 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         self._delta_marks: LRUCache[tuple[Namespace, str], bool] = LRUCache(16_384)
         self._used_blobs: LRUCache[tuple[Namespace, str], frozenset[str]] = LRUCache(16_384)  # `_blob_keys`
         self._floors: LRUCache[Namespace, tuple[str | None]] = LRUCache(4096)  # a namespace's last `keep_last` floor
+        self._passes: LRUCache[Namespace, int] = LRUCache(4096)  # retention passes of a namespace (`_retain`)
+        self._calling: LRUCache[str, bool] = LRUCache(4096)  # threads this saver put subgraph call checkpoints in
         self._owns_items = owns_items
 
     @classmethod
@@ -636,6 +649,8 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         }
         writes.append(ItemWrite(self._ns(_CHECKPOINTS, thread_id, label), checkpoint["id"], entry))
         if self.keep_last is not None:  # retention reads it back: known without decoding
+            if ":" in checkpoint_ns:  # a subgraph call's: the root's retention drops it with its root checkpoint
+                self._calling.put(thread_id, True)
             stored_at = (self._ns(_CHECKPOINTS, thread_id, label), checkpoint["id"])
             self._delta_marks.put(stored_at, bool(_DELTA_MARKS & full_metadata.keys()))
             versions = checkpoint["channel_versions"].items()
@@ -682,7 +697,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             known = self._floors.get(self._ns(_CHECKPOINTS, thread_id, _label(checkpoint_ns)))
             if known is None:
                 floor = yield from self._retention_floor(thread_id, checkpoint_ns, self.keep_last)
-                known = (None if floor is None else floor[0],)
+                known = (None if floor is None else floor.oldest,)
             oldest = known[0]
             if oldest is not None and checkpoint_id < oldest:
                 yield Call(self.items, "delete_many", ([(namespace, key)],))
@@ -724,10 +739,11 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         list, then delete by key)."""
         for prefix in prefixes:
             while True:
-                found: builtins.list[Item] = yield Call(self.items, "list", (prefix,), {"limit": _PAGE})
-                if not found:
+                found: builtins.list[PlainItem] = yield Call(self.items, "list_plain", (prefix,), {"limit": _PAGE})
+                if found:
+                    yield Call(self.items, "delete_many", ([(item.namespace, item.key) for item in found],))
+                if len(found) < _PAGE:
                     break
-                yield Call(self.items, "delete_many", ([(item.namespace, item.key) for item in found],))
 
     def _delete_thread_items(self, thread_id: str) -> Steps[None]:
         yield from self._delete_under([self._ns(kind, thread_id) for kind in _KINDS])
@@ -880,17 +896,25 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         if not dropped:
             return
         label = _label(checkpoint_ns)
-        yield Call(self.items, "delete_many", ([(item.namespace, item.key) for item in dropped],))
-        yield from self._delete_under([self._ns(_WRITES, thread_id, label, item.key) for item in dropped])
+        doomed = [(item.namespace, item.key) for item in dropped]
+        crowded = []  # writes namespaces holding a page or more: deleted page by page after
+        for item in dropped:
+            space = self._ns(_WRITES, thread_id, label, item.key)
+            writes: builtins.list[PlainItem] = yield Call(self.items, "list_plain", (space,), {"limit": _PAGE})
+            doomed += [(write.namespace, write.key) for write in writes]
+            if len(writes) == _PAGE:
+                crowded.append(space)
+        if kept is not None:
+            namespace = self._ns(_CHECKPOINTS, thread_id, label)
+            used = set().union(*(self._blob_keys(namespace, item) for item in kept))
+            unused = set().union(*(self._blob_keys(namespace, item) for item in dropped)) - used
+            blobs = self._ns(_BLOBS, thread_id, label)
+            doomed += [(blobs, key) for key in sorted(unused)]
+        for chunk in _chunks(doomed):  # mostly one transaction: the checkpoints, their writes and values together
+            yield Call(self.items, "delete_many", (chunk,))
+        yield from self._delete_under(crowded)
         if kept is None:
             yield from self._collect_blobs(thread_id, checkpoint_ns)
-            return
-        namespace = self._ns(_CHECKPOINTS, thread_id, label)
-        used = set().union(*(self._blob_keys(namespace, item) for item in kept))
-        unused = set().union(*(self._blob_keys(namespace, item) for item in dropped)) - used
-        blobs = self._ns(_BLOBS, thread_id, label)
-        for chunk in _chunks(sorted(unused)):
-            yield Call(self.items, "delete_many", ([(blobs, key) for key in chunk],))
 
     def _collect_blobs(self, thread_id: str, checkpoint_ns: str) -> Steps[None]:
         """Delete the channel values of a thread's namespace that no checkpoint of it uses. The values are listed
@@ -909,21 +933,20 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         for chunk in _chunks(unused):
             yield Call(self.items, "delete_many", (chunk,))
 
-    def _retention_floor(
-        self, thread_id: str, checkpoint_ns: str, keep: int
-    ) -> Steps[tuple[str, builtins.list[PlainItem]] | None]:
-        """The id of the oldest checkpoint `keep` leaves in a thread's namespace (its `keep`-th newest: older ones
-        are to be dropped) and the kept ones, newest first. None if there are fewer, or if one of the kept
-        checkpoints is rebuilt from older ones: in a thread using a `DeltaChannel`, a checkpoint whose metadata
-        counts updates since a snapshot reads the writes of its ancestors back to one (a fork's ancestors too,
-        however old), so such a thread is pruned only when each kept checkpoint holds every such channel's value
-        (logged once per thread)."""
+    def _retention_floor(self, thread_id: str, checkpoint_ns: str, keep: int) -> Steps[_Floor | None]:
+        """What `keep` leaves of a thread's namespace (`_Floor`: the oldest kept checkpoint, the kept ones and the
+        older ones, to be dropped). None if there are fewer than `keep`, or if one of the kept checkpoints is
+        rebuilt from older ones: in a thread using a `DeltaChannel`, a checkpoint whose metadata counts updates
+        since a snapshot reads the writes of its ancestors back to one (a fork's ancestors too, however old), so
+        such a thread is pruned only when each kept checkpoint holds every such channel's value (logged once per
+        thread)."""
         namespace = self._ns(_CHECKPOINTS, thread_id, _label(checkpoint_ns))
-        kept: builtins.list[PlainItem] = yield Call(
-            self.items, "list_plain", (namespace,), {"order": "desc", "limit": keep}
+        newest: builtins.list[PlainItem] = yield Call(
+            self.items, "list_plain", (namespace,), {"order": "desc", "limit": keep + _RETAIN_AHEAD}
         )
-        if len(kept) < keep:
+        if len(newest) < keep:
             return None
+        kept, dropped = newest[:keep], newest[keep:]
         if any(self._rebuilt_from_ancestors(namespace, item) for item in kept):
             if self._delta_threads.get(thread_id) is None:
                 self._delta_threads.put(thread_id, True)
@@ -934,7 +957,12 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
                     keep,
                 )
             return None
-        return kept[-1].key, kept
+        if len(newest) == keep + _RETAIN_AHEAD:  # there may be older ones still
+            older: builtins.list[PlainItem] = yield Call(
+                self.items, "list_plain", (namespace,), {"order": "desc", "before": newest[-1].key}
+            )
+            dropped += older
+        return _Floor(kept[-1].key, kept, dropped)
 
     def _rebuilt_from_ancestors(self, namespace: Namespace, item: PlainItem) -> bool:
         """Whether a stored checkpoint's DeltaChannel values are rebuilt from its ancestors' writes (its metadata
@@ -966,18 +994,22 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         namespace = self._ns(_CHECKPOINTS, thread_id, label)
         floor = yield from self._retention_floor(thread_id, checkpoint_ns, keep)
         if keep == self.keep_last:  # for the step's `put_writes`: an older floor only keeps more
-            self._floors.put(namespace, (None if floor is None else floor[0],))
+            self._floors.put(namespace, (None if floor is None else floor.oldest,))
         if floor is None:
             return
-        oldest, kept = floor
-        dropped: builtins.list[PlainItem] = yield Call(
-            self.items, "list_plain", (namespace,), {"order": "desc", "before": oldest}
-        )
-        yield from self._drop_checkpoints(thread_id, checkpoint_ns, dropped, None if sweep else kept)
-        spaces = yield from self._namespaces_under(self._ns(_WRITES, thread_id, label))
-        yield from self._delete_under([space for space in spaces if space[-1] < oldest])
-        if not checkpoint_ns and dropped:
-            yield from self._drop_calls(thread_id, oldest)
+        yield from self._drop_checkpoints(thread_id, checkpoint_ns, floor.dropped, None if sweep else floor.kept)
+        # Leftovers: writes that landed after their checkpoint was dropped by another process (this one's own
+        # `put_writes` deletes such a write itself), and subgraph calls another process started. Looked for on a
+        # namespace's first pass and every `_HOUSEKEEPING` passes after (a prune's every time): invisible
+        # meanwhile (no checkpoint reads them) but for the calls' own checkpoints.
+        passes = self._passes.get(namespace) or 0
+        self._passes.put(namespace, passes + 1)
+        housekeeping = sweep or passes % _HOUSEKEEPING == 0
+        if housekeeping:
+            spaces = yield from self._namespaces_under(self._ns(_WRITES, thread_id, label))
+            yield from self._delete_under([space for space in spaces if space[-1] < floor.oldest])
+        if not checkpoint_ns and floor.dropped and (housekeeping or self._calling.get(thread_id)):
+            yield from self._drop_calls(thread_id, floor.oldest)
 
     def _drop_calls(self, thread_id: str, oldest: str) -> Steps[None]:
         """Delete the namespaces of the subgraph calls (a checkpoint namespace with a task id after ":", written
