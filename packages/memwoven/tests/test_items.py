@@ -380,6 +380,31 @@ def test_a_damaged_namespace_column_raises_corrupt_memory(sql_kind: str, tmp_pat
         memory.drop_tables()
 
 
+@pytest.mark.parametrize(("column", "damage"), [("namespace", "u\x01"), ("namespace", "t\x01x\x01"), ("item_key", "c")])
+def test_a_column_moved_to_another_namespace_or_key_raises_corrupt_memory(
+    sql_kind: str, tmp_path: Path, column: str, damage: str
+) -> None:
+    """A damaged namespace or key column that still reads as one (another tenant's namespace, another key) is
+    caught by the row key it no longer matches: never listed as an item of that namespace."""
+    with sql_place(sql_kind, tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
+        memory.put(("t",), "a", {"s": 1})
+        memory.put(("t",), "b", {"s": 2})
+        memory.put(("u",), "a", {"s": 3})
+        items = memory._items
+        with memory.engine.begin() as connection:
+            moved = sa.update(items).where(items.c.item_key == "b")
+            head = "ns_head" if column == "namespace" else "key_head"  # the indexed head goes with it
+            connection.execute(moved.values({column: damage, head: damage}))
+        where = ("u",) if damage == "u\x01" else ("t",)
+        for listing in (memory.list, memory.list_plain):
+            with pytest.raises(CorruptMemoryError, match="row key"):
+                listing(where)
+            with pytest.raises(CorruptMemoryError, match="row key"):
+                listing((), filter={"s": 2}, limit=1)
+        assert memory.get(("t",), "b") is not None  # read by its row key: what was written
+        memory.drop_tables()
+
+
 @pytest.mark.service
 def test_a_create_racing_a_delete_and_a_rival_create_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

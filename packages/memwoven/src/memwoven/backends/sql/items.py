@@ -111,6 +111,7 @@ _WALK_ROWS = 64  # SQLite: rows read in key order for a wide prefix, plus `_WALK
 _WALK_PER_ITEM = 8
 _RECOUNT = 64  # SQLite: listings of a prefix that reuse its counted width before it is counted again
 _COLUMNS = ("namespace", "item_key", "value", "version", "created_ms", "updated_ms", "expires_at_ms", "ttl")
+_LISTED = (*_COLUMNS, "address")  # a listing's columns: the row key too, checked against the namespace and key
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -125,7 +126,22 @@ def _address(encoded_namespace: str, key: str) -> str:
     the encoded namespace, NUL (in no label or key) and its key. A namespace's items are neighbours in the primary
     key's index, so a batch or a thread's writes touch few of its pages (the SHA-256 alone sent every insert to a
     random page: SQLite's put_many of 10,000 items ~30% slower)."""
-    return key_of(encoded_namespace)[:16] + key_of(f"{encoded_namespace}\x00{key}")[:48]
+    return _namespace_digest(encoded_namespace) + key_of(f"{encoded_namespace}\x00{key}")[:48]
+
+
+@functools.lru_cache(maxsize=4096)
+def _namespace_digest(encoded_namespace: str) -> str:
+    return key_of(encoded_namespace)[:16]
+
+
+def _checked_address(row: Sequence[Any]) -> None:
+    """`CorruptMemoryError` unless a listed row's namespace and key (its first columns) are those its row key, the
+    last column, was made of: a damaged column could otherwise show an item in another namespace, or under a key
+    that a `get` of it would not find."""
+    if _address(row[0], row[1]) != row[-1]:
+        raise CorruptMemoryError(
+            f"a stored item's namespace or key does not match its row key: damaged ({row[0]!r:.100}, {row[1]!r:.100})"
+        )
 
 
 class _Row:
@@ -316,7 +332,7 @@ class _Statements:
         statement = self._listings.get(key)
         if statement is None:
             items = self.items
-            statement = sa.select(*(items.c[name] for name in _COLUMNS)).where(*scope.conditions)
+            statement = sa.select(*(items.c[name] for name in _LISTED)).where(*scope.conditions)
             if query.after is not None:
                 statement = statement.where(items.c.item_key > sa.bindparam("after"))
             if query.before is not None:
@@ -925,13 +941,15 @@ def _item(row: Any, address: tuple[Namespace, str] | None = None) -> Item:
 
 
 def _listed_item(row: Sequence[Any]) -> Item:
-    """The `Item` of a row read by a listing (its columns in `_COLUMNS` order)."""
-    return _item(_Row.of(row))
+    """The `Item` of a row read by a listing (its columns in `_LISTED` order)."""
+    _checked_address(row)
+    return _item(_Row.of(row[:-1]))
 
 
 def _plain_item(row: Any) -> PlainItem:
-    """The `PlainItem` of a row read by a listing (its columns in `_COLUMNS` order)."""
-    namespace, key, value, version, created_ms, updated_ms, expires_at_ms, ttl = row
+    """The `PlainItem` of a row read by a listing (its columns in `_LISTED` order)."""
+    _checked_address(row)
+    namespace, key, value, version, created_ms, updated_ms, expires_at_ms, ttl, _ = row
     return PlainItem(
         _decoded_namespace(namespace),
         key,
