@@ -4,6 +4,7 @@ and it does select (a filter that matches few items reads few rows)."""
 from __future__ import annotations
 
 import contextlib
+import inspect
 import random
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from sql_support import KINDS, sql_place
 
 from memwoven import CorruptMemoryError, InvalidInputError, Item, ItemWrite, SQLItemMemory
 from memwoven.backends.sql import _driver
+from memwoven.backends.sql._base import SQLOptions
 from memwoven.backends.sql._filters import prefilter
 from memwoven.backends.sql._schema import has_nul, key_of, value_jsonb
 from memwoven.filters import compile_filter
@@ -291,6 +293,14 @@ def test_indexed_fields_keep_every_match(indexed: tuple[SQLItemMemory, list[Item
     assert memory.count((), filter=spec) == len(expected)
     paged = memory.list((), filter=spec, limit=2, offset=1, order="desc")
     assert [(item.namespace, item.key) for item in paged] == expected[::-1][1:3]
+
+
+def test_the_item_memory_spells_out_every_sql_option() -> None:
+    """`SQLItemMemory` lists the SQL backends' options in its signature (`open_item_memory` refuses others by it):
+    none may go missing there."""
+    parameters = inspect.signature(SQLItemMemory).parameters
+    assert set(SQLOptions.__annotations__) <= set(parameters)
+    assert all(parameter.kind is not parameter.VAR_KEYWORD for parameter in parameters.values())
 
 
 def test_indexed_fields_are_checked_before_anything_connects(tmp_path: Path) -> None:
