@@ -520,3 +520,18 @@ def test_keep_last_deletes_the_writes_another_saver_left_for_a_dropped_checkpoin
     for value in range(4, 4 + saver_module._HOUSEKEEPING):
         configs.append(put(saver, "t", configs[-1]["configurable"]["checkpoint_id"], a=value))
     assert items.list(writes) == []
+
+
+def test_a_thread_deleted_then_copied_into_keeps_its_new_writes(items: ItemMemory) -> None:
+    """`keep_last` remembers a thread's floor for `put_writes`: deleting the thread, or copying another into it,
+    forgets it, so writes to the new (older) checkpoints are kept."""
+    saver = MemwovenSaver(items, keep_last=2)
+    source = put(saver, "s", a=0)  # older than every checkpoint of t
+    last = put(saver, "t", a=0)
+    for value in range(1, 4):
+        last = put(saver, "t", last["configurable"]["checkpoint_id"], a=value)
+    saver.delete_thread("t")
+    saver.copy_thread("s", "t")
+    copied = {"configurable": {**source["configurable"], "thread_id": "t"}}
+    saver.put_writes(copied, [("a", 5)], "task")
+    assert pending(saver, "t") == [("task", "a", 5)]

@@ -371,3 +371,23 @@ def test_a_wide_prefix_reads_an_indexed_field_off_its_index(tmp_path: Path, monk
                         assert f"items_field_{key_of('topic')[:16]}" in plan, plan
                     else:
                         assert "items_field_" in plan, plan
+
+
+def test_a_value_that_is_not_json_leaves_the_field_unindexed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """SQLite refuses to index a field over text that is not JSON: the memory works without the index, and the
+    damaged item still raises when read."""
+    url = f"sqlite:///{tmp_path}/items.db"
+    with SQLItemMemory(url) as memory:
+        _damage(memory, "not json")
+    with SQLItemMemory(url, indexed_fields=["s"]) as memory:
+        assert memory.get(("t",), "a") is not None
+        assert "no index of 's'" in caplog.text
+        with pytest.raises(CorruptMemoryError):
+            memory.list((), filter={"s": "x"})
+        memory.delete(("t",), "b")
+        assert [item.key for item in memory.list((), filter={"s": "x"})] == ["a"]
+    with SQLItemMemory(url, indexed_fields=["s"]) as memory:  # with the damage gone, the index is made
+        assert memory.count((), filter={"s": "x"}) == 1
+        with contextlib.closing(sqlean.connect(f"{tmp_path}/items.db")) as connection:
+            names = {name for (name,) in connection.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert f"memwoven_items_field_{key_of('s')[:16]}" in names

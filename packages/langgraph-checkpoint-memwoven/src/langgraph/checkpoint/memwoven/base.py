@@ -696,7 +696,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         if written and self.keep_last is not None:  # landed after retention dropped its checkpoint: delete it too
             known = self._floors.get(self._ns(_CHECKPOINTS, thread_id, _label(checkpoint_ns)))
             if known is None:
-                floor = yield from self._retention_floor(thread_id, checkpoint_ns, self.keep_last)
+                floor = yield from self._retention_floor(thread_id, checkpoint_ns, self.keep_last, complete=False)
                 known = (None if floor is None else floor.oldest,)
             oldest = known[0]
             if oldest is not None and checkpoint_id < oldest:
@@ -746,7 +746,16 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
                     break
 
     def _delete_thread_items(self, thread_id: str) -> Steps[None]:
+        self._forget_retention(thread_id)
         yield from self._delete_under([self._ns(kind, thread_id) for kind in _KINDS])
+
+    def _forget_retention(self, thread_id: str) -> None:
+        """Drop what `keep_last` remembers of a thread that is deleted or copied into: a floor it kept would make
+        `put_writes` delete writes to the thread's new checkpoints older than it. (The floors of all threads go,
+        as a cache keyed by namespace cannot drop one thread's: each is read again on its next use.)"""
+        self._floors.clear()
+        self._passes.clear()
+        self._calling.drop(thread_id)
 
     def _delete_thread(self, thread_id: str) -> Steps[None]:
         """Delete every checkpoint, channel value and write of the thread. With a `ttl`, as the sweep does: the
@@ -933,9 +942,12 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         for chunk in _chunks(unused):
             yield Call(self.items, "delete_many", (chunk,))
 
-    def _retention_floor(self, thread_id: str, checkpoint_ns: str, keep: int) -> Steps[_Floor | None]:
+    def _retention_floor(
+        self, thread_id: str, checkpoint_ns: str, keep: int, *, complete: bool = True
+    ) -> Steps[_Floor | None]:
         """What `keep` leaves of a thread's namespace (`_Floor`: the oldest kept checkpoint, the kept ones and the
-        older ones, to be dropped). None if there are fewer than `keep`, or if one of the kept checkpoints is
+        older ones, to be dropped: not `complete`, only those among the first few past the kept ones, for a caller
+        wanting the floor alone). None if there are fewer than `keep`, or if one of the kept checkpoints is
         rebuilt from older ones: in a thread using a `DeltaChannel`, a checkpoint whose metadata counts updates
         since a snapshot reads the writes of its ancestors back to one (a fork's ancestors too, however old), so
         such a thread is pruned only when each kept checkpoint holds every such channel's value (logged once per
@@ -957,7 +969,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
                     keep,
                 )
             return None
-        if len(newest) == keep + _RETAIN_AHEAD:  # there may be older ones still
+        if complete and len(newest) == keep + _RETAIN_AHEAD:  # there may be older ones still
             older: builtins.list[PlainItem] = yield Call(
                 self.items, "list_plain", (namespace,), {"order": "desc", "before": newest[-1].key}
             )
@@ -1083,6 +1095,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         """Copy every checkpoint, channel value and write of one thread to another (same checkpoint ids)."""
         source, target = str(source_thread_id), str(target_thread_id)
         depth = len(self.namespace) + 1  # the thread label's position
+        self._forget_retention(target)
         if self._ttl_ms is not None:  # the target starts a life of its own (refused while it is being deleted)
             yield from self._put_with_record(target, [], continues=False)
         for kind in (_BLOBS, _WRITES, _CHECKPOINTS):  # checkpoints last: a visible one has its values and writes

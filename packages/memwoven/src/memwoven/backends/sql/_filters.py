@@ -19,7 +19,9 @@ meaning is at least as wide as the filter's, and everything else becomes "no con
 
 Damaged storage: text that is not JSON is never passed over (SQLite's JSON functions raise on it, and the
 caller then reads without the pre-selection; SQLite 3.42+, which reads JSON5 too, and MariaDB/MySQL, which read
-damaged text as NULL, select it by ``json_valid``), so reading it raises `CorruptMemoryError`. A value that is
+damaged text as NULL, select it by ``json_valid``), so reading it raises `CorruptMemoryError`. But for a field
+SQLite keeps an index of (`SQLItemMemory(indexed_fields=...)`): like any index, it passes over the rows it does
+not select (text that is not JSON at all cannot be stored beside it: SQLite refuses to index it). A value that is
 valid JSON but no object is never returned, but a filter it cannot match may pass over it, as an index would; a
 read without a filter raises on it.
 

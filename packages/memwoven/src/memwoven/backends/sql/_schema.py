@@ -41,7 +41,6 @@ import functools
 import hashlib
 import itertools
 import re
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -299,14 +298,17 @@ def create_tables(connection: Connection, tables: Tables, wanted: Sequence[sa.Ta
     if schema is not None and connection.dialect.name == "postgresql":
         connection.execute(sa.schema.CreateSchema(schema, if_not_exists=True))
     tables.meta.metadata.create_all(connection, tables=[tables.meta, *wanted], checkfirst=True)
-    if connection.dialect.name == "sqlite":  # indexes added to tables that exist (a PRAGMA each to check)
-        with warnings.catch_warnings():
-            # the check reflects the table's indexes, and SQLAlchemy warns about each expression index it cannot
-            # (`SQLItemMemory(indexed_fields=...)`): not ours to check here
-            warnings.filterwarnings("ignore", "Skipped unsupported reflection of expression-based", sa.exc.SAWarning)
-            for table in wanted:
-                for index in table.indexes:
-                    index.create(connection, checkfirst=True)
+    if connection.dialect.name == "sqlite":  # indexes added to tables that exist (a PRAGMA a table to check)
+        preparer = connection.dialect.identifier_preparer
+        where = "" if schema is None else f"{preparer.quote_schema(schema)}."
+        for table in wanted:
+            # Not SQLAlchemy's checkfirst: it reflects the table's indexes, warning about each expression index
+            # (`SQLItemMemory(indexed_fields=...)`). A race lost here fails on the duplicate; the caller retries.
+            listed = connection.exec_driver_sql(f"PRAGMA {where}index_list({preparer.quote(table.name)})")
+            present = {row[1] for row in listed}
+            for index in table.indexes:
+                if index.name not in present:
+                    index.create(connection)  # honours the index's ddl_if
     connection.execute(insert_ignoring(connection, tables.meta, {"name": "schema_version", "value": SCHEMA_VERSION}))
     stored = connection.execute(
         sa.select(tables.meta.c.value).where(tables.meta.c.name == "schema_version")

@@ -467,7 +467,10 @@ class SQLItemMemory(SQLBackend, ItemMemory):
             yield Work(self._create_field_indexes, write=True, ddl=True)
 
     def _create_field_indexes(self, connection: Connection) -> None:
-        """SQLite: an index of each indexed field's `field_expression`, unless there is one (named by its digest)."""
+        """SQLite: an index of each indexed field's `field_expression`, unless there is one (named by its digest).
+
+        A stored value that is not JSON makes SQLite refuse the index: logged, and the memory works without it
+        (its filters then test every item, and reading the damaged one raises `CorruptMemoryError`)."""
         if connection.dialect.name != "sqlite":
             return
         preparer = connection.dialect.identifier_preparer
@@ -476,7 +479,15 @@ class SQLItemMemory(SQLBackend, ItemMemory):
             if self.schema is not None:  # SQLite: the index names the attached database, its table does not
                 name = f"{preparer.quote_schema(self.schema)}.{name}"
             table = preparer.quote(self._items.name)
-            connection.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {name} ON {table} ({field_expression(field)})")
+            try:
+                with connection.begin_nested():
+                    connection.exec_driver_sql(
+                        f"CREATE INDEX IF NOT EXISTS {name} ON {table} ({field_expression(field)})"
+                    )
+            except sa.exc.OperationalError as error:
+                if "malformed JSON" not in str(error):
+                    raise
+                logger.warning("%s: no index of %r: a stored value is not JSON (%s)", self, field, error.orig)
 
     # The hooks of `ItemMemory` -------------------------------------------------------------------------------
 
