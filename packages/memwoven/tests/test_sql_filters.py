@@ -3,6 +3,7 @@ and it does select (a filter that matches few items reads few rows)."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import random
@@ -371,6 +372,15 @@ def test_a_wide_prefix_reads_an_indexed_field_off_its_index(tmp_path: Path, monk
                         assert f"items_field_{key_of('topic')[:16]}" in plan, plan
                     else:
                         assert "items_field_" in plan, plan
+            listed, counted = asyncio.run(_async_twins(memory, prefix, spec))  # through the async engine too
+            assert ([(item.namespace, item.key) for item in listed], counted) == (expected[:7], len(expected))
+
+
+async def _async_twins(memory: SQLItemMemory, prefix: tuple[str, ...], spec: dict[str, Any]) -> tuple[list[Item], int]:
+    listed = await memory.alist(prefix, filter=spec, limit=7)
+    counted = await memory.acount(prefix, filter=spec)
+    await memory.aclose()  # this loop's engine; the sync one stays
+    return listed, counted
 
 
 def test_a_value_that_is_not_json_leaves_the_field_unindexed(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
