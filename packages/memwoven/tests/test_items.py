@@ -166,8 +166,7 @@ def test_postgres_single_writes_reuse_the_kept_connection_and_survive_losing_it(
     with sql_place("postgresql", tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
 
         def pinned_pid() -> int:
-            connection = memory._db._pinned._connection  # type: ignore[union-attr]
-            assert connection is not None
+            (connection,) = memory._db._pinned._free  # type: ignore[union-attr]  # one, calls being sequential
             return int(connection.connection.dbapi_connection.info.backend_pid)  # type: ignore[union-attr]
 
         first = memory.put(("n",), "a", {"v": 1})
@@ -189,6 +188,32 @@ def test_postgres_single_writes_reuse_the_kept_connection_and_survive_losing_it(
         memory.put_many([ItemWrite(("n",), "e", {"v": 5}, expected_version=0)])
         assert [(i.key, i.value["v"]) for i in memory.list(("n",))] == [("a", 4), ("b", 2), ("c", 2), ("e", 5)]
         assert pinned_pid() != pid
+
+
+def test_postgres_keeps_two_connections_for_single_statements(tmp_path: Path) -> None:
+    """Two callers at once (a LangGraph step writes its checkpoint and its task's writes together) each run on a
+    kept connection; a third takes the pool. The pool's checkout was a quarter of a checkpoint write's CPU."""
+    with sql_place("postgresql", tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
+        pinned = memory._db._pinned
+        assert pinned is not None
+        memory.put(("n",), "a", {"v": 0})
+        checkouts: list[object] = []
+        sa.event.listen(memory.engine, "checkout", lambda *args: checkouts.append(args[0]))
+        with pinned._held() as first:  # another caller is using the kept connection
+            assert first is not None
+            memory.put(("n",), "a", {"v": 1})  # opens the second
+            assert len(checkouts) == 1
+            memory.put(("n",), "a", {"v": 2})
+            memory.put_many([ItemWrite(("n",), "b", {"v": 2}, expected_version=0)])
+            assert memory.get(("n",), "b") is not None
+            assert len(checkouts) == 1  # the second was kept
+            with pinned._held() as second:  # both in use: the pool's turn
+                assert second is not None
+                assert second is not first
+                memory.put(("n",), "a", {"v": 3})
+                assert len(checkouts) == 2
+        assert len(pinned._free) == 2
+        assert memory.get(("n",), "a").value == {"v": 3}  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
@@ -401,6 +426,13 @@ def test_a_column_moved_to_another_namespace_or_key_raises_corrupt_memory(
                 listing(where)
             with pytest.raises(CorruptMemoryError, match="row key"):
                 listing((), filter={"s": 2}, limit=1)
+        if column == "namespace":  # nor named among the stored namespaces
+            with pytest.raises(CorruptMemoryError, match="row key"):
+                memory.namespaces()
+            with pytest.raises(CorruptMemoryError, match="row key"):
+                memory.namespaces(prefix=where)
+        else:
+            assert memory.namespaces() == [("t",), ("u",)]
         assert memory.get(("t",), "b") is not None  # read by its row key: what was written
         memory.drop_tables()
 

@@ -341,8 +341,7 @@ def test_a_warm_hnsw_search_is_one_statement_on_the_driver_cursor(
         assert firsts[0][0] == firsts[1][0]
         assert {"1", "2", "3"} <= set(firsts[0][1].values())
         assert not {"1", "2", "3"} & set(firsts[1][1].values())
-        pinned = memory._db._pinned._connection  # type: ignore[union-attr]
-        assert pinned is not None
+        (pinned,) = memory._db._pinned._free  # type: ignore[union-attr]  # one, calls being sequential
         pid = pinned.connection.dbapi_connection.info.backend_pid  # type: ignore[union-attr]
         with psycopg.connect(pgvector_url, autocommit=True) as killer:
             assert killer.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (True,)

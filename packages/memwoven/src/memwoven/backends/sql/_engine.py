@@ -14,10 +14,10 @@ other loops run the sync API in worker threads.
 
 No pool is ever exhausted: at most `pool_size` transactions run at once through an engine (per loop, and from all
 the threads through the sync one); more wait their turn, in order. The overflow (up to 10 more connections) serves
-the kept connection for single statements (`_Pinned`: reads, and PostgreSQL's one-statement writes; an SQLite
-file also keeps one for its write transactions) and other objects given the same engine. A
-wait ends with the pool's timeout only when no transaction ended for all of `pool_timeout` (a server that stopped
-answering), never for being late in a long queue.
+the connections kept for single statements (`_Pinned`: reads, and PostgreSQL's one-statement writes; two on
+PostgreSQL, one for an SQLite file, which also keeps one for its write transactions) and other objects given the
+same engine. A wait ends with the pool's timeout only when no transaction ended for all of `pool_timeout` (a
+server that stopped answering), never for being late in a long queue.
 
 SQLite engines built here run in WAL mode with a 30 s busy timeout and ``synchronous=NORMAL``: a commit is
 atomic and survives a crash of the process, but the last commits before a power loss may be rolled back (they
@@ -73,6 +73,7 @@ _ALIASES = {"postgres": "postgresql"}
 SUPPORTED_DIALECTS = frozenset(_DRIVERS)
 
 _WRITE = "memwoven_write"  # execution option: this transaction writes (SQLite begins it IMMEDIATE)
+_PINNED_POSTGRESQL = 2  # connections PostgreSQL keeps for single statements (`_Pinned`)
 _SINGLE = "memwoven_single"  # execution option: one statement, its own transaction (SQLite: no BEGIN)
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 MAX_OVERFLOW = 10  # connections a pool opens beyond `pool_size` (SQLAlchemy's default)
@@ -356,44 +357,63 @@ def _finished(lifetime: AsyncGenerator[None, None] | None) -> None:
 
 
 class _Kept:
-    """One pooled connection kept checked out, for one caller at a time (others take the pool), forgotten in a
-    forked child (it must not share the parent's socket or file lock)."""
+    """Up to `size` pooled connections kept checked out, each for one caller at a time (a caller finding them all
+    held takes the pool), forgotten in a forked child (it must not share the parent's sockets or file lock)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, size: int = 1) -> None:
         self._engine = engine
-        self._lock = threading.Lock()
-        self._connection: Connection | None = None
+        self._size = size
+        self._lock = threading.Lock()  # for `_free` and `_opened`, held only to take or return a connection
+        self._free: list[Connection] = []
+        self._opened = 0  # connections kept: free, held by a caller, or being opened
         self._pid = os.getpid()
 
     @contextmanager
     def _held(self) -> Iterator[Connection | None]:
-        """The kept connection (opened if need be), or None while another caller holds it."""
-        if not self._lock.acquire(blocking=False):
+        """A kept connection (opened if fewer than `size` are), or None while other callers hold all of them. One
+        discarded (`_discard`) during the block is not kept."""
+        with self._lock:
+            if self._pid != os.getpid():
+                self._free, self._opened, self._pid = [], 0, os.getpid()
+            connection = self._free.pop() if self._free else None
+            if connection is None and self._opened < self._size:
+                self._opened += 1
+                opening = True
+            else:
+                opening = False
+        if connection is None and not opening:
             yield None
             return
         try:
-            if self._pid != os.getpid():
-                self._connection, self._pid = None, os.getpid()
-            if self._connection is None:
-                self._connection = self._engine.connect()
-            yield self._connection
+            if connection is None:
+                connection = self._engine.connect()
+            yield connection
         finally:
-            self._lock.release()
+            with self._lock:
+                if connection is not None and not connection.closed and self._pid == os.getpid():
+                    self._free.append(connection)
+                elif self._pid == os.getpid():
+                    self._opened -= 1
 
-    def _discard(self) -> None:
-        connection, self._connection = self._connection, None
-        if connection is not None:
-            with suppress(Exception):
-                connection.invalidate()
-                connection.close()
+    @staticmethod
+    def _discard(connection: Connection) -> None:
+        """Drop `connection` (failed): invalidated and closed, so that `_held` does not keep it."""
+        with suppress(Exception):
+            connection.invalidate()
+        with suppress(Exception):
+            connection.close()
 
     def close(self) -> None:
-        """Return the connection to its pool (before the pool is disposed)."""
+        """Return the free connections to their pool (before the pool is disposed); a held one is kept when its
+        caller is done."""
         with self._lock:
-            connection, self._connection = self._connection, None
-            if connection is not None and self._pid == os.getpid():
-                with suppress(Exception):
-                    connection.close()
+            free, self._free = self._free, []
+            if self._pid != os.getpid():
+                return
+            self._opened -= len(free)
+        for connection in free:
+            with suppress(Exception):
+                connection.close()
 
 
 class _Pinned(_Kept):
@@ -409,17 +429,21 @@ class _Pinned(_Kept):
     """
 
     def try_run(self, work: Work[R]) -> tuple[R] | None:
-        """`(result,)` if `work` ran on the pinned connection; None if the caller must use the pool."""
+        """`(result,)` if `work` ran on a pinned connection; None if the caller must use the pool."""
         try:
             with self._held() as connection:
                 if connection is None:
                     return None
-                result = work.body(connection)
-                connection.commit()  # autocommit: ends SQLAlchemy's transaction, no round trip
+                try:
+                    result = work.body(connection)
+                    connection.commit()  # autocommit: ends SQLAlchemy's transaction, no round trip
+                except DBAPIError as error:
+                    logger.info("dropped a kept connection (%s); running through the pool", _error_text(error))
+                    self._discard(connection)
+                    return None
                 return (result,)
-        except (DBAPIError, PoolTimeoutError) as error:
-            logger.info("dropped the kept connection (%s); running through the pool", _error_text(error))
-            self._discard()
+        except (DBAPIError, PoolTimeoutError) as error:  # opening it failed
+            logger.info("could not open a kept connection (%s); running through the pool", _error_text(error))
             return None
 
 
@@ -439,7 +463,7 @@ class _KeptWriter(_Kept):
             try:
                 dbapi_connection = connection.connection.dbapi_connection
                 if dbapi_connection is None:  # invalidated by an earlier failure: the pool's turn
-                    self._discard()
+                    self._discard(connection)
                     return None
                 if not work.single:
                     with driver_errors(connection, "BEGIN IMMEDIATE"):
@@ -451,7 +475,7 @@ class _KeptWriter(_Kept):
                     dbapi_connection.commit()  # else the driver's: COMMIT, or nothing if none is open
             except DBAPIError as error:
                 self._end(connection)
-                self._discard()
+                self._discard(connection)
                 if error.connection_invalidated and not committing:  # nothing was applied: the pool's turn
                     logger.info("dropped the kept write connection (%s); writing through the pool", _error_text(error))
                     return None
@@ -535,7 +559,11 @@ class Database:
             # single writes too: one statement in autocommit as reads are (checkout and checkin were a fifth of a
             # small put_many's process time)
             self._pinned_modes = ("read", "single read", "single")
-        self._pinned = _Pinned(self._engines[self._pinned_modes[0]]) if self._pinned_modes else None
+        # PostgreSQL keeps two: a LangGraph step writes its checkpoint and its task's writes at once, and the one
+        # finding a single connection held paid the pool (checkout, autocommit on and off, checkin: ~a quarter of
+        # the checkpoint write's process time).
+        pinned = _PINNED_POSTGRESQL if self.dialect == "postgresql" else 1
+        self._pinned = _Pinned(self._engines[self._pinned_modes[0]], pinned) if self._pinned_modes else None
         # A file SQLite database keeps one connection for its write transactions as well (`_KeptWriter`).
         self._kept_writer: _KeptWriter | None = (
             _KeptWriter(self._engines["single"]) if self._sqlite_file is not None else None

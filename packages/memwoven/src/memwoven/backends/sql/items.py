@@ -129,9 +129,12 @@ def _address(encoded_namespace: str, key: str) -> str:
     return _namespace_digest(encoded_namespace) + key_of(f"{encoded_namespace}\x00{key}")[:48]
 
 
+_NAMESPACE_DIGEST = 16  # hex digits of the namespace's SHA-256 heading its items' row keys
+
+
 @functools.lru_cache(maxsize=4096)
 def _namespace_digest(encoded_namespace: str) -> str:
-    return key_of(encoded_namespace)[:16]
+    return key_of(encoded_namespace)[:_NAMESPACE_DIGEST]
 
 
 def _checked_address(row: Sequence[Any]) -> None:
@@ -748,10 +751,19 @@ class SQLItemMemory(SQLBackend, ItemMemory):
 
         def body(connection: Connection) -> builtins.list[str]:
             scope = self._live_in(prefix, connection.dialect.name)
-            statement = sa.select(items.c.namespace).distinct().where(*scope.conditions)
+            # with the namespace's digest heading each row key: a damaged namespace column (another tenant's
+            # namespace, or one holding nothing) does not match it
+            head = sa.func.substr(items.c.address, 1, _NAMESPACE_DIGEST)
+            statement = sa.select(items.c.namespace, head).distinct().where(*scope.conditions)
             if connection.dialect.name in _MYSQL:  # their DISTINCT compares BLOBs on the first `max_sort_length` bytes
                 statement = statement.add_columns(sa.func.sha2(items.c.namespace, 256))
-            return builtins.list(connection.execute(statement, scope.params).scalars())
+            found = builtins.list(connection.execute(statement, scope.params))
+            for row in found:
+                if _namespace_digest(row[0]) != row[1]:
+                    raise CorruptMemoryError(
+                        f"a stored item's namespace does not match its row key: damaged ({row[0]!r:.100})"
+                    )
+            return builtins.list(dict.fromkeys(row[0] for row in found))
 
         stored: builtins.list[str] = yield Work(body, single=True)
         return [_stored_namespace(encoded) for encoded in stored]
