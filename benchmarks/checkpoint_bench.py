@@ -72,7 +72,15 @@ REASONS = [
     "SqliteSaver, where the rounds' scatter is as large as what is left. The remaining gap is CPU: a replayed step "
     "costs 0.42-0.45 ms of the process's CPU against 0.31-0.34 ms for PostgresSaver (validation, encoding, the "
     "statements' parameters), the server's time per step being the same (indexes dropped one by one change nothing "
-    "measurable: the commit's WAL flush dominates).",
+    "measurable: the commit's WAL flush dominates). Since 2026-11-28: LangGraph runs a step's put and put_writes at "
+    "once from two threads, and PostgreSQL kept one connection for single statements, so one of the two took the "
+    "pool (checkout, autocommit on and off, checkin: ~a quarter of the put's process time in py-spy); it keeps two "
+    "now, and an event loop keeps two for async calls as well. The saver's calls timed in place, old and new code in "
+    "alternating processes (twice each): put 0.35-0.43 -> 0.23-0.28 ms of CPU (PostgresSaver 0.20-0.23); step 10 "
+    "0.86-1.10x of PostgresSaver (median of 5 processes 0.89x) against 1.05-1.26x (1.21x) for the code before; an "
+    "async graph (AsyncMemwovenSaver against AsyncPostgresSaver, 3 alternating processes each) 1.14-1.33x -> "
+    "1.05-1.16x. Whole processes scatter +-15% here (the same code gave 0.86x and 1.10x), so a single run can still "
+    "land either side of 1.0x.",
 ]
 
 

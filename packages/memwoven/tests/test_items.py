@@ -216,6 +216,98 @@ def test_postgres_keeps_two_connections_for_single_statements(tmp_path: Path) ->
         assert memory.get(("n",), "a").value == {"v": 3}  # type: ignore[union-attr]
 
 
+def test_postgres_async_calls_keep_two_connections_per_loop(tmp_path: Path) -> None:
+    """Async single statements on PostgreSQL run on connections kept by their event loop (two, as for threads):
+    no pool checkout once they are open; one the server dropped is replaced through the pool; the loop's end
+    returns them (nothing left checked out)."""
+    with sql_place("postgresql", tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
+        checkouts: list[object] = []
+        pools: list[sa.pool.Pool] = []
+
+        async def main() -> None:
+            first = await memory.aput(("n",), "a", {"v": 0})
+            mine = memory._db._loops[asyncio.get_running_loop()]
+            assert mine.engine is not None
+            pools.append(mine.engine.sync_engine.pool)
+            sa.event.listen(mine.engine.sync_engine, "checkout", lambda *args: checkouts.append(args[0]))
+            await asyncio.gather(*(memory.aput(("n",), f"k{i}", {"v": i}) for i in range(2)))
+            assert (mine.kept_size, len(mine.kept), len(checkouts)) == (2, 2, 1)  # the second was opened
+            await asyncio.gather(*(memory.aput(("n",), f"k{i}", {"v": i}) for i in range(2)))
+            await memory.aget(("n",), "a")
+            assert len(checkouts) == 1  # both were kept
+            pids = [kept.sync_connection.connection.dbapi_connection.info.backend_pid for kept in mine.kept]  # type: ignore[union-attr]
+            killer = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://"))
+            with killer.begin() as connection:
+                for pid in pids:
+                    connection.execute(sa.text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            killer.dispose()
+            assert await memory.aput(("n",), "a", {"v": 1}) > first  # the dead connection dropped, run through the pool
+            assert (await memory.aget(("n",), "a")).value == {"v": 1}  # type: ignore[union-attr]
+            assert len(checkouts) == 3
+
+        asyncio.run(main())
+        assert pools[0].checkedout() == 0  # the loop's end returned the kept connections
+        assert memory.get(("n",), "k1").value == {"v": 1}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_a_kept_connection_in_use_at_close_or_invalidated_is_not_kept(kind: str, tmp_path: Path) -> None:
+    """`close` while a caller uses a kept connection closes it when the caller is done (it used to go back to the
+    free list of a disposed pool); one invalidated during a call (an interrupted statement) is dropped, not handed
+    to every later call; the next call opens a new one."""
+    with sql_place(kind, tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
+        memory.put(("n",), "a", {"v": 0})
+        assert memory.get(("n",), "a") is not None
+        pinned = memory._db._pinned
+        assert pinned is not None
+        with pinned._held() as connection:
+            assert connection is not None
+            pinned.close()
+        assert connection.closed
+        assert pinned._free == []
+        assert pinned._opened == 0
+        assert memory.get(("n",), "a") is not None  # opens a new one
+        (kept,) = pinned._free
+        with pinned._held() as connection:
+            assert connection is kept
+            connection.invalidate()
+        assert pinned._free == []
+        assert pinned._opened == 0
+        assert memory.get(("n",), "a").value == {"v": 0}  # type: ignore[union-attr]
+        assert len(pinned._free) == 1
+        assert pinned._free[0] is not kept
+
+
+def test_postgres_async_kept_connection_cancelled_while_opening_is_given_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call cancelled while its kept connection is being opened leaves the count as it was: else two such
+    cancellations would leave the loop never keeping one again."""
+    with sql_place("postgresql", tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
+        memory.put(("n",), "a", {"v": 0})
+
+        async def main() -> None:
+            await memory.aget(("n",), "a")
+            mine = memory._db._loops[asyncio.get_running_loop()]
+            assert (mine.kept_open, len(mine.kept)) == (1, 1)
+            engine = mine.by_mode["read"]
+
+            class Cancelled:
+                def connect(self) -> Any:
+                    raise asyncio.CancelledError
+
+            monkeypatch.setitem(mine.by_mode, "read", Cancelled())
+            for _ in range(3):  # two of them at once: the first takes the free kept connection
+                with pytest.raises(asyncio.CancelledError):
+                    await asyncio.gather(memory.aget(("n",), "a"), memory.aget(("n",), "a"))
+                assert mine.kept_open == 1
+            monkeypatch.setitem(mine.by_mode, "read", engine)
+            await asyncio.gather(*(memory.aget(("n",), "a") for _ in range(2)))
+            assert (mine.kept_open, len(mine.kept)) == (2, 2)
+
+        asyncio.run(main())
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_a_create_whose_reply_was_lost_reports_success_not_a_conflict(
     kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -989,7 +989,8 @@ def test_the_connections_of_a_loop_closed_before_them_are_closed_without_it(
 def test_async_calls_beyond_the_pool_wait_their_turn(place: Place) -> None:
     """2,000 calls at once on a chat and a vector object whose pools keep 5 connections (and may open 10 more),
     waiting at most 2 s for one: every call completes, through no more than 5 connections at once (an overflow
-    connection is closed on return), and none is left out."""
+    connection is closed on return; PostgreSQL's loop also keeps two for single statements), and none is left out
+    when the loop ends."""
     chat = place.chat(pool_size=5, pool_timeout=2)
     vectors = place.vector(pool_size=5, pool_timeout=2, dimension=2)
     assert chat.async_engine is not None
@@ -1010,7 +1011,8 @@ def test_async_calls_beyond_the_pool_wait_their_turn(place: Place) -> None:
     outcomes = asyncio.run(at_once())
     assert [o for o in outcomes if isinstance(o, BaseException)] == []
     assert time.monotonic() - started < 60
-    assert [(peak.now, peak.most <= 5) for peak in peaks] == [(0, True), (0, True)]
+    kept = 2 if place.url.startswith("postgresql") else 0
+    assert [(peak.now, peak.most <= 5 + kept) for peak in peaks] == [(0, True), (0, True)]
     stored = [str(m.id) for s in range(20) for m in chat.load(f"s{s}")]
     assert sorted(stored) == sorted(f"m{i}" for i in range(300))
     assert vectors.count() == 100

@@ -28,6 +28,7 @@ become durable at the next WAL checkpoint). Transactions are begun explicitly, `
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import queue
@@ -36,7 +37,7 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -53,7 +54,7 @@ from memwoven.backends.sql._driver import driver_errors
 from memwoven.errors import BackendUnavailableError, InvalidInputError, MemwovenError
 
 if TYPE_CHECKING:  # imported when an async engine is built or passed in: a sync worker does without its ~0.3 s
-    from sqlalchemy.ext.asyncio import AsyncEngine
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 __all__ = ["Database", "Work"]
 
@@ -260,9 +261,11 @@ def _limits(pool: Pool) -> tuple[int, float] | None:
     return None
 
 
-def _overflows(pool: Pool) -> bool:
-    """Whether `pool` opens connections beyond its `pool_size` (where the kept connection fits)."""
-    return not isinstance(pool, QueuePool) or pool._max_overflow != 0
+def _spare(pool: Pool, wanted: int) -> int:
+    """How many of `wanted` kept connections `pool` opens beyond its `pool_size` (its overflow, where they fit)."""
+    if not isinstance(pool, QueuePool) or pool._max_overflow < 0:  # no limit
+        return wanted
+    return min(wanted, pool._max_overflow)
 
 
 class _Line:
@@ -346,6 +349,17 @@ class _LoopEngine:
     writer: asyncio.Lock | None = None  # SQLite: this loop's write transactions take turns (see `_sqlite_writer`)
     lifetime: AsyncGenerator[None, None] | None = None  # finalized when the loop shuts down its async generators
     retired: bool = False  # closed, or being closed, by whoever retired it first
+    kept_size: int = 0  # connections kept for single statements, as `_Pinned` keeps them for threads (PostgreSQL)
+    kept: list[AsyncConnection] = field(default_factory=list)  # the free ones
+    kept_open: int = 0  # kept: free, in use, or being opened
+
+    async def close_kept(self) -> None:
+        """Return the free kept connections to the pool (before it is disposed); one in use is closed after."""
+        kept, self.kept = self.kept, []
+        self.kept_open -= len(kept)
+        for connection in kept:
+            with suppress(Exception):
+                await connection.close()
 
 
 def _finished(lifetime: AsyncGenerator[None, None] | None) -> None:
@@ -363,24 +377,30 @@ class _Kept:
     def __init__(self, engine: Engine, size: int = 1) -> None:
         self._engine = engine
         self._size = size
-        self._lock = threading.Lock()  # for `_free` and `_opened`, held only to take or return a connection
+        self._lock = threading.Lock()  # for the fields below, held only to take or return a connection
         self._free: list[Connection] = []
         self._opened = 0  # connections kept: free, held by a caller, or being opened
+        self._closings = 0  # `close` calls: a connection taken before one is closed when its caller is done
         self._pid = os.getpid()
 
     @contextmanager
     def _held(self) -> Iterator[Connection | None]:
         """A kept connection (opened if fewer than `size` are), or None while other callers hold all of them. One
-        discarded (`_discard`) during the block is not kept."""
-        with self._lock:
+        that ends the block closed or invalidated (`_discard`, an interrupted statement) is not kept."""
+        # Never waits: a lock held by another thread when this process forked is never released in the child.
+        if not self._lock.acquire(blocking=False):
+            yield None
+            return
+        try:
             if self._pid != os.getpid():
                 self._free, self._opened, self._pid = [], 0, os.getpid()
             connection = self._free.pop() if self._free else None
-            if connection is None and self._opened < self._size:
+            opening = connection is None and self._opened < self._size
+            if opening:
                 self._opened += 1
-                opening = True
-            else:
-                opening = False
+            closings = self._closings
+        finally:
+            self._lock.release()
         if connection is None and not opening:
             yield None
             return
@@ -389,11 +409,19 @@ class _Kept:
                 connection = self._engine.connect()
             yield connection
         finally:
+            usable = connection is not None and not connection.closed and not connection.invalidated
+            if connection is not None and usable and closings != self._closings:
+                usable = False  # `close` came meanwhile: its pool may be disposed
+                with suppress(Exception):
+                    connection.close()
+            elif connection is not None and not usable:
+                self._discard(connection)
             with self._lock:
-                if connection is not None and not connection.closed and self._pid == os.getpid():
-                    self._free.append(connection)
-                elif self._pid == os.getpid():
-                    self._opened -= 1
+                if self._pid == os.getpid():
+                    if usable and connection is not None:
+                        self._free.append(connection)
+                    else:
+                        self._opened -= 1
 
     @staticmethod
     def _discard(connection: Connection) -> None:
@@ -404,9 +432,10 @@ class _Kept:
             connection.close()
 
     def close(self) -> None:
-        """Return the free connections to their pool (before the pool is disposed); a held one is kept when its
-        caller is done."""
+        """Return the kept connections to their pool (before the pool is disposed): the free ones now, one in use
+        when its caller is done. The next call opens a new one."""
         with self._lock:
+            self._closings += 1
             free, self._free = self._free, []
             if self._pid != os.getpid():
                 return
@@ -417,12 +446,13 @@ class _Kept:
 
 
 class _Pinned(_Kept):
-    """One connection kept for single statements: reads (PostgreSQL, in autocommit; SQLite's single reads, without
-    BEGIN) and PostgreSQL's single writes (one statement each, in autocommit as well).
+    """Connections kept for single statements: reads (PostgreSQL, in autocommit; SQLite's single reads, without
+    BEGIN) and PostgreSQL's single writes (one statement each, in autocommit as well). PostgreSQL keeps two, an SQLite
+    file one.
 
     A call through the pool pays a checkout (and on PostgreSQL switching autocommit on and off again); a vector
-    search asks for changes before every scan, so that is a second checkout on every search. A call tries this
-    connection first (one caller at a time; others take the pool). If it fails in any way the driver reports, the
+    search asks for changes before every scan, so that is a second checkout on every search. A call tries these
+    connections first (one caller each at a time; others take the pool). If it fails in any way the driver reports, the
     connection is discarded and the call runs again through the pool, which reconnects (`Database._retry`): a read
     is safe to repeat, and so is a single write (`Work.single`); a dropped connection (server restart,
     pg_terminate_backend) costs nothing more than before.
@@ -555,14 +585,14 @@ class Database:
         # A file SQLite database keeps one connection for single reads too: the pool's checkout and checkin were
         # ~15% of a one-namespace store search (in memory, a pool may hold one database per thread: not pinned).
         self._pinned_modes: tuple[str, ...] = ("single read",) if self._sqlite_file is not None else ()
-        if self.dialect == "postgresql" and _overflows(engine.pool):
+        pinned = 1
+        if self.dialect == "postgresql" and _spare(engine.pool, _PINNED_POSTGRESQL):
             # single writes too: one statement in autocommit as reads are (checkout and checkin were a fifth of a
-            # small put_many's process time)
+            # small put_many's process time). Two connections: a LangGraph step writes its checkpoint and its
+            # task's writes at once, and the one finding a single connection held paid the pool (checkout,
+            # autocommit on and off, checkin: ~a quarter of the checkpoint write's process time).
             self._pinned_modes = ("read", "single read", "single")
-        # PostgreSQL keeps two: a LangGraph step writes its checkpoint and its task's writes at once, and the one
-        # finding a single connection held paid the pool (checkout, autocommit on and off, checkin: ~a quarter of
-        # the checkpoint write's process time).
-        pinned = _PINNED_POSTGRESQL if self.dialect == "postgresql" else 1
+            pinned = _spare(engine.pool, _PINNED_POSTGRESQL)
         self._pinned = _Pinned(self._engines[self._pinned_modes[0]], pinned) if self._pinned_modes else None
         # A file SQLite database keeps one connection for its write transactions as well (`_KeptWriter`).
         self._kept_writer: _KeptWriter | None = (
@@ -704,6 +734,10 @@ class Database:
         mine = self._loops.get(asyncio.get_running_loop()) or await self._enter_loop()
         if mine.engine is None:
             return await asyncio.to_thread(self.transact, work)
+        if mine.kept_size and work.mode in self._pinned_modes:
+            kept = await self._on_kept(mine, work)
+            if kept is not None:
+                return kept[0]
         with self.translated():
             attempt = 1
             while True:
@@ -722,6 +756,45 @@ class Database:
                     return result
                 await asyncio.sleep(_retry_delay(attempt))
                 attempt += 1
+
+    async def _on_kept(self, mine: _LoopEngine, work: Work[R]) -> tuple[R] | None:
+        """`(result,)` if `work` ran on one of the loop's kept connections; None if the caller must use the pool
+        (all in use, or the connection failed: `_Pinned.try_run` for async calls). A connection whose call raised
+        anything is not kept (a cancelled call may have left its statement running)."""
+        if mine.kept:
+            connection = mine.kept.pop()
+        elif mine.kept_open < mine.kept_size and not mine.retired:
+            mine.kept_open += 1
+            try:
+                connection = await mine.by_mode[self._pinned_modes[0]].connect()
+            except BaseException as error:  # cancelled too: else the loop would never keep one again
+                mine.kept_open -= 1
+                if not isinstance(error, (DBAPIError, PoolTimeoutError)):
+                    raise
+                logger.info("could not open a kept connection (%s); running through the pool", _error_text(error))
+                return None
+        else:
+            return None
+        try:
+            result = await connection.run_sync(work.body)
+            await connection.commit()  # autocommit: ends SQLAlchemy's transaction, no round trip
+        except BaseException as error:
+            mine.kept_open -= 1
+            with suppress(Exception):
+                await connection.invalidate()
+            with suppress(Exception):
+                await connection.close()
+            if isinstance(error, DBAPIError):
+                logger.info("dropped a kept connection (%s); running through the pool", _error_text(error))
+                return None
+            raise
+        if mine.retired:  # its engine is being closed
+            mine.kept_open -= 1
+            with suppress(Exception):
+                await connection.close()
+        else:
+            mine.kept.append(connection)
+        return (result,)
 
     async def _enter_loop(self) -> _LoopEngine:
         """Serve the running loop: the free engine, a new one, the one passed in (its first loop) or threads."""
@@ -747,8 +820,18 @@ class Database:
         if engine is None:
             return _LoopEngine(None, {}, _LoopTurns(None), owned)
         writer = asyncio.Lock() if self.dialect == "sqlite" else None
+        # PostgreSQL keeps connections for single statements, as for threads (`_Pinned`), where the engine is
+        # memwoven's (closed with its loop: a passed-in engine's owner would find them checked out)
+        kept = 0
+        if owned and self.dialect == "postgresql" and "single" in self._pinned_modes:
+            kept = _spare(engine.sync_engine.pool, _PINNED_POSTGRESQL)
         return _LoopEngine(
-            engine, self._modes(engine), _LoopTurns(_limits(engine.sync_engine.pool)), owned, writer=writer
+            engine,
+            self._modes(engine),
+            _LoopTurns(_limits(engine.sync_engine.pool)),
+            owned,
+            writer=writer,
+            kept_size=kept,
         )
 
     def _modes(self, engine: E) -> dict[str, E]:
@@ -774,6 +857,7 @@ class Database:
         finally:
             if self._retire(loop, mine):
                 try:
+                    await mine.close_kept()
                     await engine.dispose()
                 except (DBAPIError, OSError, RuntimeError) as error:  # teardown never fails a call that was applied
                     logger.info("%s: closing the connections of event loop %#x: %s", self.where, id(loop), error)
@@ -814,7 +898,7 @@ class Database:
                     )
                 else:  # aiosqlite and psycopg close a connection without its loop: on a fresh one
                     try:
-                        _on_a_fresh_loop(engine.dispose)
+                        _on_a_fresh_loop(functools.partial(_disposed, mine, engine))
                     except (DBAPIError, OSError, RuntimeError) as error:  # never fails the call that found them
                         logger.info("%s: closing the connections of event loop %#x: %s", self.where, id(loop), error)
                     else:
@@ -851,6 +935,12 @@ class Database:
         """Close this event loop's async engine on it, and the rest as `close` does."""
         await end_this_loops_lifetime(self._loops)
         self.close()
+
+
+async def _disposed(mine: _LoopEngine, engine: AsyncEngine) -> None:
+    """Close the kept connections of `mine`, then its engine's pool."""
+    await mine.close_kept()
+    await engine.dispose()
 
 
 def _on_a_fresh_loop(make: Callable[[], Any]) -> None:

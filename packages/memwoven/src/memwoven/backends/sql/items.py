@@ -763,7 +763,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                     raise CorruptMemoryError(
                         f"a stored item's namespace does not match its row key: damaged ({row[0]!r:.100})"
                     )
-            return builtins.list(dict.fromkeys(row[0] for row in found))
+            return [row[0] for row in found]  # distinct: a namespace has one digest
 
         stored: builtins.list[str] = yield Work(body, single=True)
         return [_stored_namespace(encoded) for encoded in stored]
