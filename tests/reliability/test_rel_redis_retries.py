@@ -4,7 +4,9 @@ Two ways to lose the reply of a write the server applied, on a private Redis (AO
 loopback port: a proxy that lets the server run the append script and then cuts the connection instead of passing
 the reply on (deterministic: each such write is checked to be stored before the retry), and the server killed
 (SIGKILL) and restarted under a writer, over and over (with the proxy in between as well, so that every run has
-lost replies to retry, whatever the moments of the kills). The writer retries each append on any error until it
+lost replies to retry, whatever the moments of the kills). A killed server restarts as Redis documents after a
+crash: its append-only file repaired first (`redis-check-aof --fix`, see `RedisServer`), as Redis 7.0's own repair
+of a write cut mid-way can apply half of a script's effects later. The writer retries each append on any error until it
 succeeds, by hand or through redis-py's `Retry`. Afterwards every message is stored exactly once and in order:
 no duplicate, no acknowledged write lost.
 """
@@ -277,6 +279,31 @@ def test_appends_retried_through_server_restarts_are_stored_once() -> None:
             totals["lost"] += len({f"r{run}-m{i}" for i in range(writer.acked)} - set(ids))
             assert ids == [f"r{run}-m{i}" for i in range(per_run)], f"run {run}: {ids}"
             assert writer.deduplicated >= 1, f"run {run}: no failed append was stored after all"
-    print(f"\n{runs} runs x {restarts} restarts, {proxy.cut} replies cut: {totals}")
+    print(f"\n{runs} runs x {restarts} restarts, {proxy.cut} replies cut, {server.aof_repairs} AOFs repaired: {totals}")
     assert totals["failures"] >= runs * restarts  # every restart failed at least one append
     assert totals["duplicates"] == totals["lost"] == 0
+
+
+def test_an_append_cut_mid_write_by_a_crash_is_gone_after_the_restart_and_its_retry_stored_once() -> None:
+    """The kill that writes only part of an append's effects to the append-only file (SIGKILL between two pages of
+    one write), made deterministic: the file is cut inside the append's MULTI block, after its first command."""
+    with redis_server(*DURABLE) as server:
+        expected = [_message(0, i) for i in range(4)]
+        with RedisChatMemory(server.url, prefix="cut") as memory:
+            memory.append("s", expected[:3])
+            memory.append("s", [expected[3]])
+        server.stop(kill=True)
+        (incr,) = (server.directory / "appendonlydir").glob("*.incr.aof")
+        data = incr.read_bytes()
+        multi = data.rindex(b"*1\r\n$5\r\nMULTI\r\n")
+        first_command = data.index(b"\r\n*", multi + 13) + 2  # the block's first command (RPUSH of the message)
+        incr.write_bytes(data[: data.index(b"\r\n*", first_command) + 2 + 5])  # ...and 5 bytes of the next one
+        server.start()
+        with RedisChatMemory(server.url, prefix="cut") as memory:
+            assert memory.load("s") == expected[:3]
+            memory.append("s", [expected[3]])  # the caller's retry
+        server.stop(kill=True)
+        server.start()  # the file is read again from its start: a half block left in it would be applied now
+        assert server.aof_repairs == 1
+        with RedisChatMemory(server.url, prefix="cut") as fresh:
+            _check(fresh, "s", expected)
