@@ -780,10 +780,12 @@ class Database:
             await connection.commit()  # autocommit: ends SQLAlchemy's transaction, no round trip
         except BaseException as error:
             mine.kept_open -= 1
-            with suppress(Exception):
-                await connection.invalidate()
-            with suppress(Exception):
-                await connection.close()
+            try:
+                with suppress(Exception):
+                    await connection.invalidate()
+            finally:  # a second cancellation while invalidating must not leave it checked out
+                with suppress(Exception):
+                    await connection.close()
             if isinstance(error, DBAPIError):
                 logger.info("dropped a kept connection (%s); running through the pool", _error_text(error))
                 return None
