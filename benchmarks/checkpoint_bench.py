@@ -80,7 +80,19 @@ REASONS = [
     "0.86-1.10x of PostgresSaver (median of 5 processes 0.89x) against 1.05-1.26x (1.21x) for the code before; an "
     "async graph (AsyncMemwovenSaver against AsyncPostgresSaver, 3 alternating processes each) 1.14-1.33x -> "
     "1.05-1.16x. Whole processes scatter +-15% here (the same code gave 0.86x and 1.10x), so a single run can still "
-    "land either side of 1.0x.",
+    "land either side of 1.0x. Measured again on 2026-11-28 (evening) with the same code, the bench's own rounds "
+    "(take_turns, 5 threads per saver) in the bench's environment, the machine otherwise idle but slower than during "
+    "the full run (SqliteSaver 1.3-1.6 ms a step against 1.2): SQLite 1.06-1.24x at step 10 and 1.11-1.29x at step "
+    "200 (10 processes), PostgreSQL 0.97-1.06x (3). What decides the SQLite ratio is CPU: a step is about as long "
+    "as the CPU of the graph's thread and the saver's two calls together (the GIL serializes them), and memwoven's "
+    "calls take twice SqliteSaver's (a saver call replayed alone: 0.23-0.25 ms of CPU against 0.12; SqliteSaver's "
+    "commit waits for an fsync of its WAL, memwoven's does not, synchronous=NORMAL), so the ratio moves with the "
+    "machine's CPU speed against its disk latency. Of memwoven's CPU (py-spy of replayed calls) ~30% is SQLite "
+    "itself (four indexes besides the table: a raw insert and commit of these rows 0.05 ms against 0.026 with the "
+    "primary key alone; WITHOUT ROWID measured slower, a partial expiry index ~0.005 ms faster) and the rest is "
+    "spread over some thirty Python functions of 1-5% each (validating and encoding the value, the row's digests, "
+    "the step runner, the kept connection, LangGraph's serializer and base64 of its bytes): a robust margin needs a "
+    "leaner write path for the saver's two calls, not one fix.",
 ]
 
 
