@@ -783,7 +783,7 @@ class Database:
             try:
                 with suppress(Exception):
                     await connection.invalidate()
-            finally:  # a second cancellation while invalidating must not leave it checked out
+            finally:  # closed even when a second cancellation interrupts the invalidation
                 with suppress(Exception):
                     await connection.close()
             if isinstance(error, DBAPIError):
