@@ -365,16 +365,41 @@ def test_concurrent_first_use_creates_the_tables_once(place: Place) -> None:
 # O(change) saves ------------------------------------------------------------------------------------------
 
 
+def _record_statements(
+    memory: SQLChatMemory | SQLVectorMemory, monkeypatch: pytest.MonkeyPatch, record: Callable[[str, int], None]
+) -> None:
+    """Call `record(text, rows)` for every statement `memory` sends from now on: through SQLAlchemy, and on the
+    driver's cursor (SQLite's and PostgreSQL's hot statements: a vector read's changes query, a chat write's)."""
+
+    def through_sqlalchemy(_c: Any, _k: Any, text: str, parameters: Any, _x: Any, many: bool) -> None:
+        record(text, len(parameters) if many else 1)
+
+    sa.event.listen(memory.engine, "before_cursor_execute", through_sqlalchemy)
+    rows, execute_many = _driver.rows, _driver.execute_many
+
+    def recorded_rows(connection: sa.Connection, text: str, parameters: Any, **options: Any) -> Any:
+        if connection.engine.pool is memory.engine.pool:
+            record(text, 1)
+        return rows(connection, text, parameters, **options)
+
+    def recorded_many(connection: sa.Connection, text: str, parameters: Any) -> None:
+        if connection.engine.pool is memory.engine.pool:
+            record(text, len(parameters))
+        execute_many(connection, text, parameters)
+
+    monkeypatch.setattr(_driver, "rows", recorded_rows)
+    monkeypatch.setattr(_driver, "execute_many", recorded_many)
+
+
 class _Statements:
     """Counts the statements and rows a memory sends, by kind (INSERT INTO messages, DELETE, ...)."""
 
-    def __init__(self, memory: SQLChatMemory) -> None:
+    def __init__(self, memory: SQLChatMemory, monkeypatch: pytest.MonkeyPatch) -> None:
         self.log: list[tuple[str, int]] = []
         self.table = f"{memory.table_prefix}messages"
-        sa.event.listen(memory.engine, "before_cursor_execute", self._record)
-
-    def _record(self, _conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, many: bool) -> None:
-        self.log.append((" ".join(statement.split()[:3]).upper(), len(parameters) if many else 1))
+        _record_statements(
+            memory, monkeypatch, lambda text, rows: self.log.append((" ".join(text.split()[:3]).upper(), rows))
+        )
 
     def rows(self, prefix: str) -> int:
         return sum(n for statement, n in self.log if statement.startswith(prefix) and self.table.upper() in statement)
@@ -386,11 +411,11 @@ class _Statements:
         self.log.clear()
 
 
-def test_saves_write_only_what_changed(place: Place) -> None:
+def test_saves_write_only_what_changed(place: Place, monkeypatch: pytest.MonkeyPatch) -> None:
     memory = place.chat()
     original = [turn(i) for i in range(200)]
     memory.save("s", original)
-    statements = _Statements(memory)
+    statements = _Statements(memory, monkeypatch)
 
     history = memory.load("s")
     assert history == original
@@ -411,10 +436,10 @@ def test_saves_write_only_what_changed(place: Place) -> None:
         assert place.chat().load("s") == new, name
 
 
-def test_append_inserts_only_the_new_rows(place: Place) -> None:
+def test_append_inserts_only_the_new_rows(place: Place, monkeypatch: pytest.MonkeyPatch) -> None:
     memory = place.chat()
     memory.save("s", [turn(i) for i in range(100)])
-    statements = _Statements(memory)
+    statements = _Statements(memory, monkeypatch)
     memory.append("s", [turn(100), turn(101), turn(102)])
     assert statements.rows("INSERT INTO") == 3
     assert statements.count("INSERT INTO") == 1
@@ -619,13 +644,13 @@ def test_a_unique_index_keeps_ids_apart_whatever_the_writer(place: Place) -> Non
     _execute(memory, sa.insert(messages).values({**twin, "message_key": None}))  # rows without an id never collide
 
 
-def test_appends_and_saves_with_ids_cost_what_changed(place: Place) -> None:
+def test_appends_and_saves_with_ids_cost_what_changed(place: Place, monkeypatch: pytest.MonkeyPatch) -> None:
     """A retried append writes nothing; a save or append of ids looks up only those ids, never the history."""
     history = _with_ids([turn(i) for i in range(200)])
     place.chat().save("s", history)
     memory = place.chat()  # has not read the session: no snapshot to lean on
     statements: list[str] = []
-    sa.event.listen(memory.engine, "before_cursor_execute", lambda *args: statements.append(" ".join(args[2].split())))
+    _record_statements(memory, monkeypatch, lambda text, _rows: statements.append(" ".join(text.split())))
     version = memory.load_versioned("s").version
     statements.clear()
     assert memory.append("s", history[-3:]) == version  # all stored: nothing written, the version unchanged
@@ -651,19 +676,10 @@ def _doc(doc_id: str, vector: list[float], **metadata: Any) -> dict[str, Any]:
     return {"id": doc_id, "content": f"text {doc_id}", "embedding": vector, "metadata": metadata}
 
 
-def _statements_of(memory: SQLVectorMemory, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every statement `memory` sends from now on: through SQLAlchemy, and on the driver's cursor (the changes
-    query a read runs first, on SQLite and PostgreSQL)."""
+def _statements_of(memory: SQLChatMemory | SQLVectorMemory, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every statement `memory` sends from now on (`_record_statements`)."""
     statements: list[str] = []
-    sa.event.listen(memory.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
-    rows = _driver.rows
-
-    def recorded(connection: sa.Connection, text: str, parameters: Any, **options: Any) -> Any:
-        if connection.engine.pool is memory.engine.pool:
-            statements.append(text)
-        return rows(connection, text, parameters, **options)
-
-    monkeypatch.setattr(_driver, "rows", recorded)
+    _record_statements(memory, monkeypatch, lambda text, _rows: statements.append(text))
     return statements
 
 

@@ -2,10 +2,10 @@
 
 SQLAlchemy's execution of a statement (its compiled cache lookup, execution context, events and result object) took
 longer than SQLite's own execution of a one-namespace listing, ~40% of a checkpoint's write on SQLite, half of a small
-write's process time on PostgreSQL, and as long as PostgreSQL's index scan of a small collection. So the statements of
-those paths are compiled once (`DriverSQL`, `MultiRow`) and run here (`rows`), their errors raised as SQLAlchemy
-raises them (`driver_errors`), so that retries and error translation (`memwoven.backends.sql._engine`) see no
-difference.
+write's process time on PostgreSQL, as long as PostgreSQL's index scan of a small collection, and ~40% of a chat
+append on SQLite. So the statements of those paths are compiled once (`DriverSQL`, `MultiRow`, `OnSQLite`) and run
+here (`rows`, `execute_many`), their errors raised as SQLAlchemy raises them (`driver_errors`), so that retries and
+error translation (`memwoven.backends.sql._engine`) see no difference. (They are not seen by SQLAlchemy's events.)
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import SQLCompiler
 
-__all__ = ["DriverSQL", "MultiRow", "driver_errors", "rows"]
+__all__ = ["DriverSQL", "MultiRow", "OnSQLite", "driver_errors", "execute_many", "rows"]
 
 
 class driver_errors:
@@ -81,6 +81,22 @@ def rows(
         try:
             cursor.execute(text, parameters)
             yield from cast("Iterable[Sequence[Any]]", cursor)
+        finally:
+            cursor.close()
+
+
+def execute_many(connection: Connection, text: str, parameters: Sequence[Sequence[Any]]) -> None:
+    """Run the SQL `text` once per parameter sequence (the driver's executemany) on the driver cursor of
+    `connection`'s pooled connection, within its transaction; as SQLAlchemy's ``exec_driver_sql`` where the
+    connection was invalidated earlier in the transaction."""
+    dbapi_connection = connection.connection.dbapi_connection
+    if dbapi_connection is None:
+        connection.exec_driver_sql(text, [tuple(row) for row in parameters])
+        return
+    with driver_errors(connection, text, parameters):
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.executemany(text, parameters)
         finally:
             cursor.close()
 
@@ -179,3 +195,28 @@ class MultiRow(NamedTuple):
                 values.append(value if process is None or value is None else process(value))
         values.extend(self.fixed)
         return f"{self.head}{', '.join(itertools.repeat(self.group, len(rows)))}{self.tail}", values
+
+
+class OnSQLite:
+    """A statement with bound parameters, run on SQLite as its SQL text compiled once (`DriverSQL`) on the driver's
+    cursor (`rows`), elsewhere (or where its parameters need more of SQLAlchemy) through SQLAlchemy's execution.
+    For the few statements every write of a small operation runs (a chat append's lock and version update): there
+    SQLAlchemy's execution took longer than SQLite's."""
+
+    __slots__ = ("_compiled", "statement")
+
+    def __init__(self, statement: sa.Executable) -> None:
+        self.statement = statement
+        self._compiled: tuple[DriverSQL | None] | None = None  # compiled on the first run on SQLite
+
+    def execute(self, connection: Connection, parameters: Mapping[str, Any]) -> list[Sequence[Any]]:
+        """Run the statement with `parameters` (by name) in `connection`'s transaction; its rows, by position
+        (none for a statement returning none)."""
+        if connection.dialect.name == "sqlite":
+            if self._compiled is None:  # two threads may both compile it: the same result
+                self._compiled = (DriverSQL.of(cast("sa.ClauseElement", self.statement), connection.dialect),)
+            driver = self._compiled[0]
+            if driver is not None:
+                return list(rows(connection, driver.text, driver.parameters(parameters)))
+        result = connection.execute(self.statement, parameters)
+        return list(result) if result.returns_rows else []

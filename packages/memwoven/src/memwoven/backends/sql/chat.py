@@ -37,7 +37,9 @@ from sqlalchemy.util import await_only
 
 import memwoven._clock as _clock
 from memwoven._steps import Steps, twins
+from memwoven.backends.sql import _driver
 from memwoven.backends.sql._base import SQLBackend, SQLOptions
+from memwoven.backends.sql._driver import OnSQLite
 from memwoven.backends.sql._engine import Work
 from memwoven.backends.sql._schema import dialect_insert, insert_ignoring, key_of
 from memwoven.contracts import ChatMemory, History, MessagesIn, check_id, next_version
@@ -324,20 +326,22 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             if connection.dialect.name == "sqlite":
                 # SQLite locks the whole database for a transaction's writes (memwoven begins them IMMEDIATE), so
                 # no row lock is needed: a no-op upsert returning the row creates or reads it in one statement.
-                row = connection.execute(
-                    self._statements.sqlite_lock, {"key": key, "id": session_id, "seed": seed}
-                ).first()
+                found = self._statements.sqlite_lock.execute(connection, {"key": key, "id": session_id, "seed": seed})
             else:
                 connection.execute(insert_ignoring(connection, sessions, new_row))
-                row = connection.execute(
-                    sa.select(*_locked_columns(sessions)).where(sessions.c.session_key == key).with_for_update()
-                ).first()
-            if row is not None and _expired(row.expires_at_ms):  # an expired session is absent: purge it first
+                found = list(
+                    connection.execute(
+                        sa.select(*_locked_columns(sessions)).where(sessions.c.session_key == key).with_for_update()
+                    )
+                )
+            if not found:
+                continue
+            stored_id, version, message_count, chain, expires_at_ms = found[0]
+            if _expired(expires_at_ms):  # an expired session is absent: purge it first
                 self._delete_session(connection, key)
                 continue
-            if row is not None:
-                self._check_owner(row.session_id, session_id)
-                return _Locked(int(row.version), int(row.message_count), bytes(row.chain))
+            self._check_owner(stored_id, session_id)
+            return _Locked(int(version), int(message_count), bytes(chain))
         raise ConcurrentModificationError(f"session {session_id!r} kept being cleared while writing; retry")
 
     def _stored_version(self, connection: Connection, key: str) -> int:
@@ -460,7 +464,9 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             rows.append((key, seq, None if message.id is None else key_of(message.id), chain, body))
         sql, positional = self._insert_sql(connection.dialect)
         try:
-            if positional:
+            if positional and connection.dialect.name == "sqlite":  # past SQLAlchemy's execution (`_driver`)
+                _driver.execute_many(connection, sql, rows)
+            elif positional:
                 connection.exec_driver_sql(sql, rows)
             else:
                 connection.exec_driver_sql(sql, [dict(zip(_MESSAGE_COLUMNS, row)) for row in rows])
@@ -483,8 +489,8 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         return known
 
     def _set_version(self, connection: Connection, key: str, version: int, message_count: int, chain: bytes) -> int:
-        connection.execute(
-            self._statements.set_version,
+        self._statements.set_version.execute(
+            connection,
             {
                 "key": key,
                 "new_version": version,
@@ -578,10 +584,12 @@ class _Statements:
         upsert = dialect_insert(sessions, "sqlite").values(
             session_key=key, session_id=sa.bindparam("id"), version=0, message_count=0, chain=sa.bindparam("seed")
         )
-        self.sqlite_lock = upsert.on_conflict_do_update(
-            index_elements=[sessions.c.session_key], set_={"session_key": upsert.excluded.session_key}
-        ).returning(*_locked_columns(sessions))
-        self.set_version = (
+        self.sqlite_lock = OnSQLite(
+            upsert.on_conflict_do_update(
+                index_elements=[sessions.c.session_key], set_={"session_key": upsert.excluded.session_key}
+            ).returning(*_locked_columns(sessions))
+        )
+        self.set_version = OnSQLite(
             sa.update(sessions)
             .where(sessions.c.session_key == key)
             .values(
