@@ -644,6 +644,21 @@ def test_a_unique_index_keeps_ids_apart_whatever_the_writer(place: Place) -> Non
     _execute(memory, sa.insert(messages).values({**twin, "message_key": None}))  # rows without an id never collide
 
 
+def test_sqlite_chat_writes_run_past_sqlalchemys_execution(tmp_path: Path) -> None:
+    """On SQLite a chat write's statements (the session's lock, its message rows, its version) run on the driver's
+    cursor (`_driver`), where SQLAlchemy's execution took ~40% of an append: none reaches SQLAlchemy's events."""
+    url = f"sqlite:///{tmp_path / 'chat.db'}"
+    with SQLChatMemory(url) as memory:
+        memory.save("s", [turn(0)])
+        through_sqlalchemy: list[str] = []
+        sa.event.listen(memory.engine, "before_cursor_execute", lambda *args: through_sqlalchemy.append(args[2]))
+        memory.append("s", [turn(1), turn(2)])
+        memory.save("s", [turn(i) for i in range(4)])
+        assert [s for s in through_sqlalchemy if s.lstrip().upper().startswith(("INSERT", "UPDATE"))] == []
+    with SQLChatMemory(url) as fresh:
+        assert fresh.load("s") == [turn(i) for i in range(4)]
+
+
 def test_appends_and_saves_with_ids_cost_what_changed(place: Place, monkeypatch: pytest.MonkeyPatch) -> None:
     """A retried append writes nothing; a save or append of ids looks up only those ids, never the history."""
     history = _with_ids([turn(i) for i in range(200)])
@@ -676,7 +691,7 @@ def _doc(doc_id: str, vector: list[float], **metadata: Any) -> dict[str, Any]:
     return {"id": doc_id, "content": f"text {doc_id}", "embedding": vector, "metadata": metadata}
 
 
-def _statements_of(memory: SQLChatMemory | SQLVectorMemory, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+def _statements_of(memory: SQLVectorMemory, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every statement `memory` sends from now on (`_record_statements`)."""
     statements: list[str] = []
     _record_statements(memory, monkeypatch, lambda text, _rows: statements.append(text))

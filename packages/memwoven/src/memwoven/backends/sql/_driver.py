@@ -198,24 +198,24 @@ class MultiRow(NamedTuple):
 
 
 class OnSQLite:
-    """A statement with bound parameters, run on SQLite as its SQL text compiled once (`DriverSQL`) on the driver's
-    cursor (`rows`), elsewhere (or where its parameters need more of SQLAlchemy) through SQLAlchemy's execution.
-    For the few statements every write of a small operation runs (a chat append's lock and version update): there
-    SQLAlchemy's execution took longer than SQLite's."""
+    """A statement with bound parameters, run on SQLite as its SQL text compiled once per dialect (`DriverSQL`) on
+    the driver's cursor (`rows`); elsewhere, or where its parameters need more of SQLAlchemy, through SQLAlchemy's
+    execution."""
 
     __slots__ = ("_compiled", "statement")
 
     def __init__(self, statement: sa.Executable) -> None:
         self.statement = statement
-        self._compiled: tuple[DriverSQL | None] | None = None  # compiled on the first run on SQLite
+        self._compiled: dict[sa.Dialect, DriverSQL | None] = {}  # a sync and an async engine have a dialect each
 
     def execute(self, connection: Connection, parameters: Mapping[str, Any]) -> list[Sequence[Any]]:
         """Run the statement with `parameters` (by name) in `connection`'s transaction; its rows, by position
         (none for a statement returning none)."""
-        if connection.dialect.name == "sqlite":
-            if self._compiled is None:  # two threads may both compile it: the same result
-                self._compiled = (DriverSQL.of(cast("sa.ClauseElement", self.statement), connection.dialect),)
-            driver = self._compiled[0]
+        dialect = connection.dialect
+        if dialect.name == "sqlite":
+            if dialect not in self._compiled:  # threads compiling it at once store the same
+                self._compiled[dialect] = DriverSQL.of(cast("sa.ClauseElement", self.statement), dialect)
+            driver = self._compiled[dialect]
             if driver is not None:
                 return list(rows(connection, driver.text, driver.parameters(parameters)))
         result = connection.execute(self.statement, parameters)

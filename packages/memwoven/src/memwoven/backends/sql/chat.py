@@ -577,7 +577,7 @@ def _locked_columns(sessions: sa.Table) -> tuple[sa.Column[Any], ...]:
 
 class _Statements:
     """The statements every write runs, built once with bound parameters (building one costs more than running it
-    through SQLAlchemy's compiled cache)."""
+    through SQLAlchemy's compiled cache); on SQLite the lock and the version update run on the driver's cursor."""
 
     def __init__(self, sessions: sa.Table, messages: sa.Table) -> None:
         key: sa.BindParameter[str] = sa.bindparam("key")
