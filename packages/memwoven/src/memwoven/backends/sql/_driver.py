@@ -3,7 +3,7 @@
 SQLAlchemy's execution of a statement (its compiled cache lookup, execution context, events and result object) took
 longer than SQLite's own execution of a one-namespace listing, ~40% of a checkpoint's write on SQLite, half of a small
 write's process time on PostgreSQL, as long as PostgreSQL's index scan of a small collection, and ~40% of a chat
-append on SQLite. So the statements of those paths are compiled once (`DriverSQL`, `MultiRow`, `OnSQLite`) and run
+append on SQLite. So the statements of those paths are compiled once (`DriverSQL`, `MultiRow`, `OnDriver`) and run
 here (`rows`, `execute_many`), their errors raised as SQLAlchemy raises them (`driver_errors`), so that retries and
 error translation (`memwoven.backends.sql._engine`) see no difference. (They are not seen by SQLAlchemy's events.)
 """
@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, NamedTuple, cast
+from typing import Any, Generic, NamedTuple, TypeVar, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.compiler import SQLCompiler
 
-__all__ = ["DriverSQL", "MultiRow", "OnSQLite", "driver_errors", "execute_many", "rows"]
+__all__ = ["DriverSQL", "MultiRow", "OnDriver", "driver_errors", "execute_many", "rows"]
+
+_S = TypeVar("_S", bound=sa.Executable)
 
 
 class driver_errors:
@@ -197,26 +199,32 @@ class MultiRow(NamedTuple):
         return f"{self.head}{', '.join(itertools.repeat(self.group, len(rows)))}{self.tail}", values
 
 
-class OnSQLite:
-    """A statement with bound parameters, run on SQLite as its SQL text compiled once per dialect (`DriverSQL`) on
-    the driver's cursor (`rows`); elsewhere, or where its parameters need more of SQLAlchemy, through SQLAlchemy's
-    execution."""
+class OnDriver(Generic[_S]):
+    """A statement with bound parameters, run on SQLite (and, `binary`, on psycopg 3 with results in binary format)
+    as its SQL text compiled once per dialect (`DriverSQL`) on the driver's cursor (`rows`); elsewhere, or where its
+    parameters need more of SQLAlchemy, through SQLAlchemy's execution."""
 
-    __slots__ = ("_compiled", "statement")
+    __slots__ = ("_compiled", "binary", "statement")
 
-    def __init__(self, statement: sa.Executable) -> None:
+    def __init__(self, statement: _S, *, binary: bool = False) -> None:
         self.statement = statement
+        self.binary = binary
         self._compiled: dict[sa.Dialect, DriverSQL | None] = {}  # a sync and an async engine have a dialect each
 
-    def execute(self, connection: Connection, parameters: Mapping[str, Any]) -> list[Sequence[Any]]:
-        """Run the statement with `parameters` (by name) in `connection`'s transaction; its rows, by position
-        (none for a statement returning none)."""
+    def rows(self, connection: Connection, parameters: Mapping[str, Any]) -> Iterable[Sequence[Any]]:
+        """The rows of the statement run with `parameters` (by name) in `connection`'s transaction, by position;
+        on sqlite3 and aiosqlite they stream as they are iterated (none for a statement returning none)."""
         dialect = connection.dialect
-        if dialect.name == "sqlite":
+        binary = self.binary and dialect.name == "postgresql" and dialect.driver == "psycopg"
+        if dialect.name == "sqlite" or binary:
             if dialect not in self._compiled:  # threads compiling it at once store the same
                 self._compiled[dialect] = DriverSQL.of(cast("sa.ClauseElement", self.statement), dialect)
             driver = self._compiled[dialect]
             if driver is not None:
-                return list(rows(connection, driver.text, driver.parameters(parameters)))
+                return rows(connection, driver.text, driver.parameters(parameters), binary=binary)
         result = connection.execute(self.statement, parameters)
-        return list(result) if result.returns_rows else []
+        return result if result.returns_rows else ()
+
+    def execute(self, connection: Connection, parameters: Mapping[str, Any]) -> list[Sequence[Any]]:
+        """`rows`, all of them read."""
+        return list(self.rows(connection, parameters))

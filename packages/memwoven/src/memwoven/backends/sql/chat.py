@@ -39,7 +39,7 @@ import memwoven._clock as _clock
 from memwoven._steps import Steps, twins
 from memwoven.backends.sql import _driver
 from memwoven.backends.sql._base import SQLBackend, SQLOptions
-from memwoven.backends.sql._driver import OnSQLite
+from memwoven.backends.sql._driver import OnDriver
 from memwoven.backends.sql._engine import Work
 from memwoven.backends.sql._schema import dialect_insert, insert_ignoring, key_of
 from memwoven.contracts import ChatMemory, History, MessagesIn, check_id, next_version
@@ -584,12 +584,12 @@ class _Statements:
         upsert = dialect_insert(sessions, "sqlite").values(
             session_key=key, session_id=sa.bindparam("id"), version=0, message_count=0, chain=sa.bindparam("seed")
         )
-        self.sqlite_lock = OnSQLite(
+        self.sqlite_lock = OnDriver(
             upsert.on_conflict_do_update(
                 index_elements=[sessions.c.session_key], set_={"session_key": upsert.excluded.session_key}
             ).returning(*_locked_columns(sessions))
         )
-        self.set_version = OnSQLite(
+        self.set_version = OnDriver(
             sa.update(sessions)
             .where(sessions.c.session_key == key)
             .values(

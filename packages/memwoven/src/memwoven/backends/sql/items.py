@@ -81,7 +81,7 @@ from memwoven.backends._items import (
 )
 from memwoven.backends.sql import _driver
 from memwoven.backends.sql._base import SQLBackend
-from memwoven.backends.sql._driver import DriverSQL, MultiRow
+from memwoven.backends.sql._driver import MultiRow, OnDriver
 from memwoven.backends.sql._engine import Work
 from memwoven.backends.sql._filters import check_indexed_fields, field_expression, prefilter
 from memwoven.backends.sql._schema import HEAD_CHARS, dialect_insert, has_nul, key_of, upsert, value_jsonb
@@ -287,8 +287,10 @@ class _Statements:
             )
         # SQLite: whether a prefix holds `_WIDE` rows, counted on the namespace index alone (its heads).
         self._widths = {
-            shape: sa.select(sa.func.count()).select_from(
-                sa.select(sa.literal(1)).where(*conditions).limit(_WIDE).subquery()
+            shape: OnDriver(
+                sa.select(sa.func.count()).select_from(
+                    sa.select(sa.literal(1)).where(*conditions).limit(_WIDE).subquery()
+                )
             )
             for shape, conditions in (
                 ("head", (items.c.ns_head >= sa.bindparam("low"), items.c.ns_head < sa.bindparam("high"))),
@@ -296,9 +298,8 @@ class _Statements:
             )
         }
         self._widths_counted: LRUCache[tuple[str, str], tuple[bool, int]] = LRUCache(_REMEMBERED_FILTERS)
-        self._listings: dict[tuple[Any, ...], sa.Select[Any]] = {}
-        self._driver_sql: LRUCache[int, tuple[sa.Select[Any], DriverSQL | None]] = LRUCache(4 * _REMEMBERED_FILTERS)
-        self._selecting: LRUCache[tuple[Any, ...], sa.Select[Any]] = LRUCache(_REMEMBERED_FILTERS)
+        self._listings: dict[tuple[Any, ...], OnDriver[sa.Select[Any]]] = {}
+        self._selecting: LRUCache[tuple[Any, ...], OnDriver[sa.Select[Any]]] = LRUCache(_REMEMBERED_FILTERS)
         self.preselections: LRUCache[tuple[str, str, bool], tuple[_Preselection | None]] = LRUCache(_REMEMBERED_FILTERS)
         self._writes: dict[str, _Writes] = {}
         self._multi_row: dict[int, tuple[sa.Insert, MultiRow | None]] = {}  # the statements of `_writes`
@@ -318,22 +319,25 @@ class _Statements:
         *,
         paged: bool = False,
         walked: bool = False,
-    ) -> sa.Select[Any]:
+    ) -> OnDriver[sa.Select[Any]]:
         """The rows of `scope` in the query's order, after/before its keys (parameters ``after``, ``before``), kept
         by the pre-selection `selected` if given, or else, `paged`, one page (parameters ``limit``, ``offset``);
-        `walked` (SQLite), only among the first rows of the whole table in that order (parameter ``walk``)."""
+        `walked` (SQLite), only among the first rows of the whole table in that order (parameter ``walk``). Run on
+        SQLite as SQL text compiled once, on the driver's cursor (`OnDriver`): SQLAlchemy keys and looks up its
+        compiled form on every execution, and its execution context, events and result object took three times
+        SQLite's own execution of a one-namespace listing."""
         shape = (scope.shape, query.after is not None, query.before is not None, query.descending, walked)
         if selected is not None:
             if selected.key is None:
-                return self.listing(scope, query, walked=walked).where(selected.condition)
+                return OnDriver(self.listing(scope, query, walked=walked).statement.where(selected.condition))
             found = self._selecting.get((*shape, *selected.key))
             if found is None:
-                found = self.listing(scope, query, walked=walked).where(selected.condition)
+                found = OnDriver(self.listing(scope, query, walked=walked).statement.where(selected.condition))
                 self._selecting.put((*shape, *selected.key), found)
             return found
         key = (*shape, paged)
-        statement = self._listings.get(key)
-        if statement is None:
+        listing = self._listings.get(key)
+        if listing is None:
             items = self.items
             statement = sa.select(*(items.c[name] for name in _LISTED)).where(*scope.conditions)
             if query.after is not None:
@@ -350,8 +354,8 @@ class _Statements:
             statement = statement.order_by(*order)
             if paged:
                 statement = statement.limit(sa.bindparam("limit")).offset(sa.bindparam("offset"))
-            self._listings[key] = statement
-        return statement
+            listing = self._listings[key] = OnDriver(statement)
+        return listing
 
     def wide(self, connection: Connection, scope: _Scope) -> bool:
         """SQLite: whether the prefix of `scope` holds `_WIDE` rows or more, counted on the namespace index and
@@ -362,28 +366,10 @@ class _Statements:
         if remembered is not None and remembered[1] > 0:
             self._widths_counted.put(key, (remembered[0], remembered[1] - 1))
             return remembered[0]
-        ((counted,),) = builtins.list(self.execute(connection, self._widths[scope.shape], scope.params))
+        ((counted,),) = self._widths[scope.shape].execute(connection, scope.params)
         wide = bool(counted >= _WIDE)
         self._widths_counted.put(key, (wide, _RECOUNT))
         return wide
-
-    def execute(
-        self, connection: Connection, statement: sa.Select[Any], params: dict[str, Any]
-    ) -> Iterable[Sequence[Any]]:
-        """The rows of `statement`, one of this object's (its columns by position), executed on SQLite as its SQL
-        text compiled once, on the driver's cursor (`_driver.rows`): SQLAlchemy keys and looks up its compiled form
-        on every execution, and its execution context, events and result object took three times SQLite's own
-        execution of a one-namespace listing."""
-        if connection.dialect.name != "sqlite":
-            return connection.execute(statement, params)
-        remembered = self._driver_sql.get(id(statement))
-        if remembered is None or remembered[0] is not statement:  # an id is unique among live objects only
-            remembered = (statement, DriverSQL.of(statement, connection.dialect))
-            self._driver_sql.put(id(statement), remembered)
-        driver = remembered[1]
-        if driver is None:
-            return connection.execute(statement, params)
-        return _driver.rows(connection, driver.text, driver.parameters(params))
 
     def written(
         self, connection: Connection, statement: sa.Insert, rows: Sequence[dict[str, Any]]
@@ -671,14 +657,14 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                 if paged:
                     params.update(limit=query.limit, offset=query.offset)
                 elif query.offset:
-                    statement = statement.offset(query.offset)
-                return [convert(row) for row in self._statements.execute(connection, statement, params)]
+                    statement = OnDriver(statement.statement.offset(query.offset))
+                return [convert(row) for row in statement.rows(connection, params)]
             if not exact:  # MariaDB/MySQL sort BLOBs on their first `max_sort_length` bytes: make it exact
-                rows = sorted(connection.execute(statement, params), key=_order, reverse=query.descending)
+                rows = sorted(statement.rows(connection, params), key=_order, reverse=query.descending)
                 return query.page([item for item in map(convert, rows) if _matches(query, item.value)])
             wanted = None if query.limit is None else query.offset + query.limit
             found = []
-            for row in self._statements.execute(connection, statement, params):  # in order: stop once the page is full
+            for row in statement.rows(connection, params):  # in order: stop once the page is full
                 item = convert(row)
                 if _matches(query, item.value):
                     found.append(item)
@@ -718,11 +704,11 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         if query.predicate is None:  # the page is SQL's (a top-N sort of the rows walked)
             statement = self._statements.listing(scope, query, paged=True, walked=True)
             params.update(limit=query.limit, offset=query.offset)
-            page = [convert(row) for row in self._statements.execute(connection, statement, params)]
+            page = [convert(row) for row in statement.rows(connection, params)]
             return page if len(page) == query.limit else None
         statement = self._statements.listing(scope, query, selected, walked=True)
         found = []
-        for row in self._statements.execute(connection, statement, params):
+        for row in statement.rows(connection, params):
             item = convert(row)
             if _matches(query, item.value):
                 found.append(item)

@@ -34,10 +34,9 @@ from memwoven._vector_cache import (
     newest,
     writing,
 )
-from memwoven.backends.sql import _driver
 from memwoven.backends.sql._base import SQLBackend, SQLOptions
 from memwoven.backends.sql._bulk import write_documents
-from memwoven.backends.sql._driver import DriverSQL
+from memwoven.backends.sql._driver import OnDriver
 from memwoven.backends.sql._engine import Database, Work
 from memwoven.backends.sql._pgvector import (
     EmbeddingsTable,
@@ -179,13 +178,13 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         self._vectors = self._tables.vectors
         c, v = self._collections, self._vectors
         newer = sa.and_(v.c.collection_key == c.c.collection_key, v.c.version > sa.bindparam("seen"))
-        self._changes_query = (  # built once: a refresh runs before every read
+        self._changes_query = OnDriver(  # built once: a refresh runs before every read
             sa.select(c.c.name, c.c.version, c.c.generation, c.c.dimension)
             .add_columns(v.c.doc_id, v.c.content, v.c.metadata, v.c.embedding, v.c.deleted)
             .select_from(c.outerjoin(v, newer))
-            .where(c.c.collection_key == self._key)
+            .where(c.c.collection_key == self._key),
+            binary=True,
         )
-        self._changes_sql: tuple[DriverSQL | None] | None = None  # its text for the driver, compiled once (`_changes`)
         self._lock = threading.Lock()  # guards the index and the state below; never held during I/O
         self._index: VectorIndex | CachedIndex = VectorIndex(dimension, self.metric)
         self._generation = -1  # (generation, version) of the stored collection the index reflects
@@ -526,22 +525,13 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
                 self._generation, self._seen = stored.generation, stored.version
                 return
 
-    def _changes(self, connection: Connection, seen: int) -> Sequence[Any]:
+    def _changes(self, connection: Connection, seen: int) -> list[_ChangeRow]:
         """The rows of the changes query (`_refresh`): the collection row joined with the documents written after
-        version `seen`, by column name. On SQLite and on PostgreSQL through psycopg (with binary results: the
-        embeddings' bytes as they are) its text, compiled once, runs on the driver's cursor: SQLAlchemy's execution
+        version `seen`. On SQLite and on PostgreSQL through psycopg (with binary results: the embeddings' bytes as
+        they are) its text, compiled once, runs on the driver's cursor (`_driver.OnDriver`): SQLAlchemy's execution
         (compiled cache lookup, context, result object) cost a small collection's search about as much as its
         scan."""
-        dialect = connection.dialect
-        binary = dialect.name == "postgresql" and dialect.driver == "psycopg"  # psycopg 3, sync or async
-        if dialect.name == "sqlite" or binary:
-            if self._changes_sql is None:
-                self._changes_sql = (DriverSQL.of(self._changes_query, dialect),)
-            sql = self._changes_sql[0]
-            if sql is not None:
-                found = _driver.rows(connection, sql.text, sql.parameters({"seen": seen}), binary=binary)
-                return [_ChangeRow._make(row) for row in found]
-        return connection.execute(self._changes_query, {"seen": seen}).all()
+        return [_ChangeRow._make(row) for row in self._changes_query.rows(connection, {"seen": seen})]
 
     def _load(self, connection: Connection, stored: _Collection) -> VectorIndex | CachedIndex:
         """An index of every live row, as of `stored` or later: mapped from the cache directory's newest file (see
