@@ -59,8 +59,9 @@ def rows(
     connection: Connection, text: str, parameters: Sequence[Any] | Mapping[str, Any], *, binary: bool = False
 ) -> Iterator[Sequence[Any]]:
     """The rows of the SQL `text` run on the driver cursor of `connection`'s pooled connection, within its
-    transaction (sqlite3's and aiosqlite's stream as they are iterated); `binary`, on psycopg 3's own cursor with
-    results in binary format (a bytea column as its bytes, no base64 to make and read)."""
+    transaction (sqlite3's stream as they are iterated; SQLAlchemy's aiosqlite adapter reads them all at once);
+    `binary`, on psycopg 3's own cursor with results in binary format (a bytea column as its bytes, no base64 to
+    make and read)."""
     dbapi_connection = connection.connection.dbapi_connection
     if dbapi_connection is None:  # invalidated earlier in this transaction: let SQLAlchemy raise as it does
         yield from connection.exec_driver_sql(
@@ -213,7 +214,8 @@ class OnDriver(Generic[_S]):
 
     def rows(self, connection: Connection, parameters: Mapping[str, Any]) -> Iterable[Sequence[Any]]:
         """The rows of the statement run with `parameters` (by name) in `connection`'s transaction, by position;
-        on sqlite3 and aiosqlite they stream as they are iterated (none for a statement returning none)."""
+        on sqlite3 they stream as they are iterated (none for a statement returning none). On the driver's cursor the
+        statement runs at the first iteration, through SQLAlchemy when this is called: iterate at once."""
         dialect = connection.dialect
         binary = self.binary and dialect.name == "postgresql" and dialect.driver == "psycopg"
         if dialect.name == "sqlite" or binary:

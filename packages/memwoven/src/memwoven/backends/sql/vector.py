@@ -88,7 +88,7 @@ class _Collection(NamedTuple):
 
 
 class _ChangeRow(NamedTuple):
-    """A row of the changes query (`SQLVectorMemory._changes`), as the driver returns it."""
+    """A row of the changes query (`SQLVectorMemory._changes`), as the driver or SQLAlchemy returns it."""
 
     name: str
     version: int
