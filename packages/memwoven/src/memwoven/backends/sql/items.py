@@ -302,7 +302,8 @@ class _Statements:
         self._selecting: LRUCache[tuple[Any, ...], OnDriver[sa.Select[Any]]] = LRUCache(_REMEMBERED_FILTERS)
         self.preselections: LRUCache[tuple[str, str, bool], tuple[_Preselection | None]] = LRUCache(_REMEMBERED_FILTERS)
         self._writes: dict[str, _Writes] = {}
-        self._multi_row: dict[int, tuple[sa.Insert, MultiRow | None]] = {}  # the statements of `_writes`
+        # The statements of `_writes` compiled per dialect (a sync and an async engine have one each).
+        self._multi_row: dict[tuple[sa.Insert, sa.Dialect], MultiRow | None] = {}
 
     def writes(self, dialect: str) -> _Writes:
         """The unlocked writes on `dialect` (SQLite or PostgreSQL)."""
@@ -380,13 +381,12 @@ class _Statements:
         SQLAlchemy's multi-row insert (its parameter processing, execution context and events) took ~40% of a
         checkpoint's write on SQLite and half of a small put_many's process time on PostgreSQL."""
         writing = None
-        if connection.dialect.name in _UPSERT_RETURNING:
-            remembered = self._multi_row.get(id(statement))
-            if remembered is None or remembered[0] is not statement:  # an id is unique among live objects only
+        dialect = connection.dialect
+        if dialect.name in _UPSERT_RETURNING:
+            if (statement, dialect) not in self._multi_row:  # threads compiling it at once store the same
                 keys = [column.name for column in self.items.c]
-                remembered = (statement, MultiRow.of(statement, connection.dialect, keys))
-                self._multi_row[id(statement)] = remembered
-            writing = remembered[1]
+                self._multi_row[statement, dialect] = MultiRow.of(statement, dialect, keys)
+            writing = self._multi_row[statement, dialect]
         for start in range(0, len(rows), _IN_CHUNK):
             chunk = rows[start : start + _IN_CHUNK]
             if isinstance(writing, MultiRow):
