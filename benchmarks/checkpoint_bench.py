@@ -120,7 +120,10 @@ REASONS = [
     "ms pinned and 0.87-0.97 ms on two CPUs for memwoven (SqliteSaver 0.63-0.73 and 0.67-0.86), with fewer "
     "voluntary context switches (7.5-8 a step against 11-16): on two CPUs memwoven's process burns ~0.3 ms more CPU "
     "a step, and its step time falls along a thread (medians of 5 runs: 0.94-0.97 ms over steps 1-4, 0.88-0.96 "
-    "over 5-15, 0.70-0.79 past step 60) while SqliteSaver's stays at 0.75-0.88.",
+    "over 5-15, 0.70-0.79 past step 60) while SqliteSaver's stays at 0.75-0.88. Nor is it the scheduler putting "
+    "the threads together as a thread runs: recorded with sched_getcpu, memwoven's calls run on another CPU than "
+    "the graph's own thread in 59-65% of steps 1-15 and 74-84% past step 60 (SqliteSaver's 58-76%, no trend), so "
+    "its steps get faster as its calls move to the other CPU.",
 ]
 
 
