@@ -20,7 +20,7 @@ from pydantic_core import PydanticSerializationError
 from memwoven._cache import LRUCache
 from memwoven.contracts import MessagesIn
 from memwoven.errors import CorruptMemoryError, InvalidInputError
-from memwoven.models import Message, coerce_messages, same_prefix
+from memwoven.models import Message, coerce_messages, known_then_rest, same_prefix
 
 __all__ = [
     "EMPTY",
@@ -122,13 +122,17 @@ def prepare_edit(messages: MessagesIn, cached: Snapshot | None) -> Edit:
     """
     if cached is not None and isinstance(messages, (list, tuple)):
         known = cached.messages
-        same = same_prefix(messages, known)
+        joined = known_then_rest(messages, known) if isinstance(messages, list) else None
+        same = len(known) if joined is not None else same_prefix(messages, known)
         try:
             rest = coerce_messages(messages[same:])
         except InvalidInputError:
             coerce_messages(messages)  # raises again, naming the message by its position in the whole list
             raise
-        return Edit((known if same == len(known) else known[:same]) + rest, cached, same)
+        if joined is None:
+            return Edit((known if same == len(known) else known[:same]) + rest, cached, same)
+        joined[same:] = rest  # the common save, the snapshot's messages then new ones: one list built
+        return Edit(joined, cached, same)
     return Edit(coerce_messages(messages), None, 0)
 
 

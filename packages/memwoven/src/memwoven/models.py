@@ -53,6 +53,7 @@ __all__ = [
     "coerce_messages_after",
     "coerce_metadata",
     "freeze_json",
+    "known_then_rest",
     "same_prefix",
     "thaw",
 ]
@@ -374,14 +375,15 @@ def coerce_messages_after(
     messages: Iterable[Message | Mapping[str, Any]], known: Sequence[Message]
 ) -> tuple[list[Message], int]:
     """`coerce_messages` (always a new list), plus how many leading items equal the messages `known` holds at the
-    same positions (`same_prefix`): those are not checked again (immutable, checked when stored)."""
+    same positions (`same_prefix`): those are not checked again (immutable, checked when stored), and the list holds
+    the known messages for them (an object claiming equality in its own `__eq__` is no message)."""
     if isinstance(messages, (str, bytes, Mapping, BaseModel)):
         raise InvalidInputError("expected a list of messages, got a single value")
     items = messages if isinstance(messages, (list, tuple)) else list(messages)
     same = same_prefix(items, known)
-    checked = list(items)
-    if same < len(checked):
-        checked[same:] = _coerce(items[same:], Message, "message", same)
+    checked = known[:same] if isinstance(known, list) else list(known[:same])
+    if same < len(items):
+        checked += _coerce(items[same:], Message, "message", same)
     return checked, same
 
 
@@ -404,6 +406,18 @@ def same_prefix(items: Sequence[object], known: Sequence[Message]) -> int:
     while start < size and _equal(known_head[start : start + _RUN], head[start : start + _RUN]):
         start += _RUN
     return next((i for i in range(start, size) if not _equal(known_head[i : i + 1], head[i : i + 1])), size)
+
+
+def known_then_rest(items: list[Any], known: list[Message]) -> list[Any] | None:
+    """`known` followed by the items past its length, if the leading items equal all of `known` (`same_prefix`);
+    else None. The common save (what is stored, then new messages) then builds one list, compared whole, where
+    comparing the prefix first and joining after built two; the known messages stand in for the items equal to
+    them."""
+    size = len(known)
+    if len(items) < size:
+        return None
+    joined: list[Any] = [*known, *items[size:]]
+    return joined if _equal(joined, items) else None
 
 
 def _first(items: Sequence[_T], size: int) -> list[_T]:

@@ -107,6 +107,25 @@ class ChatMemoryContract(StorageHooks[ChatMemory]):
         memory.save("s", [*copies, turn(6)])
         assert _texts(memory.load("s")) == [f"w-{i}" for i in range(7)]
 
+    def test_cm2_an_object_claiming_equality_is_not_kept_as_a_message(self, memory: Driver) -> None:
+        memory.save("s", [turn(0), turn(1)])
+        memory.load("s")  # the stored messages remembered, as a reader's object does
+
+        class ClaimsEquality:
+            def __eq__(self, other: object) -> bool:
+                return True
+
+            __hash__ = None  # type: ignore[assignment]
+
+        try:
+            memory.save("s", [ClaimsEquality(), turn(1), turn(2)])
+        except InvalidInputError:
+            assert _texts(memory.load("s")) == ["w-0", "w-1"]  # refused: nothing written
+            return
+        loaded = memory.load("s")  # accepted as the message it claims to equal: that message is kept
+        assert all(type(message) is Message for message in loaded)
+        assert _texts(loaded) == ["w-0", "w-1", "w-2"]
+
     def test_cm2_values_equal_in_python_but_not_in_json_are_rewritten(self, memory: Driver) -> None:
         for value in [1, True, 1.0, "1", [1], {"v": 1}, None]:
             memory.save("s", [turn(0), Message(role="user", content="x", metadata={"v": value})])
