@@ -154,9 +154,11 @@ REASONS = [
     "at 10,000 against a 0.25-0.45 ms save at 10 (one BEGIN IMMEDIATE transaction, an upsert ... RETURNING, one "
     "executemany). Since the session's lock and version update run on the driver's cursor (2026-11-28) the save at "
     "10 takes 0.17 ms, so the same O(length) part weighs more (probe, 3 x 40 saves: 166-173 µs at 10, 236-251 µs "
-    "at 10,000, 1.42-1.45x). Timed alone at 10,000: same_prefix 27 µs (the compared slice and the comparison), the "
-    "new snapshot list 21 µs, the old one's release ~10 µs. Keeping the caller's list instead of the snapshot's "
-    "objects would save one copy but let an object whose __eq__ claims equality into the snapshot.",
+    "at 10,000, 1.42-1.45x). Timed alone at 10,000 the edit's preparation took 50 µs (same_prefix's compared slice "
+    "and comparison 27 µs, then the new snapshot list 21 µs) and the old list's release ~10 µs; since 2026-11-29 "
+    "the common save (the snapshot's messages, then new ones) builds the new snapshot list first and compares it "
+    "whole, 29 µs. The known messages stand in for the caller's equal ones, so one list copy per save remains: "
+    "keeping the caller's list would let an object whose __eq__ claims equality into the snapshot.",
     "- SQLChatMemory (SQLite) per turn against LangChain SQLChatMessageHistory: a memwoven write is one BEGIN "
     "IMMEDIATE transaction that creates or reads the session row and its version (one upsert ... RETURNING), "
     "inserts the rows with their digests in one driver-level executemany, and bumps the version and count: the "
