@@ -380,6 +380,11 @@ def coerce_messages_after(
     if isinstance(messages, (str, bytes, Mapping, BaseModel)):
         raise InvalidInputError("expected a list of messages, got a single value")
     items = messages if isinstance(messages, (list, tuple)) else list(messages)
+    joined = known_then_rest(items, known) if isinstance(items, list) else None
+    if joined is not None:  # the common save, the known messages then new ones: one list built
+        same = len(known)
+        joined[same:] = _coerce(items[same:], Message, "message", same)
+        return joined, same
     same = same_prefix(items, known)
     checked = known[:same] if isinstance(known, list) else list(known[:same])
     if same < len(items):
@@ -408,7 +413,7 @@ def same_prefix(items: Sequence[object], known: Sequence[Message]) -> int:
     return next((i for i in range(start, size) if not _equal(known_head[i : i + 1], head[i : i + 1])), size)
 
 
-def known_then_rest(items: list[Any], known: list[Message]) -> list[Any] | None:
+def known_then_rest(items: list[Any], known: Sequence[Message]) -> list[Any] | None:
     """`known` followed by the items past its length, if the leading items equal all of `known` (`same_prefix`);
     else None. The common save (what is stored, then new messages) then builds one list, compared whole, where
     comparing the prefix first and joining after built two; the known messages stand in for the items equal to
