@@ -140,8 +140,9 @@ REASONS = [
     "every element once. The leading messages equal to the stored ones are found by one list comparison "
     "(models.same_prefix; message equality is exact, and the very same objects are passed over without calling "
     "__eq__) and are not validated again, which leaves two pointer copies per message (the compared slice and the "
-    "stored list): ~85 µs at 10,000 against a fixed ~6 µs. append() is flat (O(added): 1.4-1.5 µs at 10 and at "
-    "10,000).",
+    "stored list): ~85 µs at 10,000 against a fixed ~6 µs. Since 2026-11-29 the common save (the stored messages, "
+    "then new ones) builds the new list first and compares it whole, one copy: ~60 µs at 10,000 (median of 2,000 "
+    "saves). append() is flat (O(added): 1.4-1.5 µs at 10 and at 10,000).",
     "- FileChatMemory save +2 grows with history length: a save now encodes only the messages after the ones it "
     "shares with the cached snapshot, but file format 1 checksums the header (version, count) together with the "
     "whole body, and the save is an atomic replace of the file, so each save hashes and writes the whole body "
