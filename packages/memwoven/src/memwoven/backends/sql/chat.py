@@ -329,11 +329,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
                 found = self._statements.sqlite_lock.execute(connection, {"key": key, "id": session_id, "seed": seed})
             else:
                 connection.execute(insert_ignoring(connection, sessions, new_row))
-                found = list(
-                    connection.execute(
-                        sa.select(*_locked_columns(sessions)).where(sessions.c.session_key == key).with_for_update()
-                    )
-                )
+                found = list(connection.execute(self._statements.locked_row, {"key": key}))
             if not found:
                 continue
             stored_id, version, message_count, chain, expires_at_ms = found[0]
@@ -600,6 +596,8 @@ class _Statements:
                 expires_at_ms=sa.bindparam("expires"),
             )
         )
+        # Elsewhere the row is created if missing, then read with a row lock.
+        self.locked_row = sa.select(*_locked_columns(sessions)).where(sessions.c.session_key == key).with_for_update()
         # Without a condition on seq, which would lead the planner to scan the session's rows instead of the index.
         self.stored_ids = sa.select(messages.c.message_key, messages.c.seq).where(
             messages.c.session_key == key, messages.c.message_key.in_(sa.bindparam("ids", expanding=True))
