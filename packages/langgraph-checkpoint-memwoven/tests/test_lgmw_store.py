@@ -9,10 +9,12 @@ Tests take `memwoven_backend` (conftest.py): each runs on memory, SQLite, Postgr
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 import statistics
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,12 +29,14 @@ from langgraph.store.base import GetOp, InvalidNamespaceError, ListNamespacesOp,
 from langgraph.checkpoint.memwoven import MemwovenSaver
 from langgraph.store.memwoven import MemwovenStore, StoreNamespaceError
 from memwoven import (
+    BackendUnavailableError,
     CorruptMemoryError,
     InMemoryItemMemory,
     InMemoryVectorMemory,
     InvalidInputError,
     SQLItemMemory,
 )
+from memwoven import Item as StoredItem
 from memwoven.embed import HashingEmbedFn
 
 if TYPE_CHECKING:
@@ -321,6 +325,46 @@ def test_concurrent_puts_leave_only_true_semantic_hits(memwoven_backend: Backend
         assert store.search(NS, query=f"final {key}", limit=1)[0].key == key
 
 
+class PutDuringSweep(InMemoryItemMemory):
+    """An item memory whose next `get_many` first runs `hook`: the sweep reads its vectors, then the items."""
+
+    hook: Callable[[], None] | None = None
+
+    def get_many(self, keys: Any, **options: Any) -> list[StoredItem | None]:
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            hook()
+        return super().get_many(keys, **options)
+
+
+def test_a_put_landing_during_a_sweep_keeps_its_vectors() -> None:
+    # The sweep read the item's vectors (version 1); a put then replaces the item (version 2) and its vectors
+    # before the sweep reads the item: version 1's vectors are stale, version 2's must survive the sweep.
+    items, vectors = PutDuringSweep(), InMemoryVectorMemory(dimension=64)
+    store = MemwovenStore(items, vectors=vectors, index=INDEX)
+    store.put(NS, "tea", {"text": "green tea"})
+    items.hook = lambda: store.put(NS, "tea", {"text": "green tea with milk"})
+    assert store.sweep_ttl() == 0
+    assert items.hook is None  # it ran
+    assert vectors.count() == 1
+    hits = store.search(NS, query="green tea with milk")
+    assert [(hit.key, hit.value) for hit in hits] == [("tea", {"text": "green tea with milk"})]
+    assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_put_replaces_its_vectors_and_a_delete_removes_them(memwoven_backend: Backend) -> None:
+    store = memwoven_backend.open(MemwovenStore, "replace", index={**INDEX, "fields": ["a", "b"]})
+    assert store.vectors is not None
+    store.put(NS, "k", {"a": "green tea", "b": "black coffee"})
+    assert store.vectors.count() == 2
+    store.put(NS, "k", {"a": "red bicycle"})  # one text now: both earlier vectors go
+    assert store.vectors.count() == 1
+    assert [hit.key for hit in store.search(NS, query="red bicycle")] == ["k"]
+    assert store.search(NS, query="black coffee")[0].score < 0.9
+    store.delete(NS, "k")
+    assert store.vectors.count() == 0
+
+
 # --- corrupt storage -------------------------------------------------------------------------------------------
 
 
@@ -360,6 +404,68 @@ def expiring(memwoven_backend: Backend, clock: Clock) -> MemwovenStore:
     store.put(("omit", "live"), "l", {"text": "live"}, ttl=10)
     clock.advance(61)
     return store
+
+
+class FlakyStore(MemwovenStore):
+    """A store whose first sweep, sync and async, fails as a server restarting would make it."""
+
+    calls = 0
+    acalls = 0
+
+    def sweep_ttl(self) -> int:
+        self.calls += 1
+        if self.calls == 1:
+            raise BackendUnavailableError("the server is restarting")
+        return super().sweep_ttl()
+
+    async def asweep_ttl(self) -> int:
+        self.acalls += 1
+        if self.acalls == 1:
+            raise BackendUnavailableError("the server is restarting")
+        return await super().asweep_ttl()
+
+
+def test_the_sweeper_runs_by_default_every_5_minutes_as_langgraphs() -> None:
+    store = MemwovenStore(InMemoryItemMemory(), ttl={"default_ttl": 1})  # no sweep_interval_minutes
+    done = store.start_ttl_sweeper()
+    assert not done.done()  # a sweeper thread is running
+    assert store.stop_ttl_sweeper(timeout=10)
+    assert done.result(timeout=1) is None
+    untimed = MemwovenStore(InMemoryItemMemory())  # no ttl config: nothing to sweep on a schedule
+    assert untimed.start_ttl_sweeper().result(timeout=1) is None
+
+
+def test_a_failed_sweep_is_logged_and_the_sweeper_goes_on(caplog: pytest.LogCaptureFixture) -> None:
+    store = FlakyStore(InMemoryItemMemory(), ttl={"default_ttl": 1, "sweep_interval_minutes": 0.001})  # 60 ms
+    done = store.start_ttl_sweeper()
+    deadline = time.monotonic() + 10
+    while store.calls < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert store.calls >= 3
+    assert not done.done()
+    assert done.cancel()  # cancelling the future stops the sweeper, as LangGraph's
+    assert store.stop_ttl_sweeper(timeout=10)
+    assert "TTL sweep failed" in caplog.text
+
+    async def scheduled() -> None:
+        task = await store.astart_ttl_sweeper()
+        for _ in range(1000):
+            if store.acalls >= 3:
+                break
+            await asyncio.sleep(0.01)
+        assert store.acalls >= 3
+        assert not task.done()
+        assert await store.astop_ttl_sweeper(timeout=10)
+
+    asyncio.run(scheduled())
+
+
+def test_a_filter_resolving_to_no_test_matches_every_item() -> None:
+    store = MemwovenStore(InMemoryItemMemory())
+    store.put(NS, "a", {"score": 1.5})
+    for condition in ({"$ne": math.inf}, {"$ne": -math.inf}, {"$ne": math.nan}):
+        assert [item.key for item in store.search(NS, filter={"score": condition})] == ["a"], condition
+        assert store.search(NS, filter={"$not": {"score": condition}}) == [], condition
 
 
 def test_an_expired_item_is_absent_before_any_sweep(expiring: MemwovenStore) -> None:

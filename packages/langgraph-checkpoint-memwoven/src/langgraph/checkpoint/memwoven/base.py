@@ -58,7 +58,7 @@ from typing_extensions import Self, TypedDict
 
 import memwoven._clock as _clock
 from langchain_memwoven.messages import to_memwoven_messages
-from langgraph.checkpoint.memwoven.ttl import TTLSweeper, minutes_to_seconds
+from langgraph.checkpoint.memwoven.ttl import DEFAULT_SWEEP_MINUTES, TTLSweeper, minutes_to_seconds
 from memwoven import Item, ItemMemory, ItemWrite, Message, open_item_memory
 from memwoven._cache import LRUCache
 from memwoven._steps import Call, Runner, Steps, twins
@@ -75,7 +75,6 @@ _KINDS = (_CHECKPOINTS, _WRITES, _BLOBS)  # a thread's items, by kind (checkpoin
 _LIVE, _DELETING, _DELETED = "live", "deleting", "deleted"
 _PAGE = 500  # items per put_many / list page in the bulk operations
 _ATTEMPTS = 100  # compare-and-set rounds of a put on a thread record other writers keep changing
-_DEFAULT_SWEEP_MINUTES = 5.0  # LangGraph's default sweep interval for checkpoint TTLs
 _DEFAULT_SWEEP_LIMIT = 1000  # LangGraph's default number of threads per sweep
 _INLINE_CHARS = 1024  # the longest string channel value kept inside its checkpoint (`_inline`)
 _INLINE_INT = 10**18
@@ -289,7 +288,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         self._ttl_ms = None if default_ttl is None else round(default_ttl * 1000)
         self._strategy = strategy
         self._sweep_limit = limit or _DEFAULT_SWEEP_LIMIT
-        self._sweep_seconds = None if default_ttl is None else interval or _DEFAULT_SWEEP_MINUTES * 60
+        self._sweep_seconds = None if default_ttl is None else interval or DEFAULT_SWEEP_MINUTES * 60
         self._records: LRUCache[str, tuple[int, str]] = LRUCache(4096)  # thread -> (record version, incarnation)
         # a subgraph call's namespace -> the root checkpoint it started from (`_drop_calls`)
         self._call_roots: LRUCache[Namespace, str] = LRUCache(4096)

@@ -5,6 +5,7 @@ daemon thread, or a task of the running loop)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import threading
 from concurrent.futures import Future
@@ -13,9 +14,13 @@ from typing_extensions import Self
 
 from memwoven import InvalidInputError
 
-__all__ = ["TTLSweeper", "minutes_to_seconds"]
+__all__ = ["DEFAULT_SWEEP_MINUTES", "TTLSweeper", "minutes_to_seconds"]
+
+DEFAULT_SWEEP_MINUTES = 5.0
+"""How often a sweeper sweeps unless told otherwise, as LangGraph's own stores and savers."""
 
 _SECONDS_PER_MINUTE = 60.0
+logger = logging.getLogger(__name__)
 
 
 def minutes_to_seconds(minutes: float | None, what: str) -> float | None:
@@ -30,7 +35,10 @@ def minutes_to_seconds(minutes: float | None, what: str) -> float | None:
 class TTLSweeper:
     """`start_ttl_sweeper` / `stop_ttl_sweeper` and their async twins, as LangGraph's stores name them, for an
     object with `sweep_ttl()` / `asweep_ttl()` and a default interval (`_sweep_seconds`, None: no sweeping); and
-    its context managers (``with`` / ``async with``), which stop the sweepers and then `close()` / `aclose()`."""
+    its context managers (``with`` / ``async with``), which stop the sweepers and then `close()` / `aclose()`.
+
+    A sweep that fails (a server restarting, say) is logged and the next one runs on schedule, as in LangGraph's
+    stores: one failure never ends the sweeping."""
 
     _sweep_seconds: float | None = None
     _sweeper: threading.Thread | None = None
@@ -50,7 +58,7 @@ class TTLSweeper:
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> Future[None]:
         """Run `sweep_ttl` every `sweep_interval_minutes` (default: the TTL config's) in a daemon thread, until
-        `stop_ttl_sweeper`; the returned future completes when it stops."""
+        `stop_ttl_sweeper` (or the returned future is cancelled); the future completes when it stops."""
         seconds = self._interval(sweep_interval_minutes)
         done: Future[None] = Future()
         if seconds is None:
@@ -60,17 +68,27 @@ class TTLSweeper:
             done.set_result(None)
             return done
         stop = self._sweeper_stop = threading.Event()
+        done.add_done_callback(lambda future: stop.set() if future.cancelled() else None)
 
         def loop() -> None:
             try:
                 while not stop.wait(seconds):
-                    self.sweep_ttl()
+                    self._sweep_logged()
             finally:
-                done.set_result(None)
+                if not done.done():  # cancelled: done already
+                    done.set_result(None)
 
         self._sweeper = threading.Thread(target=loop, name="memwoven-ttl-sweeper", daemon=True)
         self._sweeper.start()
         return done
+
+    def _sweep_logged(self) -> None:
+        try:
+            removed = self.sweep_ttl()
+        except Exception:
+            logger.exception("TTL sweep failed; the next one runs on schedule")
+        else:
+            logger.debug("TTL sweep removed %d", removed)
 
     def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
         """Stop the sweeper thread; True once it has stopped (or none ran), False if `timeout` ran out first."""
@@ -94,7 +112,12 @@ class TTLSweeper:
         async def loop() -> None:
             while seconds is not None:
                 await asyncio.sleep(seconds)
-                await self.asweep_ttl()
+                try:
+                    removed = await self.asweep_ttl()
+                except Exception:
+                    logger.exception("TTL sweep failed; the next one runs in %.0f s", seconds)
+                else:
+                    logger.debug("TTL sweep removed %d", removed)
 
         if self._asweeper is None or self._asweeper.done():
             self._asweeper = asyncio.create_task(loop())

@@ -21,18 +21,19 @@ Storage design
   and NaN, which no stored JSON value holds, are resolved here (``{"$lt": inf}``: any number; ``{"$eq": nan}``:
   nothing).
 * **Semantic search** (`index=`): each text of an item (the index `fields`, LangGraph's path syntax) is one
-  vector document, with ids ``<item>#0``, ``<item>#1``, ... so that a re-put overwrites them (the extra ones of a
-  previous version are deleted, their number being read from document ``#0``) and a delete removes them. A
-  document names the item's version; a hit is used only if it names the item's current version, so a vector of
-  an older value, of a write that crashed half-way or of a deleted item is never a result. Vectors are written
-  after the item (the version is the item's): a search in between, or after two concurrent puts of one item
-  whose vector writes crossed, does not find the item semantically until its next put (never a wrong hit);
-  `sweep_ttl` deletes such stale vectors. An item's score is its best document's: cosine similarity, inner
-  product, or minus the Euclidean distance (`distance_type` ``"l2"``, exact through one extra dimension).
+  vector document, with ids ``<item>@<version>#0``, ``#1``, ...: a put writes its version's documents, then
+  deletes those of the version it replaced (their number read from its document ``#0``), and a delete removes
+  them. A hit is used only if it names the item's current version, so a vector of an older value, of a write
+  that crashed half-way or of a deleted item is never a result. Vectors are written after the item (the version
+  is the item's): a search in between does not find the item semantically yet, and two concurrent puts of one
+  item may leave the loser's vectors behind (never a wrong hit); `sweep_ttl` deletes such stale vectors, and
+  since ids name the version, never a vector a put is writing meanwhile. An item's score is its best
+  document's: cosine similarity, inner product, or minus the Euclidean distance (`distance_type` ``"l2"``, exact
+  through one extra dimension).
 * **TTL** in minutes, as in LangGraph (the item's `ttl` is in seconds): expired items read as absent everywhere;
   `refresh_ttl` (default `TTLConfig.refresh_on_read`, else True) restarts the window of the items a `get` or a
   `search` returns; `sweep_ttl` frees the expired items (`cleanup_expired`) and their vectors;
-  `start_ttl_sweeper` runs it every `sweep_interval_minutes`.
+  `start_ttl_sweeper` runs it every `sweep_interval_minutes` (5 by default, as LangGraph's stores).
 
 In one `batch`, every operation is validated before anything is read or written (`InvalidInputError`), reads
 see the state before the batch, and the puts are applied last, the last put of a key winning, as in LangGraph's
@@ -70,7 +71,7 @@ from langgraph.store.base import (
 from typing_extensions import Self
 
 from langchain_memwoven.embeddings import EmbedFnEmbeddings, embed_fn_from_embeddings
-from langgraph.checkpoint.memwoven.ttl import TTLSweeper, minutes_to_seconds
+from langgraph.checkpoint.memwoven.ttl import DEFAULT_SWEEP_MINUTES, TTLSweeper, minutes_to_seconds
 from memwoven import EmbeddingError, InvalidInputError, ItemMemory, VectorMemory
 from memwoven import Item as StoredItem
 from memwoven._steps import Call, Runner, Steps, twins
@@ -99,6 +100,8 @@ DistanceType = Literal["cosine", "inner_product", "l2"]
 _METRICS: dict[str, Literal["cosine", "dot"]] = {"cosine": "cosine", "inner_product": "dot", "l2": "dot"}
 _LARGEST = 1.7976931348623157e308  # the largest float: every stored number lies within ±_LARGEST
 _NOTHING: dict[str, Any] = {"$in": []}  # a field test no value passes
+_ALWAYS = object()  # a field test every value passes: no test
+_SWEEP_CHUNK = 1000  # vector documents or items a sweep reads or deletes at once
 
 
 class MemwovenIndexConfig(IndexConfig, total=False):
@@ -121,7 +124,8 @@ def _json(value: Any) -> str:
 
 
 def _field_condition(condition: Any) -> Any:
-    """One field's condition with comparisons against ±infinity / NaN resolved (no stored number is either)."""
+    """One field's condition with comparisons against ±infinity / NaN resolved (no stored number is either);
+    `_ALWAYS` if nothing is left to test."""
     if not isinstance(condition, Mapping) or not any(str(key).startswith("$") for key in condition):
         return condition
     kept: dict[str, Any] = {}
@@ -140,7 +144,7 @@ def _field_condition(condition: Any) -> Any:
             kept["$lte" if above else "$gte"] = _LARGEST if above else -_LARGEST
         else:  # x > inf, x < -inf: nothing
             return _NOTHING
-    return kept
+    return kept or _ALWAYS  # an empty object would be a value to equal
 
 
 def _filter(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -155,8 +159,8 @@ def _filter(spec: Mapping[str, Any] | None) -> dict[str, Any] | None:
             converted[key] = [_filter(part) or {} for part in condition]
         elif key == "$not" and isinstance(condition, Mapping):
             converted[key] = _filter(condition) or {}
-        else:
-            converted[key] = _field_condition(condition)
+        elif (field := _field_condition(condition)) is not _ALWAYS:
+            converted[key] = field
     compile_filter(converted)  # refuses a malformed filter before anything is read or written
     return converted
 
@@ -228,7 +232,8 @@ class MemwovenStore(TTLSweeper, BaseStore, Runner):
             raise InvalidInputError(f'the store namespace cannot hold the wildcard label "{WILDCARD}"')
         self.ttl_config = ttl
         self._default_ttl = minutes_to_seconds((ttl or {}).get("default_ttl"), "default_ttl")
-        self._sweep_seconds = minutes_to_seconds((ttl or {}).get("sweep_interval_minutes"), "sweep_interval_minutes")
+        interval = minutes_to_seconds((ttl or {}).get("sweep_interval_minutes"), "sweep_interval_minutes")
+        self._sweep_seconds = None if ttl is None else interval or DEFAULT_SWEEP_MINUTES * 60
         self._owns_memories = owns_memories
         self.vectors = vectors
         self.index_config: MemwovenIndexConfig | None = None
@@ -530,19 +535,25 @@ class MemwovenStore(TTLSweeper, BaseStore, Runner):
         contents = [text for pairs in texts.values() for _, text in pairs]
         if contents:
             embeddings = yield Call(self._embed_fn, "embed_many", (contents,))
-        old_counts: dict[str, int] = {}
+        replaced: list[tuple[str, int]] = []  # (document #0's id, the item's version) of the vectors replaced
         if self.vectors is not None:
-            firsts = [_vector_id(address, 0) for address in [*texts, *deletes]]
-            for document in (yield Call(self.vectors, "get", (firsts,))):
+            addresses = [*texts, *deletes]
+            before: list[StoredItem | None] = (yield Call(self.items, "get_many", (addresses,))) if addresses else []
+            firsts = {
+                _vector_id(address, item.version, 0): (address, item.version)
+                for address, item in zip(addresses, before)
+                if item is not None
+            }
+            for document in (yield Call(self.vectors, "get", (list(firsts),))) if firsts else []:
                 count = document.metadata.get("count")
-                old_counts[document.id] = count if isinstance(count, int) else 1
+                address, version = firsts[document.id]
+                replaced += [(_vector_id(address, version, p), version) for p in range(_count(count))]
         versions: list[int] = (yield Call(self.items, "put_many", (writes,))) if writes else []
         if deletes:
             yield Call(self.items, "delete_many", (deletes,))
         if self.vectors is None:
             return
         documents: list[dict[str, Any]] = []
-        stale: list[str] = []
         vectors = iter(embeddings)
         for (address, pairs), version in zip(texts.items(), versions):
             namespace, key = address
@@ -556,18 +567,18 @@ class MemwovenStore(TTLSweeper, BaseStore, Runner):
             }
             for position, (path, text) in enumerate(pairs):
                 embedding = self._stored_vector(next(vectors))
-                document_id = _vector_id(address, position)
                 documents.append(
-                    {"id": document_id, "content": text, "embedding": embedding, "metadata": {**metadata, "path": path}}
+                    {
+                        "id": _vector_id(address, version, position),
+                        "content": text,
+                        "embedding": embedding,
+                        "metadata": {**metadata, "path": path},
+                    }
                 )
-            old = old_counts.get(_vector_id(address, 0), 0)
-            stale += [_vector_id(address, position) for position in range(len(pairs), old)]
-        for address in deletes:
-            stale += [_vector_id(address, position) for position in range(old_counts.get(_vector_id(address, 0), 0))]
         if documents:
             yield Call(self.vectors, "store", (documents,))
-        if stale:
-            yield Call(self.vectors, "delete", (stale,))
+        if replaced:
+            yield Call(self.vectors, "delete", ([document_id for document_id, _ in replaced],))
 
     def _stored_vector(self, embedding: list[float]) -> list[float]:
         if self._distance != "l2":
@@ -578,30 +589,32 @@ class MemwovenStore(TTLSweeper, BaseStore, Runner):
     # --- TTL, setup and lifecycle ----------------------------------------------------------------------------
 
     def _sweep_ttl(self) -> Steps[int]:
-        """Delete the expired items and the vectors no current item uses; returns how many items were deleted."""
+        """Delete the expired items and the vectors no current item uses; returns how many items were deleted.
+
+        The vectors are read before the items: a vector naming version v was written after its item reached v,
+        so an item read later at another version has moved past v for good, and no write ever stores a vector
+        under v's ids again (they name the version): deleting them cannot remove a newer put's vectors."""
         removed: int = yield Call(self.items, "cleanup_expired")
         if self.vectors is None:
             return removed
-        total: int = yield Call(self.vectors, "count")
-        if total == 0:
-            return removed
-        probe = [1.0] + [0.0] * (self._dims if self._distance == "l2" else self._dims - 1)
+        ids: list[str] = yield Call(self.vectors, "ids")
         tag = _json(list(self.namespace))
-        hits = yield Call(
-            self.vectors, "search", (probe,), {"top_k": total, "filter": {"prefixes": {"$contains": tag}}}
-        )
-        addresses = sorted({address for hit in hits if (address := _address(hit.document.metadata)) is not None})
-        current: dict[tuple[Namespace, str], StoredItem | None] = {}
-        if addresses:
-            current = dict(zip(addresses, (yield Call(self.items, "get_many", (addresses,)))))
-        stale = []
-        for hit in hits:
-            address = _address(hit.document.metadata)
-            item = current.get(address) if address is not None else None
-            if item is None or hit.document.metadata.get("version") != item.version:
-                stale.append(hit.document.id)
-        if stale:
-            yield Call(self.vectors, "delete", (stale,))
+        mine: list[tuple[str, tuple[Namespace, str], object]] = []  # (vector id, item address, version named)
+        for start in range(0, len(ids), _SWEEP_CHUNK):
+            for document in (yield Call(self.vectors, "get", (ids[start : start + _SWEEP_CHUNK],))):
+                address = _address(document.metadata)
+                prefixes = document.metadata.get("prefixes")
+                if address is not None and isinstance(prefixes, (list, tuple)) and tag in prefixes:
+                    mine.append((document.id, address, document.metadata.get("version")))
+        addresses = sorted({address for _, address, _ in mine})
+        current: dict[tuple[Namespace, str], int] = {}
+        for start in range(0, len(addresses), _SWEEP_CHUNK):
+            chunk = addresses[start : start + _SWEEP_CHUNK]
+            found = yield Call(self.items, "get_many", (chunk,))
+            current.update((address, item.version) for address, item in zip(chunk, found) if item is not None)
+        stale = [document_id for document_id, address, version in mine if current.get(address) != version]
+        for start in range(0, len(stale), _SWEEP_CHUNK):
+            yield Call(self.vectors, "delete", (stale[start : start + _SWEEP_CHUNK],))
         return removed
 
     sweep_ttl, asweep_ttl = twins(_sweep_ttl)
@@ -624,10 +637,16 @@ class MemwovenStore(TTLSweeper, BaseStore, Runner):
     close, aclose = twins(_close)
 
 
-def _vector_id(address: tuple[Namespace, str], position: int) -> str:
-    """The id of an item's `position`-th vector document: the item's JSON address, then `#position`."""
+def _vector_id(address: tuple[Namespace, str], version: int, position: int) -> str:
+    """The id of the `position`-th vector document of an item's `version`: the item's JSON address, ``@version``,
+    ``#position``. Ids name the version, so a version's vectors are never overwritten by a later put's."""
     namespace, key = address
-    return f"{_json([*namespace, key])}#{position}"
+    return f"{_json([*namespace, key])}@{version}#{position}"
+
+
+def _count(count: object) -> int:
+    """The number of vector documents document #0 says its version has (1 if it says nothing usable)."""
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1
 
 
 def _address(metadata: Mapping[str, Any]) -> tuple[Namespace, str] | None:
