@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from langchain_core.chat_history import BaseChatMessageHistory
@@ -96,8 +96,10 @@ class MemwovenChatMessageHistory(BaseChatMessageHistory, Runner):
         await self.aclose()
 
 
-def _with_ids(messages: Sequence[BaseMessage]) -> Sequence[BaseMessage]:
-    """`messages`, each given a UUID as its `id` if it has none (on the caller's object, so a retry carries it)."""
+def _with_ids(messages: Iterable[BaseMessage]) -> list[BaseMessage]:
+    """`messages` as a list (an iterator is read once), each given a UUID as its `id` if it has none (on the
+    caller's object, so a retry carries it)."""
+    messages = list(messages)
     for message in messages:
         if isinstance(message, BaseMessage) and message.id is None:
             message.id = str(uuid.uuid4())

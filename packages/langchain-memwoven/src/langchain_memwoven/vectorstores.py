@@ -101,7 +101,10 @@ class MemwovenVectorStore(VectorStore, Runner):
         return final_ids
 
     def _delete(self, /, ids: list[str] | None = None, **kwargs: Any) -> Steps[bool | None]:
-        """Delete documents by id (unknown ids are ignored); with no ids, delete every document."""
+        """Delete documents by id (unknown ids are ignored); with no ids, delete every document. Other keyword
+        arguments (another store's `filter=`, say) are refused, so that they never read as "delete everything"."""
+        if kwargs:
+            raise InvalidInputError(f"delete takes ids only, not {', '.join(sorted(kwargs))}")
         yield Call(self.memory, "clear") if ids is None else Call(self.memory, "delete", (ids,))
         return True
 

@@ -134,3 +134,9 @@ def test_every_message_gets_an_id_so_a_retried_add_is_stored_once() -> None:
     history.add_messages(turn)  # e.g. retried after a timeout whose outcome was unknown
     assert history.messages == turn
     assert [m.id for m in memory.load("s")] == [turn[0].id, "given"]
+
+
+def test_messages_given_as_a_generator_are_all_stored() -> None:
+    history = MemwovenChatMessageHistory(InMemoryChatMemory(), "s")
+    history.add_messages(message for message in [HumanMessage("hi"), AIMessage("hello")])
+    assert [m.content for m in history.messages] == ["hi", "hello"]

@@ -92,6 +92,15 @@ def test_delete_without_ids_clears_everything(store: MemwovenVectorStore) -> Non
     assert store.memory.count() == 0
 
 
+async def test_delete_refuses_arguments_other_than_ids(store: MemwovenVectorStore) -> None:
+    # Another store's `filter=` (or a misspelt `id=`) must not read as "no ids: delete everything".
+    with pytest.raises(InvalidInputError, match="filter"):
+        store.delete(filter={"year": 2024})
+    with pytest.raises(InvalidInputError, match="id"):
+        await store.adelete(id="t1")
+    assert store.memory.count() == 4
+
+
 def test_add_texts_checks_lengths_and_json() -> None:
     store = MemwovenVectorStore(InMemoryVectorMemory(), DeterministicFakeEmbedding(size=4))
     assert store.add_texts([]) == []
