@@ -5,6 +5,7 @@ and the agent Memory's VectorMemoryBlock."""
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 from typing import Any
 
@@ -281,3 +282,50 @@ def test_from_url(tmp_path: Path, embed_model: BaseEmbedding) -> None:
     assert other.client.count() == 0
     asyncio.run(again.aclose())
     asyncio.run(other.aclose())
+
+
+@pytest.mark.parametrize("first", ["delete", "get_nodes", "delete_nodes"])
+def test_a_store_opened_on_stored_nodes_finds_them_at_once(
+    tmp_path: Path, embed_model: BaseEmbedding, first: str
+) -> None:
+    # Before its first call, a store opened on a collection does not know its dimension yet: finding nodes
+    # (deleting a source document, listing, deleting by filter) must not read that as "empty".
+    url = f"sqlite:///{tmp_path}/vectors.db"
+    with MemwovenVectorStore.from_url(url, collection="notes").client as memory:
+        build(MemwovenVectorStore(memory), embed_model)
+    store = MemwovenVectorStore.from_url(url, collection="notes")
+    if first == "delete":
+        store.delete("doc-1")
+        assert {node.node_id for node in store.get_nodes()} == ALL - {"p1", "p2"}
+    elif first == "get_nodes":
+        assert {node.node_id for node in store.get_nodes()} == ALL
+    else:
+        store.delete_nodes(filters=all_of(f("kind", "==", "note")))
+        assert {node.node_id for node in store.get_nodes()} == ALL - {"n1", "n2"}
+    store.close()
+
+
+def test_mmr_threshold_given_as_a_keyword_as_retrievers_pass_it(vector_memory: VectorMemory) -> None:
+    # VectorIndexRetriever passes `vector_store_kwargs={"mmr_threshold": ...}` to `query` as keyword arguments.
+    def at(degrees: float) -> list[float]:
+        return [math.cos(math.radians(degrees)), math.sin(math.radians(degrees))] + [0.0] * 126
+
+    store = MemwovenVectorStore(vector_memory)
+    store.add([TextNode(id_=name, text=name, embedding=at(angle)) for name, angle in (("a", 0), ("b", 8), ("c", 45))])
+    query = VectorStoreQuery(query_embedding=at(0), similarity_top_k=2, mode=VectorStoreQueryMode.MMR)
+    assert store.query(query, mmr_threshold=0.9).ids == ["a", "b"]  # mostly relevance: the near twin
+    assert store.query(query, mmr_threshold=0.1).ids == ["a", "c"]  # mostly diversity: the far one
+    reference = SimpleVectorStore()
+    reference.add([TextNode(id_=n, text=n, embedding=at(d)) for n, d in (("a", 0), ("b", 8), ("c", 45))])
+    assert reference.query(query, mmr_threshold=0.1).ids == ["a", "c"]
+
+
+def test_documents_another_framework_wrote_read_as_text_nodes(vector_memory: VectorMemory) -> None:
+    vector_memory.store(
+        [{"id": "lc-1", "embedding": [1.0] + [0.0] * 127, "content": "from LangChain", "metadata": {"lang": "en"}}]
+    )
+    result = MemwovenVectorStore(vector_memory).query(VectorStoreQuery(query_embedding=[1.0] + [0.0] * 127))
+    assert result.ids == ["lc-1"]
+    (node,) = result.nodes or []
+    assert isinstance(node, TextNode)
+    assert (node.node_id, node.text, node.metadata) == ("lc-1", "from LangChain", {"lang": "en"})

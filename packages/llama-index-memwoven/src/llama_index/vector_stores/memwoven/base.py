@@ -8,13 +8,14 @@ be restricted to given node ids through the filter language.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.indices.query.embedding_utils import get_top_k_mmr_embeddings
-from llama_index.core.schema import BaseNode, MetadataMode
+from llama_index.core.schema import BaseNode, MetadataMode, TextNode
 from llama_index.core.vector_stores.types import (
     BasePydanticVectorStore,
     MetadataFilters,
@@ -22,7 +23,11 @@ from llama_index.core.vector_stores.types import (
     VectorStoreQueryMode,
     VectorStoreQueryResult,
 )
-from llama_index.core.vector_stores.utils import metadata_dict_to_node, node_to_metadata_dict
+from llama_index.core.vector_stores.utils import (
+    legacy_metadata_dict_to_node,
+    metadata_dict_to_node,
+    node_to_metadata_dict,
+)
 
 from llama_index.vector_stores.memwoven._filters import to_core_filter
 from memwoven._steps import Call, Runner, Steps, twins
@@ -95,8 +100,9 @@ class MemwovenVectorStore(BasePydanticVectorStore, Runner):
         """The `similarity_top_k` nodes closest to `query.query_embedding` among those the query selects.
 
         Honours `filters`, `doc_ids` and `node_ids` (an empty list restricts nothing: `VectorStoreIndex` passes
-        its, empty, node list for stores that keep the text); `mode` is DEFAULT or MMR (with `mmr_threshold`, and the
-        keyword arguments `mmr_prefetch_k` or `mmr_prefetch_factor`).
+        its, empty, node list for stores that keep the text); `mode` is DEFAULT or MMR (with the query's
+        `mmr_threshold` or, as a retriever's `vector_store_kwargs` pass it, the keyword argument `mmr_threshold`;
+        and `mmr_prefetch_k` or `mmr_prefetch_factor`).
         """
         search = _Search.of(query, **kwargs)
         hits = yield Call(self._memory, "search", (search.embedding,), {"top_k": search.top_k, "filter": search.filter})
@@ -138,9 +144,9 @@ class MemwovenVectorStore(BasePydanticVectorStore, Runner):
 
     def _find(self, filter: dict[str, Any] | None) -> Steps[list[VectorDocument]]:
         """Every document matching `filter`: an exhaustive search (the contract has no filtered listing)."""
+        total = yield Call(self._memory, "count")  # first: a backend opened on stored data learns its dimension
         probe = _probe(self._memory.dimension)
-        total = (yield Call(self._memory, "count")) if probe else 0
-        if not total:
+        if not total or not probe:
             return []
         return [
             hit.document for hit in (yield Call(self._memory, "search", (probe,), {"top_k": total, "filter": filter}))
@@ -163,6 +169,7 @@ class _Search:
         *,
         mmr_prefetch_k: int | None = None,
         mmr_prefetch_factor: float = DEFAULT_MMR_PREFETCH_FACTOR,
+        mmr_threshold: float | None = None,
         **_: Any,
     ) -> _Search:
         if query.mode not in (VectorStoreQueryMode.DEFAULT, VectorStoreQueryMode.MMR):
@@ -177,6 +184,8 @@ class _Search:
             {"ref_doc_id": {"$in": query.doc_ids}} if query.doc_ids else None,
             {NODE_ID_KEY: {"$in": query.node_ids}} if query.node_ids else None,
         ]
+        if mmr_threshold is not None and query.mmr_threshold is None:  # as a retriever's `vector_store_kwargs`
+            query = dataclasses.replace(query, mmr_threshold=mmr_threshold)
         return cls(query, list(query.query_embedding), top_k, _all_of(restrictions))
 
     def result(self, hits: list[ScoredDocument]) -> VectorStoreQueryResult:
@@ -203,7 +212,20 @@ def _metadata(node: BaseNode) -> dict[str, Any]:
 
 
 def _node(document: VectorDocument) -> BaseNode:
-    return metadata_dict_to_node(document.metadata, text=document.content)
+    """The node a document holds; for one another framework wrote (no `_node_content`), a `TextNode` of its text
+    and metadata, as LlamaIndex's own vector stores read such documents."""
+    try:
+        return metadata_dict_to_node(document.metadata, text=document.content)
+    except ValueError:
+        metadata, info, relationships = legacy_metadata_dict_to_node(dict(document.metadata))
+        return TextNode(
+            id_=document.id,
+            text=document.content,
+            metadata=metadata,
+            start_char_idx=info.get("start"),
+            end_char_idx=info.get("end"),
+            relationships=relationships,
+        )
 
 
 def _all_of(clauses: list[dict[str, Any] | None]) -> dict[str, Any] | None:
