@@ -172,6 +172,11 @@ def test_the_directory_is_created_and_must_be_one(tmp_path: Path) -> None:
     (tmp_path / "plain-file").write_text("x")
     with pytest.raises(InvalidInputError):
         FileChatMemory(tmp_path / "plain-file")
+    for bad in (-5, "1", True):
+        with pytest.raises(InvalidInputError, match="lock_timeout"):
+            FileChatMemory(tmp_path / "chat", lock_timeout=bad)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="lock_timeout"):
+            FileVectorMemory(tmp_path / "vectors.jsonl", lock_timeout=bad)  # type: ignore[arg-type]
 
 
 # Chat: damaged files ---------------------------------------------------------------------------------------------

@@ -204,6 +204,21 @@ def test_damaged_files_raise_and_spare_other_namespaces(tmp_path: Path, damage: 
     assert memory.put(("damaged",), "k0", {"v": 4}, expected_version=0) > 0
 
 
+def test_a_file_where_a_namespace_directory_should_be_raises(tmp_path: Path) -> None:
+    memory = FileItemMemory(tmp_path)
+    memory.put(("a", "b"), "k", {"v": 1})
+    directory = memory.path_of(("a",)).parent
+    for child in sorted(directory.rglob("*"), reverse=True):
+        child.rmdir() if child.is_dir() else child.unlink()
+    directory.rmdir()
+    directory.write_text("not a directory")  # the namespace ("a",)'s directory, replaced by a file
+    for reader in (memory, FileItemMemory(tmp_path)):
+        with pytest.raises(CorruptMemoryError):
+            reader.get(("a", "b"), "k")
+        with pytest.raises(CorruptMemoryError):
+            reader.list(("a",))  # not [] as if nothing were stored
+
+
 def test_a_stale_temp_file_is_ignored_then_overwritten(tmp_path: Path) -> None:
     memory = FileItemMemory(tmp_path)
     memory.put(("n",), "k", {"v": 1})

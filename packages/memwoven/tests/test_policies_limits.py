@@ -216,3 +216,22 @@ def test_cleanup_expired_through_policies_and_without_ttl(tmp_path: Path, clock:
     assert cleanup_expired(plain) == 0
     assert asyncio.run(acleanup_expired(plain)) == 0
     assert cleanup_expired(object()) == 0  # type: ignore[arg-type]  # no TTL support at all
+
+
+def test_a_session_id_too_long_for_the_sessions_the_policy_writes_is_refused_before_anything_is_written() -> None:
+    inner = InMemoryChatMemory()
+    session_id = "x" * 65_530  # a valid id, but not with ":archive" or ":summarizer" after it
+    messages = [turn(i) for i in range(3)]
+    wrappers = [
+        TrimmingChatMemory(inner, max_messages=2),
+        SummarizingChatMemory(inner, summarizer=lambda _: "summary", trigger=10, keep_recent=2),
+        SummarizingChatMemory(inner, summarizer=lambda _: "summary", trigger=10, keep_recent=2, archive=False),
+    ]
+    for wrapper in wrappers:
+        with pytest.raises(InvalidInputError, match="bytes long"):
+            wrapper.append(session_id, messages)
+        with pytest.raises(InvalidInputError, match="bytes long"):
+            asyncio.run(wrapper.asave(session_id, messages))
+        assert inner.load(session_id) == []
+    TrimmingChatMemory(inner, max_messages=2, archive=False).append(session_id, messages)  # writes no other session
+    assert inner.load(session_id) == messages[1:]

@@ -73,6 +73,9 @@ def test_steps_have_their_own_conversation_and_share_working_memory(chat_memory:
     manager.clear()
     assert manager.working.to_dict() == {}
     assert manager.steps() == [1, 2]
+    chat_memory.append("chat:step-²", [Message(role="user", content="a superscript is no step number")])
+    chat_memory.append("chat:step-٣", [Message(role="user", content="nor an Arabic-Indic digit")])
+    assert manager.steps() == [1, 2]
 
 
 def test_async_twins_over_a_summarizing_memory(chat_memory: ChatMemory, items: ItemMemory) -> None:

@@ -250,7 +250,14 @@ class WrappingChatMemory(ChatMemory):
         """Policies leave the archive and summarizer sessions they write alone."""
         return session_id.endswith((ARCHIVE_SUFFIX, SUMMARIZER_SUFFIX))
 
+    def _derived_suffixes(self) -> tuple[str, ...]:
+        """The suffixes of the sessions the policy writes beside a session (its archive...). The default: none."""
+        return ()
+
     def _write(self, method: str, session_id: str, *args: Any, **kwargs: Any) -> Steps[int]:
+        if not (isinstance(session_id, str) and self._skips(session_id)):
+            for suffix in self._derived_suffixes():  # an id too long for them: refused before anything is written
+                check_id(check_id(session_id) + suffix)
         version: int = yield Call(self.inner, method, (session_id, *args), kwargs)
         if version and not self._skips(session_id):
             yield from self._after_write(session_id)

@@ -23,6 +23,7 @@ from memwoven.contracts import ChatMemory, SupportsExpiry, check_id
 from memwoven.errors import InvalidInputError
 from memwoven.models import Message
 from memwoven.policies._base import (
+    ARCHIVE_SUFFIX,
     WrappingChatMemory,
     archive_id,
     group_end,
@@ -78,6 +79,9 @@ class TrimmingChatMemory(WrappingChatMemory):
 
     def __repr__(self) -> str:
         return f"TrimmingChatMemory({self.inner!r}, max_messages={self.max_messages}, archive={self.archive})"
+
+    def _derived_suffixes(self) -> tuple[str, ...]:
+        return (ARCHIVE_SUFFIX,) if self.archive else ()
 
     def _archived(self, session_id: str) -> Steps[list[Message]]:
         """The messages trimmed from the session so far (when archiving), oldest first."""

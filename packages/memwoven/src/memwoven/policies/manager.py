@@ -55,7 +55,8 @@ def _pinned_by(memory: ChatMemory) -> int:
 
 def _steps_of(session_id: str, sessions: Sequence[str]) -> list[int]:
     prefix = session_id + STEP_SEPARATOR
-    found = {int(s[len(prefix) :]) for s in sessions if s.startswith(prefix) and s[len(prefix) :].isdigit()}
+    numbers = (s[len(prefix) :] for s in sessions if s.startswith(prefix))
+    found = {int(number) for number in numbers if number.isascii() and number.isdecimal()}  # "²" is a digit
     return sorted(found)
 
 

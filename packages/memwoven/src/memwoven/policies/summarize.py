@@ -40,6 +40,7 @@ from memwoven.contracts import ChatMemory, check_id
 from memwoven.errors import ConcurrentModificationError, InvalidInputError, MemwovenError
 from memwoven.models import ImagePart, Message, OpaquePart, TextPart
 from memwoven.policies._base import (
+    ARCHIVE_SUFFIX,
     SUMMARIZER_SUFFIX,
     SUMMARY_KEY,
     WrappingChatMemory,
@@ -250,6 +251,9 @@ class SummarizingChatMemory(WrappingChatMemory):
         return f"SummarizingChatMemory({self.inner!r}, trigger={self.trigger}, keep_first={self.keep_first}, " + (
             f"keep_recent={self.keep_recent})"
         )
+
+    def _derived_suffixes(self) -> tuple[str, ...]:
+        return (SUMMARIZER_SUFFIX, ARCHIVE_SUFFIX) if self.archive else (SUMMARIZER_SUFFIX,)
 
     # Public API ----------------------------------------------------------------------------------------------
 

@@ -19,6 +19,8 @@ import filelock
 
 from memwoven.errors import (
     BackendUnavailableError,
+    CorruptMemoryError,
+    InvalidInputError,
 )
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "StatKey",
     "atomic_write",
     "awaited",
+    "check_lock_timeout",
     "checksum",
     "dumps",
     "is_int",
@@ -45,6 +48,15 @@ FORMAT = 1
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _LOCK_POLL_SECONDS = 0.002
 DEFAULT_LOCK_TIMEOUT = 60.0
+
+
+def check_lock_timeout(lock_timeout: float | None) -> float | None:
+    """Validate a file backend's `lock_timeout`: None (wait forever) or a number of seconds >= 0."""
+    if lock_timeout is not None and (
+        isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or not lock_timeout >= 0
+    ):
+        raise InvalidInputError(f"lock_timeout must be None or a number of seconds >= 0, got {lock_timeout!r}")
+    return lock_timeout
 
 
 # ----------------------------------------------------------------------------------------
@@ -107,6 +119,8 @@ def open_versioned(path: str | Path) -> tuple[IO[bytes], StatKey] | None:
         stream = open(path, "rb")  # noqa: SIM115 (the caller closes it)
     except FileNotFoundError:
         return None
+    except NotADirectoryError:  # memwoven only makes directories there: the tree was damaged
+        raise CorruptMemoryError(f"{str(path)!r}: a file stands where a directory of its path should be") from None
     return stream, stat_key(os.fstat(stream.fileno()))
 
 

@@ -26,6 +26,7 @@ from memwoven.backends.file._fs import (
     StatKey,
     atomic_write,
     awaited,
+    check_lock_timeout,
     checksum,
     dumps,
     is_int,
@@ -199,6 +200,7 @@ class FileChatMemory(ChatMemory):
     ) -> None:
         if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0):
             raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")
+        lock_timeout = check_lock_timeout(lock_timeout)
         self.ttl = ttl
         self.directory = Path(directory).absolute()
         self._locks = self.directory / _LOCKS

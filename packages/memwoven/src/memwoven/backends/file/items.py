@@ -67,6 +67,7 @@ from memwoven.backends.file._fs import (
     FORMAT,
     Staged,
     StatKey,
+    check_lock_timeout,
     checksum,
     dumps,
     is_int,
@@ -234,10 +235,7 @@ class FileItemMemory(ItemMemory):
         lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
         cache_size: int = 64,
     ) -> None:
-        if lock_timeout is not None and (
-            isinstance(lock_timeout, bool) or not isinstance(lock_timeout, (int, float)) or not lock_timeout >= 0
-        ):
-            raise InvalidInputError(f"lock_timeout must be None or a number of seconds >= 0, got {lock_timeout!r}")
+        lock_timeout = check_lock_timeout(lock_timeout)
         self._cache: LRUCache[str, _Snapshot] = LRUCache(cache_size)
         self.directory = Path(directory).absolute()
         self._root = str(self.directory)
@@ -418,8 +416,10 @@ class FileItemMemory(ItemMemory):
                             pending.append(entry.path)
                         # by POSIX, a listing racing a writer's rename over the file may show its name twice
                         holds_items = holds_items or entry.name == _ITEMS
-            except (FileNotFoundError, NotADirectoryError):
+            except FileNotFoundError:
                 continue
+            except NotADirectoryError:  # memwoven only makes directories there: the tree was damaged
+                raise CorruptMemoryError(f"{directory!r}: a file stands where a namespace's directory should") from None
             if holds_items and directory != self._root:
                 yield directory
 

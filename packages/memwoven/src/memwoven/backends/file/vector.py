@@ -17,6 +17,7 @@ from memwoven.backends.file._fs import (
     FORMAT,
     StatKey,
     atomic_write,
+    check_lock_timeout,
     dumps,
     is_int,
     loads,
@@ -155,6 +156,7 @@ class FileVectorMemory(VectorMemoryBase):
         metric: Metric = "cosine",
         lock_timeout: float | None = DEFAULT_LOCK_TIMEOUT,
     ) -> None:
+        lock_timeout = check_lock_timeout(lock_timeout)
         self.path = Path(path).absolute()
         self._requested = check_dimension(dimension)
         self.metric = check_metric(metric)
