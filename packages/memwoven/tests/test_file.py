@@ -11,6 +11,7 @@ import threading
 import time
 import unicodedata
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -326,6 +327,25 @@ def test_compare_and_swap_across_objects(tmp_path: Path) -> None:
         two.save("s", [*seen_by_two.messages, turn(1, "two")], expected_version=seen_by_two.version)
     two.update("s", lambda messages: [*messages, turn(2, "two")])
     assert one.load("s") == [turn(0), turn(1, "one"), turn(2, "two")]
+
+
+def test_locked_async_updates_whose_change_needs_a_worker_thread_all_finish(tmp_path: Path) -> None:
+    # Updates waiting for the session's lock must not hold the workers the holder's `change` awaits.
+    memory = FileChatMemory(tmp_path, lock_timeout=5)
+    memory.save("s", [])
+
+    async def change(messages: list[Message]) -> list[Message]:
+        await asyncio.to_thread(time.sleep, 0.01)
+        return [*messages, turn(len(messages))]
+
+    async def updates() -> list[int]:
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(2))  # few workers, as on small hosts
+        return await asyncio.gather(*(memory._aupdate_locked("s", change) for _ in range(6)))
+
+    started = time.monotonic()
+    assert len(set(asyncio.run(updates()))) == 6
+    assert time.monotonic() - started < 4  # not one lock timeout after another
+    assert memory.load("s") == [turn(i) for i in range(6)]
 
 
 def test_a_held_lock_times_out_as_backend_unavailable_and_readers_never_wait(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import os
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -266,8 +267,15 @@ class FileChatMemory(ChatMemory):
         self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
     ) -> int:
         """`_update_locked` from async code, where `change` may be a coroutine function: the locked work runs in a
-        thread; a coroutine `change` runs on this loop."""
-        return await asyncio.to_thread(self._locked_update, session_id, change, asyncio.get_running_loop())
+        thread of its own; a coroutine `change` runs on this loop. Not in the loop's default executor: there, the
+        other updates of the session waiting for its lock could hold every worker a `change` awaiting
+        `asyncio.to_thread` needs, and the lock would be held until it timed out."""
+        loop = asyncio.get_running_loop()
+        own = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memwoven-file-update")
+        try:
+            return await loop.run_in_executor(own, self._locked_update, session_id, change, loop)
+        finally:
+            own.shutdown(wait=False)
 
     def _locked_update(
         self, session_id: str, change: Callable[[list[Message]], Any], loop: asyncio.AbstractEventLoop | None
