@@ -1,6 +1,6 @@
 """The import contract: data flows one way through memwoven's layers, and private modules stay private.
 
-    errors, _redact, _steps, _cache, _clock -> models, filters -> contracts -> helpers -> backends
+    errors, _redact, _steps, _cache, _clock, _durable -> models, filters -> contracts -> helpers -> backends
     -> policies, encryption -> urls -> testing, cli, adapters
 
 A module imports only from its own layer or the layers below; a backend never imports another backend (shared
@@ -19,7 +19,14 @@ import pytest
 
 ROOT = Path(__file__).parents[1] / "packages"
 LAYERS = [
-    ["memwoven.errors", "memwoven._redact", "memwoven._steps", "memwoven._cache", "memwoven._clock"],
+    [
+        "memwoven.errors",
+        "memwoven._redact",
+        "memwoven._steps",
+        "memwoven._cache",
+        "memwoven._clock",
+        "memwoven._durable",
+    ],
     ["memwoven.models", "memwoven.filters"],
     ["memwoven.contracts"],
     [

@@ -34,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 import xxhash
 
+from memwoven._durable import fsync_directory
 from memwoven.contracts import DocumentsIn, Metric, check_ids
 from memwoven.models import FrozenDict, FrozenList, ScoredDocument, VectorDocument, freeze_json
 from memwoven.vector_index import DocumentBatch, Matrix, Rows, SearchQuery, VectorIndex, best_rows, inverse_norms
@@ -180,7 +181,7 @@ class CacheWriter:
         self._file.close()
         path = self.directory / f"{self.identity}.{generation}.{version}{_SUFFIX}"
         os.replace(self._path, path)
-        _fsync_directory(self.directory)
+        fsync_directory(self.directory)
         for older in _files(self.directory, self.identity):
             if older[:2] < (generation, version):
                 with contextlib.suppress(OSError):  # another process may have removed it first
@@ -214,16 +215,6 @@ def writing(directory: Path, identity: str, *, wait: bool) -> Iterator[bool]:
             yield False
             return
         yield True
-    finally:
-        os.close(descriptor)
-
-
-def _fsync_directory(directory: Path) -> None:
-    if os.name != "posix":
-        return
-    descriptor = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
     finally:
         os.close(descriptor)
 

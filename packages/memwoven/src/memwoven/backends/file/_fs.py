@@ -3,7 +3,6 @@ strict JSON, file identity."""
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import os
@@ -17,6 +16,7 @@ from typing import IO, Any, NamedTuple, NoReturn
 
 import filelock
 
+from memwoven._durable import fsync_directory
 from memwoven.errors import (
     BackendUnavailableError,
     CorruptMemoryError,
@@ -124,20 +124,6 @@ def open_versioned(path: str | Path) -> tuple[IO[bytes], StatKey] | None:
     return stream, stat_key(os.fstat(stream.fileno()))
 
 
-def _fsync_directory(directory: Path) -> None:
-    """Make a rename or unlink in `directory` durable (a no-op where directories cannot be opened)."""
-    if os.name == "nt":  # Windows cannot open a directory; NTFS journals the rename itself
-        return
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    except OSError as error:  # some file systems refuse to fsync a directory
-        if error.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
-            raise
-    finally:
-        os.close(fd)
-
-
 def _replace(source: Path, target: Path) -> None:
     """`os.replace`, retried briefly on Windows where a reader holding the target open makes it fail."""
     for _ in range(50 if os.name == "nt" else 0):
@@ -209,7 +195,7 @@ class Staged(NamedTuple):
         except BaseException:
             self.discard()
             raise
-        _fsync_directory(self.target.parent)
+        fsync_directory(self.target.parent)
 
     def discard(self) -> None:
         """Delete the temp file (the target stays as it was)."""
@@ -225,7 +211,7 @@ def remove(target: Path) -> None:
         os.unlink(target)
     except FileNotFoundError:
         return
-    _fsync_directory(target.parent)
+    fsync_directory(target.parent)
 
 
 def checksum(fields: Mapping[str, Any], chunks: Iterable[bytes]) -> str:

@@ -60,6 +60,7 @@ from typing import IO, Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 import memwoven._clock as _clock
 from memwoven._cache import LRUCache
+from memwoven._durable import fsync_directory
 from memwoven._steps import Call, Steps, async_twin
 from memwoven.backends._items import ttl_milliseconds
 from memwoven.backends.file._fs import (
@@ -388,12 +389,19 @@ class FileItemMemory(ItemMemory):
 
     def _make_directory(self, namespace: Namespace) -> None:
         directory = self._directory_of(namespace)
+        missing = []  # the directories made here, deepest first: each one's entry in its parent made durable
+        path = Path(directory)
+        while not path.exists() and path != self.directory:
+            missing.append(path)
+            path = path.parent
         try:
             os.makedirs(directory, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
             raise CorruptMemoryError(
                 f"namespace {namespace!r:.200} is corrupt: {directory} is not a directory"
             ) from None
+        for made in reversed(missing):
+            fsync_directory(made.parent)
 
     def _locked(self, namespaces: Iterable[Namespace]) -> AbstractContextManager[None]:
         """Hold the writer locks of `namespaces` (taken in the order of their paths, the same in every process)."""
