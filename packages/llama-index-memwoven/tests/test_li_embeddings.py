@@ -60,6 +60,8 @@ def test_embed_fn_from_embedding_finds_the_dimension_and_names_the_model() -> No
     assert embed_fn.dimension == 8
     assert embed_fn.model_id == "llama_index:MockEmbedding:unknown"
     assert embed_fn_from_embedding(MockEmbedding(embed_dim=8), dimension=8).embed_many(["a", "b"]) == [[0.5] * 8] * 2
+    wide = embed_fn_from_embedding(MockEmbedding(embed_dim=16), model_id="mock:16")  # a cache keeps it apart
+    assert (wide.model_id, wide.dimension) == ("mock:16", 16)
 
 
 class Broken(BaseEmbedding):

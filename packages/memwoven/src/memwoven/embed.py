@@ -267,7 +267,8 @@ class CachedEmbedFn(EmbedFn):
     """Wraps an `EmbedFn` with an in-memory LRU cache and, optionally, a persistent SQLite cache at `path`.
 
     Entries are keyed by the inner function's `model_id` and the SHA-256 of the text, so a cache file can be
-    shared by several models without mixing their vectors.
+    shared by several models without mixing their vectors: give settings of one model that embed differently
+    (another dimension, other instructions) a `model_id` of their own.
     """
 
     def __init__(self, inner: EmbedFn, *, max_entries: int = 10_000, path: str | Path | None = None) -> None:

@@ -54,15 +54,18 @@ class EmbedFnEmbedding(BaseEmbedding, Runner):
     _get_text_embeddings, _aget_text_embeddings = twins(_get_text_embeddings_steps)
 
 
-def embed_fn_from_embedding(embed_model: BaseEmbedding, *, dimension: int | None = None) -> EmbedFn:
+def embed_fn_from_embedding(
+    embed_model: BaseEmbedding, *, dimension: int | None = None, model_id: str | None = None
+) -> EmbedFn:
     """A memwoven `EmbedFn` that embeds through a LlamaIndex embedding model (batched by the model).
 
     Every vector is checked like any `EmbedFn`'s (a failure raises `EmbeddingError`). The dimension is found by
-    embedding a probe text unless given.
+    embedding a probe text unless given. `model_id` (default: the class and model name) names what the vectors
+    are, for caches (`CachedEmbedFn`): give settings of one model that embed differently their own.
     """
     return embed_fn_from_callable(
         embed_model.get_text_embedding,
         dimension=dimension,
-        model_id=f"llama_index:{embed_model.class_name()}:{embed_model.model_name}",
+        model_id=model_id or f"llama_index:{embed_model.class_name()}:{embed_model.model_name}",
         batch_fn=embed_model.get_text_embedding_batch,
     )
