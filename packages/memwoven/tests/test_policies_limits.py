@@ -23,8 +23,12 @@ from policy_backends import (
 from policy_backends import chat_memory_fixture as chat_memory_fixture
 
 from memwoven import ChatMemory, FileChatMemory, InMemoryChatMemory, InvalidInputError, Message
+from memwoven.contracts import MessagesIn
+from memwoven.errors import ConcurrentModificationError
 from memwoven.policies import (
     SUMMARY_KEY,
+    PolicyError,
+    SummarizationError,
     SummarizingChatMemory,
     TrimmingChatMemory,
     acleanup_expired,
@@ -235,3 +239,23 @@ def test_a_session_id_too_long_for_the_sessions_the_policy_writes_is_refused_bef
         assert inner.load(session_id) == []
     TrimmingChatMemory(inner, max_messages=2, archive=False).append(session_id, messages)  # writes no other session
     assert inner.load(session_id) == messages[1:]
+
+
+class LosingEveryRace(InMemoryChatMemory):
+    """A chat memory where another writer always changes the session between a read and a save."""
+
+    def save(self, session_id: str, messages: MessagesIn, *, expected_version: int | None = None) -> int:
+        if expected_version is not None:
+            raise ConcurrentModificationError(f"session {session_id!r} changed")
+        return super().save(session_id, messages)
+
+
+def test_a_trim_failing_after_a_stored_write_says_the_write_was_stored() -> None:
+    inner = LosingEveryRace()
+    memory = TrimmingChatMemory(inner, max_messages=1)
+    with pytest.raises(PolicyError) as raised:
+        memory.append("s", [turn(0), turn(1)])
+    assert raised.value.stored
+    assert isinstance(raised.value.__cause__, ConcurrentModificationError)
+    assert inner.load("s") == [turn(0), turn(1)]  # stored, untrimmed: retrying is not needed
+    assert issubclass(SummarizationError, PolicyError)

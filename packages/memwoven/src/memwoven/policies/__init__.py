@@ -14,7 +14,14 @@ facts are kept in any `ItemMemory`. Every method has an async twin:
 See docs/policies.md.
 """
 
-from memwoven.policies._base import ARCHIVE_SUFFIX, SUMMARIZER_SUFFIX, WrappingChatMemory, archive_id, is_summary
+from memwoven.policies._base import (
+    ARCHIVE_SUFFIX,
+    SUMMARIZER_SUFFIX,
+    PolicyError,
+    WrappingChatMemory,
+    archive_id,
+    is_summary,
+)
 from memwoven.policies.limits import TrimmingChatMemory, acleanup_expired, atrim, cleanup_expired, plan_trim, trim
 from memwoven.policies.manager import MemoryManager, step_id
 from memwoven.policies.summarize import (
@@ -52,6 +59,7 @@ __all__ = [
     "MemoryManager",
     "MessageTokenCounter",
     "OversizedTurnWarning",
+    "PolicyError",
     "SummarizationError",
     "Summarizer",
     "SummarizerLike",

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from memwoven._steps import Call, Runner, Sleep, Steps, twins
 from memwoven.contracts import ChatMemory, History, ItemMemory, MessagesIn, Namespace, check_id
-from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
+from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError, MemwovenError
 from memwoven.models import Item, Message
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "SUMMARIZER_SUFFIX",
     "SUMMARY_KEY",
     "ItemRecords",
+    "PolicyError",
     "UserCallable",
     "WrappingChatMemory",
     "archive_id",
@@ -229,12 +230,23 @@ class UserCallable:
 # A ChatMemory that wraps another -------------------------------------------------------------------------------
 
 
+class PolicyError(MemwovenError):
+    """A policy's own work failed (the cause is attached); `stored` says whether the write that triggered it was
+    stored (then do not retry that write: it is in the session, or the policy's archive)."""
+
+    def __init__(self, message: str, *, stored: bool = False) -> None:
+        super().__init__(message)
+        self.stored = stored
+
+
 class WrappingChatMemory(ChatMemory):
     """A `ChatMemory` over another one: every call goes to `inner`; writes then run the policy's `_after_write`.
 
     A write returns the version of the write itself. If the policy then rewrote the session (a compaction, a
     trim), the session has moved on: a `save` with that version as `expected_version` raises
-    `ConcurrentModificationError`, and the caller reloads, seeing the rewritten history.
+    `ConcurrentModificationError`, and the caller reloads, seeing the rewritten history. If the policy's work
+    after a stored write fails, the write raises `PolicyError` with `stored=True` (the cause attached): not the
+    cause itself, which could read as "nothing was written" (a `ConcurrentModificationError`, say).
     """
 
     def __init__(self, inner: ChatMemory) -> None:
@@ -260,7 +272,15 @@ class WrappingChatMemory(ChatMemory):
                 check_id(check_id(session_id) + suffix)
         version: int = yield Call(self.inner, method, (session_id, *args), kwargs)
         if version and not self._skips(session_id):
-            yield from self._after_write(session_id)
+            try:
+                yield from self._after_write(session_id)
+            except PolicyError:
+                raise
+            except Exception as error:
+                raise PolicyError(
+                    f"the write to session {session_id!r} was stored, but the policy after it failed: {error}",
+                    stored=True,
+                ) from error
         return version
 
     def _load_versioned(self, session_id: str) -> Steps[History]:

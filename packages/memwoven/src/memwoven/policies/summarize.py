@@ -37,12 +37,13 @@ from typing import Any, Union
 
 from memwoven._steps import Call, Runner, Steps, async_twin, twins
 from memwoven.contracts import ChatMemory, check_id
-from memwoven.errors import ConcurrentModificationError, InvalidInputError, MemwovenError
+from memwoven.errors import ConcurrentModificationError, InvalidInputError
 from memwoven.models import ImagePart, Message, OpaquePart, TextPart
 from memwoven.policies._base import (
     ARCHIVE_SUFFIX,
     SUMMARIZER_SUFFIX,
     SUMMARY_KEY,
+    PolicyError,
     WrappingChatMemory,
     archive_id,
     call_async,
@@ -80,15 +81,11 @@ SUMMARY_PROMPT = (
 SUMMARY_PREFIX = "Summary of the earlier conversation:\n"
 
 
-class SummarizationError(MemwovenError):
+class SummarizationError(PolicyError):
     """Summarizing failed: the summarizer raised (the cause is attached) or returned no text.
 
     `stored` says whether the write that triggered the compaction was stored (then do not retry that write).
     """
-
-    def __init__(self, message: str, *, stored: bool = False) -> None:
-        super().__init__(message)
-        self.stored = stored
 
 
 class Summarizer(Runner):
