@@ -174,7 +174,8 @@ class _Search:
     ) -> _Search:
         if query.mode not in (VectorStoreQueryMode.DEFAULT, VectorStoreQueryMode.MMR):
             raise NotImplementedError(f"MemwovenVectorStore answers DEFAULT and MMR queries, not {query.mode.value}")
-        if query.query_embedding is None:
+        embedding = query.query_embedding
+        if embedding is None:
             raise ValueError("MemwovenVectorStore needs a query embedding")
         top_k = query.similarity_top_k
         if query.mode == VectorStoreQueryMode.MMR:
@@ -186,7 +187,7 @@ class _Search:
         ]
         if mmr_threshold is not None and query.mmr_threshold is None:  # as a retriever's `vector_store_kwargs`
             query = dataclasses.replace(query, mmr_threshold=mmr_threshold)
-        return cls(query, list(query.query_embedding), top_k, _all_of(restrictions))
+        return cls(query, list(embedding), top_k, _all_of(restrictions))
 
     def result(self, hits: list[ScoredDocument]) -> VectorStoreQueryResult:
         if self.query.mode == VectorStoreQueryMode.MMR and hits:
