@@ -17,8 +17,12 @@ Where the time goes (2026-11-27, 1M x 384 on the shared 2-core Firecracker VM, w
 - SQLite file: SQLite itself. Raw sqlite3, executemany of pre-built rows of this table in WAL mode, makes ~20,000
   rows/s here (200,000 rows: ~5 s of inserts, ~4 s of commit with its checkpoint); the same rows with a 1-byte
   blob ~70,000/s: it is the 1.5 KB vector blob per row (two rows a 4 KiB page, written to the WAL and again
-  into the file) that costs. A 2 GB page cache or 16 KiB pages measured no better; a layout of many vectors a
-  row (as sqlite-vec's ~90,000/s) would be the next step.
+  into the file) that costs. A 2 GB page cache measured no better. 16 KiB pages do (2026-11-29, idle machine,
+  300,000 rows, two rounds each): raw sqlite3 49,000-54,000 -> 80,000-83,000 rows/s in WAL mode (a quarter of
+  the WAL frames: user CPU 2.7-3.0 -> 2.2 s, system 2.3-2.5 -> 0.8-1.0 s), memwoven's store_arrays 27,000-28,000
+  -> 35,000-36,000 vectors/s (a row's index entries, two 64-character keys, cost the rest); not adopted: the page
+  size is the whole database file's, and every small commit (a chat append, a checkpoint) would then write 16 KiB
+  WAL frames. A layout of many vectors a row (as sqlite-vec's ~90,000/s) would be the next step.
 - PostgreSQL: the server. Its COPY of the same 200,000 pre-built rows into a copy of the table takes 3.1 s with no
   index, 4.1 s with the primary key, 4.7-5.3 s with both indexes (~40,000 rows/s), while the client spends ~2 s
   of CPU on them; the cProfile shares of the per-row COPY calls are mostly the profiler's own overhead (COPY
