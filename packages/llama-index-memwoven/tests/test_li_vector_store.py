@@ -80,6 +80,8 @@ FLAT_CASES: list[tuple[MetadataFilters, set[str]]] = [
     (all_of(f("kind", "==", "note"), f("year", "==", 2020), condition="or"), {"p1", "n1", "n2"}),
     (all_of(f("kind", "==", "post"), f("year", "<", 2024)), {"p1", "p2"}),
     (all_of(f("kind", "==", "post"), f("lang", "==", "en"), condition="not"), {"n2", "x1"}),
+    (all_of(f("lang", "==", None)), set()),  # LlamaIndex: nothing, not even a missing value, equals None
+    (all_of(f("lang", "!=", None)), ALL),
 ]
 NESTED_CASES: list[tuple[MetadataFilters, set[str]]] = [
     (
@@ -329,3 +331,17 @@ def test_documents_another_framework_wrote_read_as_text_nodes(vector_memory: Vec
     (node,) = result.nodes or []
     assert isinstance(node, TextNode)
     assert (node.node_id, node.text, node.metadata) == ("lc-1", "from LangChain", {"lang": "en"})
+
+
+def test_a_stored_null_equals_nothing_as_in_llama_index(vector_memory: VectorMemory) -> None:
+    axis = [[1.0 if i == j else 0.0 for i in range(128)] for j in range(2)]
+    nodes = [
+        TextNode(id_="null", text="a", metadata={"lang": None}, embedding=axis[0]),
+        TextNode(id_="en", text="b", metadata={"lang": "en"}, embedding=axis[1]),
+    ]
+    cases = [(f("lang", "==", None), set()), (f("lang", "!=", None), {"null", "en"}), (f("lang", "!=", "en"), {"null"})]
+    for store in (MemwovenVectorStore(vector_memory), SimpleVectorStore()):
+        store.add(nodes)
+        for condition, expected in cases:
+            query = VectorStoreQuery(query_embedding=axis[0], similarity_top_k=10, filters=all_of(condition))
+            assert set(store.query(query).ids or []) == expected, (type(store).__name__, condition)

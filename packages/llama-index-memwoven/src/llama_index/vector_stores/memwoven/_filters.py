@@ -44,6 +44,12 @@ def _combine(filters: MetadataFilters) -> dict[str, Any]:
 
 def _clause(f: MetadataFilter) -> dict[str, Any]:
     key, value, operator = f.key, f.value, f.operator
+    # LlamaIndex takes a null (or missing) value for equal to nothing, None included, and for unequal to anything:
+    # `== None` matches nothing, `!= None` everything
+    if operator == FilterOperator.EQ and value is None:
+        return {key: {"$in": []}}
+    if operator == FilterOperator.NE and value is None:
+        return {key: {"$nin": []}}
     if operator in _COMPARISONS:
         return {key: {_COMPARISONS[operator]: value}}
     values = value if isinstance(value, list) else [value]
