@@ -535,7 +535,7 @@ class MemwovenStore(TTLSweeper, BaseStore, Runner):
         contents = [text for pairs in texts.values() for _, text in pairs]
         if contents:
             embeddings = yield Call(self._embed_fn, "embed_many", (contents,))
-        replaced: list[tuple[str, int]] = []  # (document #0's id, the item's version) of the vectors replaced
+        replaced: list[str] = []  # the ids of the vectors of the versions this put replaces or deletes
         if self.vectors is not None:
             addresses = [*texts, *deletes]
             before: list[StoredItem | None] = (yield Call(self.items, "get_many", (addresses,))) if addresses else []
@@ -547,7 +547,7 @@ class MemwovenStore(TTLSweeper, BaseStore, Runner):
             for document in (yield Call(self.vectors, "get", (list(firsts),))) if firsts else []:
                 count = document.metadata.get("count")
                 address, version = firsts[document.id]
-                replaced += [(_vector_id(address, version, p), version) for p in range(_count(count))]
+                replaced += [_vector_id(address, version, position) for position in range(_count(count))]
         versions: list[int] = (yield Call(self.items, "put_many", (writes,))) if writes else []
         if deletes:
             yield Call(self.items, "delete_many", (deletes,))
@@ -578,7 +578,7 @@ class MemwovenStore(TTLSweeper, BaseStore, Runner):
         if documents:
             yield Call(self.vectors, "store", (documents,))
         if replaced:
-            yield Call(self.vectors, "delete", ([document_id for document_id, _ in replaced],))
+            yield Call(self.vectors, "delete", (replaced,))
 
     def _stored_vector(self, embedding: list[float]) -> list[float]:
         if self._distance != "l2":
