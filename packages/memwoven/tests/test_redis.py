@@ -270,7 +270,7 @@ def test_without_an_async_client_for_the_loop_calls_run_in_threads(
     lent = redis.asyncio.Redis.from_url(url)
     with (
         RedisChatMemory(redis.Redis.from_url(url), prefix=prefix) as alone,
-        RedisChatMemory(redis.Redis.from_url(url), async_client=lent, prefix=prefix + "x") as paired,
+        RedisChatMemory(redis.Redis.from_url(url), async_client=lent, prefix=f"{prefix}:x") as paired,
     ):
         for memory in (alone, paired):
             for i in range(3):
