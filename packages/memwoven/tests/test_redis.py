@@ -126,6 +126,32 @@ def test_a_save_keeps_no_stored_message_it_did_not_verify(redis_prefix: tuple[st
             assert fresh.load("s") == [*history, turn(6)]
 
 
+def test_a_save_repairing_a_damaged_history_after_another_repair_compares_again(
+    redis_prefix: tuple[str, str],
+) -> None:
+    """A plain save that found the history damaged, then lost the race to another writer's repair, starts again
+    from what is stored now (it used to resend the damaged version's base forever)."""
+    url, prefix = redis_prefix
+    with RedisChatMemory(url, prefix=prefix) as first, RedisChatMemory(url, prefix=prefix) as second:
+        first.save("s", [_message("1"), _message("2")])
+        first._client.srem(first._keys("s")[3], "2")  # the ids set lost a member (an eviction, say)
+        script, calls = second._scripts["save"], []
+
+        def racing(keys: list[str], args: list[Any]) -> Any:
+            calls.append(args)
+            if len(calls) == 2:  # `second` was told the history is damaged; `first` repairs it meanwhile
+                first.save("s", [_message("9")])
+            if len(calls) > 10:
+                raise AssertionError("the save kept sending the same stale version")
+            return script(keys=keys, args=args)
+
+        second._scripts["save"] = racing
+        second.save("s", [_message("1"), _message("3")])
+        assert len(calls) == 3
+        with RedisChatMemory(url, prefix=prefix) as fresh:
+            assert fresh.load("s") == [_message("1"), _message("3")]
+
+
 def test_ttl_expires_idle_sessions(redis_prefix: tuple[str, str]) -> None:
     url, prefix = redis_prefix
     client = redis.Redis.from_url(url)

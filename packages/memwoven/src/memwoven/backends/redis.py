@@ -342,7 +342,9 @@ class RedisChatMemory(RedisBackend, ChatMemory):
                 if expected_version is not None:
                     raise self._conflict(session_id, int(reply), expected_version)
                 logger.debug("session %r: changed by another writer during a save; comparing again", session_id)
-                trust_cache = False  # another writer got in between: compare again, with the stored messages
+                # another writer got in between (perhaps repairing a damaged history): compare again, from what
+                # is stored now
+                trust_cache, damaged_at = False, None
 
     save, asave = twins(_save)
 
