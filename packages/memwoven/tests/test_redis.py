@@ -15,9 +15,11 @@ import redis.cluster
 import redis_support
 from redis_support import RedisHooks, delete_prefix
 
-from memwoven import Message
+from memwoven import Message, VectorDocument
 from memwoven.backends._redis import MAX_IN_FLIGHT
 from memwoven.backends.redis import RedisChatMemory
+from memwoven.backends.redis_items import RedisItemMemory
+from memwoven.backends.redis_vector import RedisVectorMemory
 from memwoven.contracts import ChatMemory
 from memwoven.errors import BackendUnavailableError, CorruptMemoryError
 from memwoven.history import encode_message
@@ -150,6 +152,27 @@ def test_a_save_repairing_a_damaged_history_after_another_repair_compares_again(
         assert len(calls) == 3
         with RedisChatMemory(url, prefix=prefix) as fresh:
             assert fresh.load("s") == [_message("1"), _message("3")]
+
+
+def test_a_full_server_refuses_writes_with_its_own_error_not_as_damage() -> None:
+    """Out of memory (maxmemory, noeviction), Redis refuses a script's writes: that is the server's error, raised
+    as it is, not `CorruptMemoryError` (which would tell an operator to delete healthy keys). Every Redis backend
+    reads errors through `_redis.redis_errors`; the chat save's script is let through at a full server at times."""
+    with redis_server("--maxmemory", "2mb", "--maxmemory-policy", "noeviction") as server:
+        client = redis.Redis.from_url(server.url)
+        writes = {
+            "items": lambda: RedisItemMemory(server.url).put(("n",), "k", {"v": 1}),
+            "vectors": lambda: RedisVectorMemory(server.url, collection="c").store(
+                [VectorDocument(id="a", content="a", embedding=[1.0, 0.0])]
+            ),
+        }
+        for name, write in writes.items():
+            with contextlib.suppress(redis.exceptions.OutOfMemoryError):  # filled to the brim before each write
+                for index in range(10_000):
+                    client.set(f"fill:{name}:{index}", b"x" * 1_000)
+            with pytest.raises(redis.exceptions.OutOfMemoryError):
+                write()
+        client.close()
 
 
 def test_ttl_expires_idle_sessions(redis_prefix: tuple[str, str]) -> None:

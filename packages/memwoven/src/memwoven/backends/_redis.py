@@ -82,11 +82,14 @@ def _damaged(error: ResponseError | ValueError, what: str) -> Exception:
     """The error to raise for a failure inside an operation on `what`: damaged keys become `CorruptMemoryError`.
 
     A key of the wrong type (WRONGTYPE), a script failing on a stored value (a version that is not a number) or
-    a reply that cannot be decoded means the keys were altered behind memwoven's back. Anything else
-    (a server refusing writes when out of memory, ...) is raised as it is.
+    a reply that cannot be decoded means the keys were altered behind memwoven's back. Anything else is raised as
+    it is: a server refusing writes (out of memory, a read-only replica, an ACL) names its refusal with an error
+    code that redis-py turns into a subclass of `ResponseError`, even when a script's write was refused.
     """
     text = str(error)  # a pipeline's error names the failed command first
-    if isinstance(error, ResponseError) and "WRONGTYPE" not in text and "user_script" not in text:
+    if isinstance(error, ResponseError) and (
+        type(error) is not ResponseError or ("WRONGTYPE" not in text and "user_script" not in text)
+    ):
         return error
     return CorruptMemoryError(f"{what}: its Redis keys hold data memwoven did not write ({text[:200]})")
 
