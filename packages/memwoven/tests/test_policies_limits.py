@@ -202,10 +202,12 @@ def test_an_expired_file_session_appends_afresh(tmp_path: Path) -> None:
     assert memory.load("s") == [turn(1)]
 
 
-@pytest.mark.parametrize("kind", EMBEDDED)
-def test_ttl_must_be_positive(kind: str, tmp_path: Path) -> None:
-    with pytest.raises(InvalidInputError):
-        _with_ttl(kind, tmp_path, 0)
+@pytest.mark.parametrize("kind", ALL)
+def test_ttl_must_be_a_positive_number_of_seconds_up_to_the_limit(kind: str, tmp_path: Path) -> None:
+    """Every chat backend checks `ttl` alike (`check_ttl`): a typed error, before anything is written."""
+    for ttl in (0, -1, float("inf"), float("nan"), 1e20, "60", True):
+        with pytest.raises(InvalidInputError, match="ttl"):
+            _with_ttl(kind, tmp_path, ttl)  # type: ignore[arg-type]
 
 
 def test_cleanup_expired_through_policies_and_without_ttl(tmp_path: Path, clock: Clock) -> None:

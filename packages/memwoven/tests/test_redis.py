@@ -206,6 +206,14 @@ class TestRedisClusterChatMemory(RedisChatHooks):
         evict_meta(memory, session_id)
 
 
+def test_a_ttl_under_a_millisecond_still_expires(redis_prefix: tuple[str, str]) -> None:
+    """A ttl is kept in whole milliseconds, at least one: 0.4 ms was rounded to 0, Redis's "no expiry"."""
+    url, prefix = redis_prefix
+    with RedisChatMemory(url, prefix=prefix, ttl=0.0004) as memory:
+        memory.save("s", [turn(0)])
+        assert memory._client.pttl(memory._keys("s")[0]) in (-2, 0, 1)  # gone, or going within a millisecond
+
+
 def test_sessions_spread_over_every_cluster_node(cluster_url: str) -> None:
     with RedisChatMemory(cluster_url, prefix=unique_name("mwc")) as memory:
         ids = [f"user-{i}" for i in range(60)]

@@ -28,9 +28,10 @@ from memwoven.contracts import (
     Namespace,
     check_expected,
     check_id,
+    check_ttl,
     next_version,
 )
-from memwoven.errors import ConcurrentModificationError, InvalidInputError
+from memwoven.errors import ConcurrentModificationError
 from memwoven.history import message_ids, not_stored
 from memwoven.models import (
     Item,
@@ -62,9 +63,7 @@ class InMemoryChatMemory(ChatMemory):
     _blocking = False  # a dict behind a lock: the async twins call the sync methods directly
 
     def __init__(self, *, ttl: float | None = None) -> None:
-        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0):
-            raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")
-        self.ttl = ttl
+        self.ttl = check_ttl(ttl)
         self._lock = threading.Lock()
         self._sessions: dict[str, _Entry] = {}
         self._deadlines: dict[str, float] = {}  # with a ttl: session id -> _clock.monotonic() it expires at

@@ -43,8 +43,9 @@ import redis.asyncio.cluster
 import redis.cluster
 
 from memwoven._steps import Sleep, Steps, twins
+from memwoven.backends._items import ttl_milliseconds
 from memwoven.backends._redis import Fields, RedisBackend, Scan, Script, as_text, check_prefix, logger, redis_errors
-from memwoven.contracts import ChatMemory, History, MessagesIn, check_id
+from memwoven.contracts import ChatMemory, History, MessagesIn, check_id, check_ttl
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 from memwoven.history import (
     EMPTY,
@@ -240,9 +241,8 @@ class RedisChatMemory(RedisBackend, ChatMemory):
         cache_size: int = 256,
     ) -> None:
         self.prefix = check_prefix(prefix)
-        if ttl is not None and not ttl > 0:
-            raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")
-        self._ttl_ms = str(int(ttl * 1000)) if ttl else "0"
+        ttl = check_ttl(ttl)
+        self._ttl_ms = str(ttl_milliseconds(ttl)) if ttl else "0"  # "0": no ttl
         self._cache = SnapshotCache(cache_size)
         self._connect(url_or_client, async_client, socket_timeout, SCRIPTS)
 

@@ -43,6 +43,7 @@ from memwoven.contracts import (
     History,
     MessagesIn,
     check_id,
+    check_ttl,
     next_version,
 )
 from memwoven.errors import (
@@ -199,10 +200,8 @@ class FileChatMemory(ChatMemory):
         cache_size: int = 64,
         ttl: float | None = None,
     ) -> None:
-        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0):
-            raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")
         lock_timeout = check_lock_timeout(lock_timeout)
-        self.ttl = ttl
+        self.ttl = check_ttl(ttl)
         self.directory = Path(directory).absolute()
         self._locks = self.directory / _LOCKS
         try:

@@ -42,7 +42,7 @@ from memwoven.backends.sql._base import SQLBackend, SQLOptions
 from memwoven.backends.sql._driver import OnDriver
 from memwoven.backends.sql._engine import Work
 from memwoven.backends.sql._schema import dialect_insert, insert_ignoring, key_of
-from memwoven.contracts import ChatMemory, History, MessagesIn, check_id, next_version
+from memwoven.contracts import ChatMemory, History, MessagesIn, check_id, check_ttl, next_version
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 from memwoven.history import (
     EMPTY,
@@ -96,9 +96,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
     ) -> None:
         super().__init__(url_or_engine, **options)
         self._cache = SnapshotCache(cache_size)
-        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not ttl > 0):
-            raise InvalidInputError(f"ttl must be a positive number of seconds, got {ttl!r}")
-        self.ttl = ttl
+        self.ttl = check_ttl(ttl)
         self._session_table = self._tables.sessions
         self._messages = self._tables.messages
         self._insert_statements: dict[sa.Dialect, tuple[str, bool]] = {}  # one per engine's dialect
