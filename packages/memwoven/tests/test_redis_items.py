@@ -138,6 +138,22 @@ def test_damaged_items_raise_corrupt_memory_error(memory: RedisItemMemory, damag
         assert [item.value["v"] for item in memory.list()] == [2, 3]
 
 
+@pytest.mark.parametrize("damage", ["no-index", "no-record"])
+def test_listings_counts_and_namespaces_notice_a_lost_key_or_record(memory: RedisItemMemory, damage: str) -> None:
+    """Listings walk the index: without it (evicted, deleted) they read an empty memory, and a count without the
+    records read passed over a lost one. The data hash and the index hold as many members, always."""
+    memory.put(("u", "1"), "a", {"v": 1})
+    memory.put(("u", "1"), "b", {"v": 2})
+    data, index, _, _ = memory._keys
+    if damage == "no-index":
+        memory._client.delete(index)
+    else:
+        memory._client.hdel(data, redis_items._member(("u", "1"), "a"))
+    for listing in (memory.list, memory.count, memory.namespaces, lambda: memory.count(("u",))):
+        with pytest.raises(CorruptMemoryError, match="different numbers of items"):
+            listing()
+
+
 def test_prefixes_that_start_one_another_never_meet(redis_prefix: tuple[str, str]) -> None:
     url, prefix = redis_prefix
     names = [prefix, prefix + "b", prefix + ":b", prefix + ":items", prefix + "-"]

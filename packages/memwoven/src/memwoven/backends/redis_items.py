@@ -68,12 +68,18 @@ _PARTS = ("data", "index", "expiry", "clock")  # a memory's keys, in the order t
 _CHUNK = 1000  # index members per script call of a listing
 _NAMESPACES_PER_CALL = 500  # namespaces per script call of `namespaces`
 _Member = bytes  # an item's index member: encoded namespace, NUL, key (UTF-8)
+_DISAGREE = "its data hash and its index hold different numbers of items (a key evicted or deleted, a record lost)"
 
 # KEYS of every script: data, index, expiry, clock (`_PARTS`).
 _COMMON = """
 local function live(member, now)
   local at = redis.call('ZSCORE', KEYS[3], member)
   return not at or tonumber(at) > now
+end
+-- every write, delete and expiry changes the data hash and the index together: a listing that finds them of
+-- different sizes (a key evicted or deleted, a record lost) reports it instead of listing what remains
+local function intact()
+  return redis.call('HLEN', KEYS[1]) == redis.call('ZCARD', KEYS[2])
 end
 """
 
@@ -167,9 +173,10 @@ return {1, existed}
 """,
     # ARGV: from, to (ZRANGEBYLEX bounds), how many members at most, now (ms), '1' for the records, '0' a count.
     # -> {how many members were scanned, the last one, {member, expires_at ('' never), record (nil if none)} of
-    # each live one, flattened, or how many are live}
+    # each live one, flattened, or how many are live}; {-1} if the data hash and the index disagree
     "range": _COMMON
     + """
+if not intact() then return {-1} end
 local now = tonumber(ARGV[4])
 local members = redis.call('ZRANGEBYLEX', KEYS[2], ARGV[1], ARGV[2], 'LIMIT', 0, tonumber(ARGV[3]))
 local out, live = {}, 0
@@ -189,9 +196,11 @@ return {#members, members[#members] or '', out}
 """,
     # ARGV: from, to (ZRANGEBYLEX bounds), how many namespaces at most, now (ms).
     # -> {the encoded namespaces holding a live item, in order; where to go on from ('' done)}, or
-    # {those, '', a member without NUL} if the index holds one memwoven did not write
+    # {those, '', a member without NUL} if the index holds one memwoven did not write, {{}, '', -1} if the data
+    # hash and the index disagree
     "namespaces": _COMMON
     + """
+if not intact() then return {{}, '', -1} end
 local now, limit = tonumber(ARGV[4]), tonumber(ARGV[3])
 local from, found = ARGV[1], {}
 while #found < limit do
@@ -320,6 +329,8 @@ class RedisItemMemory(RedisBackend, ItemMemory):
             while start:
                 args: builtins.list[str | bytes | int] = [start, stop, _NAMESPACES_PER_CALL, _clock.wall_ms()]
                 encoded, start, *stray = yield Script("namespaces", self._keys, args)
+                if stray == [-1]:
+                    raise _corrupt(None, _DISAGREE)
                 if stray:
                     raise _corrupt(None, f"its index holds {as_text(stray[0])[:200]!r}, which names no item")
                 found += [_namespace(name) for name in encoded]
@@ -344,7 +355,10 @@ class RedisItemMemory(RedisBackend, ItemMemory):
             chunks = []
             while True:
                 args: builtins.list[str | bytes | int] = [start, stop, _CHUNK, _clock.wall_ms(), int(records)]
-                scanned, last, found = yield Script("range", self._keys, args)
+                scanned, *rest = yield Script("range", self._keys, args)
+                if scanned == -1:
+                    raise _corrupt(None, _DISAGREE)
+                last, found = rest
                 chunks.append(found)
                 if int(scanned) < _CHUNK:
                     return chunks
