@@ -32,7 +32,7 @@ import json
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import redis
@@ -57,7 +57,25 @@ __all__ = ["RedisVectorMemory", "list_collections"]
 _PULL_LIMIT = 1000  # stream entries per pull; a client further behind pulls again
 _START = "0-0"  # the position before any stream entry
 
+# Every script reading the config: the collection's seq, dimension, metric and whether its two hashes still hold
+# the `count` documents the writes left ('damaged' if not: a hash evicted or deleted, say; a collection written
+# before the count was kept is counted by its next write).
+_CONFIG = """
+local function config(docs, vecs, conf)
+  local stored = redis.call('HMGET', conf, 'seq', 'dimension', 'metric', 'count')
+  local count = tonumber(stored[4])
+  stored[4] = false
+  if count and (redis.call('HLEN', docs) ~= count or redis.call('HLEN', vecs) ~= count) then stored[4] = 'damaged' end
+  return stored
+end
+"""
+
 _WRITE = """
+local function counted()
+  if redis.call('HEXISTS', KEYS[3], 'count') == 0 then
+    redis.call('HSET', KEYS[3], 'count', redis.call('HLEN', KEYS[2]))
+  end
+end
 local function check_config(dimension, metric)
   local config = redis.call('HMGET', KEYS[3], 'dimension', 'metric')
   if config[1] and dimension ~= '' and config[1] ~= dimension then return {'dimension', config[1]} end
@@ -80,8 +98,9 @@ local refused = check_config(ARGV[2], ARGV[3])
 if refused then return refused end
 redis.call('HSETNX', KEYS[3], 'dimension', ARGV[2])
 redis.call('HSETNX', KEYS[3], 'metric', ARGV[3])
+counted()
 local n = tonumber(ARGV[4])
-local ids = {}
+local ids, added = {}, 0
 for first = 0, n - 1, 500 do
   local docs, vecs = {}, {}
   for i = first, math.min(first + 500, n) - 1 do
@@ -93,13 +112,15 @@ for first = 0, n - 1, 500 do
     vecs[#vecs + 1] = ARGV[5 + 2 * n + i]
   end
   redis.call('HSET', KEYS[1], unpack(docs))
-  redis.call('HSET', KEYS[2], unpack(vecs))
+  added = added + redis.call('HSET', KEYS[2], unpack(vecs))
 end
+redis.call('HINCRBY', KEYS[3], 'count', added)
 return log_change('store', table.concat(ids, '\\0'))
 """,
     # KEYS: docs, vecs, config, changes. ARGV: max changes, ids... -> {'ok', seq, entry} or {} if nothing was there
     "delete": _WRITE
     + """
+counted()
 local removed = {}
 for i = 2, #ARGV do
   if redis.call('HDEL', KEYS[2], ARGV[i]) == 1 then
@@ -108,6 +129,7 @@ for i = 2, #ARGV do
   end
 end
 if #removed == 0 then return {} end
+redis.call('HINCRBY', KEYS[3], 'count', -#removed)
 return log_change('delete', table.concat(removed, '\\0'))
 """,
     # KEYS: docs, vecs, config, changes. ARGV: max changes, dimension or '', metric. The dimension stays.
@@ -116,18 +138,22 @@ return log_change('delete', table.concat(removed, '\\0'))
 local refused = check_config(ARGV[2], ARGV[3])
 if refused then return refused end
 redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('HSET', KEYS[3], 'count', 0)
 local result = log_change('clear', '')
 redis.call('XTRIM', KEYS[4], 'MAXLEN', 1)
 return result
 """,
-    # KEYS: config, changes. -> {{seq, dimension, metric}, last entry id or nil}
-    "head": """
-local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
-return {redis.call('HMGET', KEYS[1], 'seq', 'dimension', 'metric'), last and last[1] or false}
+    # KEYS: docs, vecs, config, changes. -> {{seq, dimension, metric, damaged}, last entry id or nil}
+    "head": _CONFIG
+    + """
+local last = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)[1]
+return {config(KEYS[1], KEYS[2], KEYS[3]), last and last[1] or false}
 """,
     # KEYS: docs, vecs, config, changes. ARGV: the last entry applied, max entries.
-    # -> {{seq, dimension, metric}, {{entry, seq, kind}...}, ids changed since the last clear, their docs, vectors}
-    "pull": """
+    # -> {{seq, dimension, metric, damaged}, {{entry, seq, kind}...}, ids changed since the last clear, their docs,
+    # vectors}
+    "pull": _CONFIG
+    + """
 local function split(text, out, seen)
   local start = 1
   while text ~= '' do
@@ -159,7 +185,7 @@ for first = 1, #ids, 1000 do
   for _, value in ipairs(redis.call('HMGET', KEYS[1], unpack(chunk))) do docs[#docs + 1] = value end
   for _, value in ipairs(redis.call('HMGET', KEYS[2], unpack(chunk))) do vecs[#vecs + 1] = value end
 end
-return {redis.call('HMGET', KEYS[3], 'seq', 'dimension', 'metric'), log, ids, docs, vecs}
+return {config(KEYS[1], KEYS[2], KEYS[3]), log, ids, docs, vecs}
 """,
     # KEYS: docs, vecs. ARGV: ids. -> {their docs, their vectors}, read in one atomic step
     "read": """
@@ -345,7 +371,7 @@ class RedisVectorMemory(RedisBackend, VectorMemoryBase):
 
         Writes that land during the scan come after that position, so the pull that follows re-applies them.
         """
-        config, last = yield Script("head", self._keys[2:], [])
+        config, last = yield Script("head", self._keys, [])
         current = self._check_config(config)
         docs = yield HScan(self._keys[0])
         vectors = yield HScan(self._keys[1])
@@ -371,19 +397,25 @@ class RedisVectorMemory(RedisBackend, VectorMemoryBase):
     def _check_steps(self) -> Steps[None]:
         """Check the stored dimension and metric, if the collection has been written, without reading documents."""
         with self._errors():
-            config, _ = yield Script("head", self._keys[2:], [])
+            config, _ = yield Script("head", self._keys, [])
             self._check_config(config)
 
     def _check_config(self, config: list[bytes | None]) -> int:
-        """Check the stored dimension and metric against this object's; return the current sequence number."""
-        seq, dimension, metric = config
+        """Check the stored dimension and metric against this object's; return the current sequence number.
+        `CorruptMemoryError` if the config is not one memwoven writes or the hashes lost documents."""
+        seq, dimension, metric, damaged = config
+        where = f"collection {self.collection!r}"
+        if damaged:
+            raise CorruptMemoryError(f"{where}: its hashes do not hold the documents written (evicted or deleted?)")
+        if metric is not None and as_text(metric) not in get_args(Metric):
+            raise CorruptMemoryError(f"{where}: its config holds the unknown metric {as_text(metric)[:40]!r}")
+        if (dimension is not None and int(dimension) < 1) or int(seq or 0) < 0:
+            raise CorruptMemoryError(f"{where}: its config holds dimension {dimension!r:.40} and seq {seq!r:.40}")
         if metric is not None and as_text(metric) != self.metric:
-            raise InvalidInputError(
-                f"collection {self.collection!r} uses the {as_text(metric)} metric, not {self.metric}"
-            )
+            raise InvalidInputError(f"{where} uses the {as_text(metric)} metric, not {self.metric}")
         if dimension is not None:
             with self._lock:
-                check_stored_dimension(int(dimension), self._index.dimension, f"collection {self.collection!r}")
+                check_stored_dimension(int(dimension), self._index.dimension, where)
                 self._adopt_dimension(int(dimension))
         return int(seq or 0)
 
