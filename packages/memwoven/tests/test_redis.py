@@ -21,7 +21,7 @@ from memwoven.backends.redis import RedisChatMemory
 from memwoven.backends.redis_items import RedisItemMemory
 from memwoven.backends.redis_vector import RedisVectorMemory
 from memwoven.contracts import ChatMemory
-from memwoven.errors import BackendUnavailableError, CorruptMemoryError
+from memwoven.errors import BackendUnavailableError, CorruptMemoryError, InvalidInputError
 from memwoven.history import encode_message
 from memwoven.testing import ChatMemoryContract, turn
 from memwoven_test_support import redis_url, unique_name
@@ -173,6 +173,21 @@ def test_a_full_server_refuses_writes_with_its_own_error_not_as_damage() -> None
             with pytest.raises(redis.exceptions.OutOfMemoryError):
                 write()
         client.close()
+
+
+def test_chat_and_vectors_refuse_clients_that_decode_replies(redis_prefix: tuple[str, str]) -> None:
+    """Their replies are binary (digests, float32 vectors): a decoding client made a fresh object read a healthy
+    session or collection as damaged. Refused at construction, given as a client or in the URL."""
+    url, prefix = redis_prefix
+    decoding = redis.Redis.from_url(url, decode_responses=True)
+    for make in (RedisChatMemory, lambda *a, **k: RedisVectorMemory(*a, collection="c", **k)):
+        with pytest.raises(InvalidInputError, match="decode_responses=False"):
+            make(decoding, prefix=prefix)
+        with pytest.raises(InvalidInputError, match="decode_responses=False"):
+            make(f"{url}?decode_responses=true", prefix=prefix)
+        with pytest.raises(InvalidInputError, match="decode_responses=False"):
+            make(redis.Redis.from_url(url), async_client=redis.asyncio.Redis.from_url(url, decode_responses=True))
+    decoding.close()
 
 
 def test_ttl_expires_idle_sessions(redis_prefix: tuple[str, str]) -> None:

@@ -295,12 +295,18 @@ class RedisBackend(Runner):
     _url: str
     _client: Any
     _scripts: dict[str, Any]
+    _reads_text_replies = False  # whether it works with clients that decode replies (decode_responses=True)
 
     def _connect(
         self, url_or_client: Any, async_client: Any, socket_timeout: float, scripts: Mapping[str, str]
     ) -> None:
         """Open the clients (from a URL, or those you passed) and register `scripts` on them."""
         self._redis = Clients(url_or_client, async_client, socket_timeout, scripts)
+        clients = (self._redis.client, async_client or self._redis.client)
+        if not self._reads_text_replies and any(client.get_encoder().decode_responses for client in clients):
+            if isinstance(url_or_client, str):
+                self._redis.close()
+            raise InvalidInputError(f"{type(self).__name__} reads binary replies: it needs decode_responses=False")
         self._url, self._client, self._scripts = self._redis.url, self._redis.client, self._redis.scripts
 
     def _run(self, steps: Steps[_T]) -> _T:

@@ -249,6 +249,8 @@ class RedisItemMemory(RedisBackend, ItemMemory):
     serves the first loop that uses this object.
     """
 
+    _reads_text_replies = True
+
     def __init__(
         self,
         url_or_client: str | redis.Redis | redis.cluster.RedisCluster,
