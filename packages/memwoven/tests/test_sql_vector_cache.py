@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -239,6 +240,46 @@ def test_a_file_of_another_collection_or_database_is_not_used(
     with _open(where, cache) as reader:
         assert _top(reader, -vectors[4], k=1)[0][0] == "d4"
         assert reader.get(["d4"])[0].embedding == (-vectors[4]).tolist()
+
+
+def test_copies_of_a_database_read_only_the_files_of_their_own_history(tmp_path: Path) -> None:
+    """A copied database (tenants made from one template file, a backup restored) keeps the cache token and goes
+    on from the same versions with other writes: each copy maps only the files its database vouches for, never
+    another copy's documents."""
+    cache = tmp_path / "cache"
+
+    def memory(name: str) -> SQLVectorMemory:
+        return SQLVectorMemory(f"sqlite:///{tmp_path / name}.db", collection="kb", cache_dir=cache)
+
+    def copy(source: str, target: str) -> None:
+        with sqlite3.connect(tmp_path / f"{source}.db") as src, sqlite3.connect(tmp_path / f"{target}.db") as dst:
+            src.backup(dst)
+        src.close()
+        dst.close()
+
+    def store(name: str, doc_id: str, vector: list[float]) -> None:
+        with memory(name) as writer:
+            writer.store([{"id": doc_id, "content": doc_id, "embedding": vector}])
+
+    def read(name: str) -> tuple[list[str], list[str], bool]:
+        with memory(name) as reader:
+            hits = [hit.document.id for hit in reader.search([1.0, 0.0], top_k=5)]
+            return reader.ids(), hits, isinstance(reader._index, CachedIndex)
+
+    with memory("template") as template:
+        assert template.count() == 0
+    copy("template", "a")
+    copy("template", "b")
+    store("a", "a-secret", [1.0, 0.0])
+    assert read("a") == (["a-secret"], ["a-secret"], True)  # wrote a's file, at version 1
+    store("b", "b-doc", [0.0, 1.0])  # b at version 1 too
+    assert read("b") == (["b-doc"], ["b-doc"], True)
+    copy("a", "a-backup")
+    store("a", "a-later", [0.8, 0.6])
+    assert read("a")[0] == ["a-later", "a-secret"]  # a's file at version 2
+    copy("a-backup", "a")  # restored to version 1
+    store("a", "a-other", [0.6, 0.8])  # version 2 again, another history
+    assert read("a") == (["a-other", "a-secret"], ["a-secret", "a-other"], True)
 
 
 def test_a_process_started_after_the_file_maps_it_and_sees_later_writes(

@@ -6,8 +6,9 @@ opening the collection maps the newest file of the same collection and generatio
 then applies the changes made after that version (`CachedIndex`: the mapped rows, minus those changed or deleted
 since, plus a small private `VectorIndex` of the changed rows). The file is a cache, never the durable copy: it is
 written to a temporary file, fsynced and renamed into place (a reader sees a whole file or none), and a file whose
-header, size or checksums do not hold, or that belongs to another database, collection, generation, metric or
-dimension, is ignored (and a damaged one removed): the backend then reads the database.
+header, size or checksums do not hold, that belongs to another database, collection, generation, metric or
+dimension, or whose stamp the database does not vouch for (`newest`), is ignored (and a damaged one removed): the
+backend then reads the database.
 
 Layout (little-endian): a 4 KiB header (magic, the length and XXH3-64 hash of a JSON description, the
 description), then the sections it lists, each with its offset, length and XXH3-64 hash, 4 KiB aligned: the
@@ -26,7 +27,7 @@ import mmap
 import os
 import struct
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -54,7 +55,7 @@ logger = logging.getLogger(__name__)
 
 _MAGIC = b"MWVCACH2"
 _OLD_MAGICS = (b"MWVCACHE",)  # format 1: CRC-32 checksums; such a file is removed and rebuilt
-_FORMAT = 2
+_FORMAT = 3  # 3: a file names the stamp its database vouches for it by
 _HEADER = 4096  # bytes before the first section
 _ALIGN = 4096  # sections start on a page
 _PREFIX = struct.Struct("<8sIQ")  # magic, JSON length, JSON XXH3-64
@@ -134,9 +135,10 @@ class CacheWriter:
                 lengths.append(len(encoded))
         self._count += len(ids)
 
-    def commit(self, generation: int, version: int) -> Path:
-        """Finish the file as the collection's state at (`generation`, `version`), fsync it and rename it into
-        place; older files of the collection are removed. Returns its path."""
+    def commit(self, generation: int, version: int, stamp: str) -> Path:
+        """Finish the file as the collection's state at (`generation`, `version`), named by `stamp` (hex, which
+        the database records for it: `newest`), fsync it and rename it into place; older files of the collection
+        are removed. Returns its path."""
         count = self._count
         matrix = [_HEADER, count * self.dimension * 4, self._matrix_hash.intdigest()]
         sections: dict[str, list[int]] = {"matrix": matrix}
@@ -165,6 +167,7 @@ class CacheWriter:
                 "identity": self.identity,
                 "generation": generation,
                 "version": version,
+                "stamp": stamp,
                 "count": count,
                 "dimension": self.dimension,
                 "metric": self.metric,
@@ -179,13 +182,13 @@ class CacheWriter:
         self._file.flush()
         os.fsync(self._file.fileno())
         self._file.close()
-        path = self.directory / f"{self.identity}.{generation}.{version}{_SUFFIX}"
+        path = self.directory / f"{self.identity}.{generation}.{version}.{stamp}{_SUFFIX}"
         os.replace(self._path, path)
         fsync_directory(self.directory)
         for older in _files(self.directory, self.identity):
             if older[:2] < (generation, version):
                 with contextlib.suppress(OSError):  # another process may have removed it first
-                    older[2].unlink()
+                    older[3].unlink()
         return path
 
     def abort(self) -> None:
@@ -219,8 +222,8 @@ def writing(directory: Path, identity: str, *, wait: bool) -> Iterator[bool]:
         os.close(descriptor)
 
 
-def _files(directory: Path, identity: str) -> list[tuple[int, int, Path]]:
-    """(generation, version, path) of the collection's finished cache files, newest first."""
+def _files(directory: Path, identity: str) -> list[tuple[int, int, str, Path]]:
+    """(generation, version, stamp, path) of the collection's finished cache files, newest first."""
     found = []
     try:
         entries = list(directory.iterdir())
@@ -228,9 +231,9 @@ def _files(directory: Path, identity: str) -> list[tuple[int, int, Path]]:
         return []
     for path in entries:
         parts = path.name.split(".")
-        if len(parts) == 4 and parts[0] == identity and "." + parts[3] == _SUFFIX:
+        if len(parts) == 5 and parts[0] == identity and "." + parts[4] == _SUFFIX:
             with contextlib.suppress(ValueError):
-                found.append((int(parts[1]), int(parts[2]), path))
+                found.append((int(parts[1]), int(parts[2]), parts[3], path))
     return sorted(found, reverse=True)
 
 
@@ -245,6 +248,7 @@ class CacheFile:
         self.path = path
         self.generation: int = header["generation"]
         self.version: int = header["version"]
+        self.stamp: str = header["stamp"]
         self.count: int = header["count"]
         self.dimension: int = header["dimension"]
         self._mapping = mapping
@@ -373,14 +377,28 @@ def _discard(path: Path, reason: str) -> None:
 
 
 def newest(
-    directory: Path, identity: str, generation: int, version: int, dimension: int, metric: Metric
+    directory: Path,
+    identity: str,
+    generation: int,
+    dimension: int,
+    metric: Metric,
+    vouched: Mapping[str, tuple[int, int]],
 ) -> CacheFile | None:
-    """The newest usable cache file of a collection at `generation` reflecting at most `version` (a file from a
-    later version belongs to another history, a restored database: ignored), or None."""
-    for found_generation, found_version, path in _files(directory, identity):
-        if found_generation == generation and found_version <= version:
+    """The newest usable cache file of a collection at `generation` whose stamp the database vouches for, at the
+    (generation, version) it records for that stamp, or None.
+
+    Versions alone cannot tell histories apart: a database copied (a template, a backup restored) goes on from the
+    same versions with other writes, and the files of one copy would be read as the state of another. A process
+    that writes a file records its stamp in the database afterwards (`vouched`), so a copy holds the stamps of the
+    files written from their shared history only."""
+    for found_generation, found_version, stamp, path in _files(directory, identity):
+        if found_generation == generation and vouched.get(stamp) == (found_generation, found_version):
             opened = CacheFile.open(path, identity, dimension, metric)
-            if opened is not None and (opened.generation, opened.version) == (found_generation, found_version):
+            if opened is not None and (opened.generation, opened.version, opened.stamp) == (
+                found_generation,
+                found_version,
+                stamp,
+            ):
                 return opened
     return None
 

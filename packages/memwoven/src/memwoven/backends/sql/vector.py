@@ -76,6 +76,8 @@ T = TypeVar("T")
 _CHUNK = 500  # ids per DELETE ... IN (...) statement
 _PAGE = 2048  # rows per statement of a full load
 _CACHE_TOKEN = "vector_cache_token"  # noqa: S105 (a meta row naming the tables in cache files, not a secret)
+_VOUCH = "vector_cache:"  # meta rows "vector_cache:<stamp>" -> "<collection key>:<generation>:<version>"
+_VOUCHES_KEPT = 8  # per collection: the newest files' (a machine whose file is older writes a new one)
 _NEVER = 2**62  # a version no collection reaches: the change query then returns the collection row alone
 
 
@@ -580,11 +582,34 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         opened = CacheFile.open(path, identity, dimension, self.metric)
         return None if opened is None else CachedIndex(opened, self.metric)
 
+    def _vouched(self, connection: Connection) -> dict[str, tuple[int, int]]:
+        """The stamps of the cache files this database vouches for, each with its (generation, version)."""
+        meta = self._tables.meta
+        mine = sa.and_(meta.c.name.startswith(_VOUCH), meta.c.value.startswith(f"{self._key}:", autoescape=True))
+        vouched = {}
+        for name, value in connection.execute(sa.select(meta.c.name, meta.c.value).where(mine)):
+            _, generation, version = value.rsplit(":", 2)
+            vouched[name.removeprefix(_VOUCH)] = (int(generation), int(version))
+        return vouched
+
+    def _vouch(self, stamp: str, stored: _Collection) -> None:
+        """Record in the database that the cache file `stamp` holds the collection at `stored` (its own
+        transaction: the reads that wrote the file run without one), keeping the newest `_VOUCHES_KEPT`."""
+        meta = self._tables.meta
+        with self._db.translated(), self._db.engine.begin() as connection:
+            value = f"{self._key}:{stored.generation}:{stored.version}"
+            connection.execute(sa.insert(meta).values(name=f"{_VOUCH}{stamp}", value=value))
+            vouched = self._vouched(connection)
+            older = sorted(vouched, key=vouched.__getitem__, reverse=True)[_VOUCHES_KEPT:]
+            if older:
+                connection.execute(sa.delete(meta).where(meta.c.name.in_([f"{_VOUCH}{s}" for s in older])))
+
     def _mapped(
         self, connection: Connection, stored: _Collection, dimension: int, directory: Path, identity: str
     ) -> CachedIndex | None:
         """The newest usable cache file mapped, with the changes made since its version applied, or None."""
-        found = newest(directory, identity, stored.generation, stored.version, dimension, self.metric)
+        vouched = {stamp: at for stamp, at in self._vouched(connection).items() if at[1] <= stored.version}
+        found = newest(directory, identity, stored.generation, dimension, self.metric, vouched)
         if found is None:
             return None
         index = CachedIndex(found, self.metric)
@@ -615,10 +640,16 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
                     hashes = np.frombuffer(bytes.fromhex("".join(row.doc_key[:16] for row in rows)), dtype=">u8")
                     writer.add(page.ids, page.contents, [row.metadata for row in rows], page.vectors, hashes)
             self._check_generation(connection, stored)
-            return writer.commit(stored.generation, stored.version)
         except BaseException:
             writer.abort()
             raise
+        stamp = uuid.uuid4().hex
+        path = writer.commit(stored.generation, stored.version, stamp)
+        try:
+            self._vouch(stamp, stored)
+        except sa.exc.SQLAlchemyError as error:  # a database this process may not write: its file serves it alone
+            logger.warning("vector cache %s not recorded in the database (%s): other processes ignore it", path, error)
+        return path
 
     def _load_rows(self, connection: Connection, dimension: int) -> VectorIndex:
         """An index of every live row, read page by page into one preallocated matrix (no per-row vectors)."""
