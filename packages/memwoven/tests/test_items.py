@@ -92,6 +92,32 @@ def test_long_namespaces_and_keys_are_listed_by_prefix(sql_kind: str, tmp_path: 
         assert [i.value["v"] for i in memory.list((long,), order="desc", limit=2)] == [2, 3]
 
 
+def test_get_many_of_more_than_one_statement_of_addresses_never_sees_half_a_put_many(
+    sql_kind: str, tmp_path: Path
+) -> None:
+    """put_many is all or nothing, and so is what get_many sees of it: reads run outside a transaction (or in READ
+    COMMITTED), so a read of 1,000 items in two statements saw a put_many landing between them half applied."""
+    keys = [(("t",), f"k{i:04d}") for i in range(1_000)]
+    with (
+        sql_place(sql_kind, tmp_path) as (url, prefix),
+        SQLItemMemory(url, table_prefix=prefix) as reader,
+        SQLItemMemory(url, table_prefix=prefix) as writer,
+    ):
+        writer.put_many([(namespace, key, {"g": 0}) for namespace, key in keys])
+        assert reader.get(*keys[0]) is not None  # the reader's first statements (its tables checked) are done
+        selects = []
+
+        def write_after_the_first_select(connection: Any, cursor: Any, statement: str, *args: Any) -> None:
+            if statement.lstrip().upper().startswith("SELECT"):
+                selects.append(statement)
+                if len(selects) == 1:
+                    writer.put_many([(namespace, key, {"g": 1}) for namespace, key in keys])
+
+        sa.event.listen(reader.engine, "after_cursor_execute", write_after_the_first_select)
+        generations = {item.value["g"] for item in reader.get_many(keys) if item is not None}
+        assert (len(selects), len(generations)) == (1, 1)
+
+
 def test_a_namespaces_items_are_neighbours_in_the_primary_key(sql_kind: str, tmp_path: Path) -> None:
     """Row keys start with a digest of the namespace, so a batch or a thread's writes land on few index pages."""
     with sql_place(sql_kind, tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:

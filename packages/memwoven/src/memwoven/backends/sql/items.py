@@ -102,6 +102,7 @@ from memwoven.models import Item
 __all__ = ["SQLItemMemory", "decode_namespace", "encode_namespace"]
 
 _IN_CHUNK = 500  # addresses per IN (...): far below every driver's parameter limit
+_READ_AT_ONCE = 30_000  # addresses one read takes in one statement: below SQLite's 32,766 parameters
 _LOCK_ATTEMPTS = 100  # rounds of placeholders and locks of rows others keep deleting (`_locked`)
 _MYSQL = ("mysql", "mariadb")
 _UPSERT_RETURNING = ("sqlite", "postgresql")  # upserts returning their rows (MariaDB's ON DUPLICATE KEY cannot)
@@ -841,11 +842,15 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         return _Scope(shape, self._statements.scopes[shape], params)
 
     def _rows_at(self, connection: Connection, addresses: Sequence[str], *, lock: bool) -> dict[str, _Row]:
-        """The rows at `addresses` (locked `FOR UPDATE` where the database has row locks and `lock` is set)."""
+        """The rows at `addresses` (locked `FOR UPDATE` where the database has row locks and `lock` is set).
+
+        Unlocked, up to `_READ_AT_ONCE` addresses are one statement: reads run outside a transaction (or in READ
+        COMMITTED), so statements in turn could each see another state, half of an atomic `put_many`."""
         statement = self._statements.locked if lock and connection.dialect.name != "sqlite" else self._statements.at
+        chunk = _IN_CHUNK if lock else _READ_AT_ONCE
         rows: dict[str, _Row] = {}
-        for start in range(0, len(addresses), _IN_CHUNK):
-            for found in connection.execute(statement, {"addresses": addresses[start : start + _IN_CHUNK]}):
+        for start in range(0, len(addresses), chunk):
+            for found in connection.execute(statement, {"addresses": addresses[start : start + chunk]}):
                 rows[found.address] = _Row.of(found[1:])
         return rows
 
