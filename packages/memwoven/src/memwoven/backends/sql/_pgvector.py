@@ -665,6 +665,7 @@ class _Document(NamedTuple):
     metadata: str
     embedding: bytes
     deleted: bool
+    doc_key: str
 
 
 def _read_page(
@@ -676,7 +677,8 @@ def _read_page(
 
 
 def _page_statement(ranked: sa.Select[Any], search: Search, *, base64: bool, ordered: bool) -> sa.Select[Any]:
-    """One page of (doc_key, distance[, norm]) rows joined to their documents, by distance if `ordered`; the
+    """One page of (doc_key, distance[, norm]) rows joined to their documents (doc_id, content, metadata,
+    embedding, deleted, distance, norm or 0, doc_key), by distance if `ordered`; the
     embedding as base64 text if `base64` (for results in text format, where bytea is hex: twice the bytes to send
     and unescape, which at 384 dimensions made the page statement take twice as long)."""
     v, collection_key = search.vectors, search.collection_key
@@ -687,7 +689,7 @@ def _page_statement(ranked: sa.Select[Any], search: Search, *, base64: bool, ord
         embedding = sa.func.encode(v.c.embedding, sa.literal_column("'base64'")).label("embedding")
     key = sa.bindparam(_COLLECTION_KEY, collection_key, type_=KEY)
     statement = sa.select(
-        v.c.doc_id, v.c.content, v.c.metadata, embedding, v.c.deleted, page.c.distance, norm.label("n")
+        v.c.doc_id, v.c.content, v.c.metadata, embedding, v.c.deleted, page.c.distance, norm.label("n"), v.c.doc_key
     ).select_from(page.join(v, sa.and_(v.c.collection_key == key, v.c.doc_key == page.c.doc_key)))
     return statement.order_by(page.c.distance, page.c.doc_key) if ordered else statement
 
@@ -695,11 +697,10 @@ def _page_statement(ranked: sa.Select[Any], search: Search, *, base64: bool, ord
 def _absorb(
     rows: Sequence[Sequence[Any]], search: Search, batches: list[DocumentBatch], *, base64: bool
 ) -> list[tuple[float, bool, float]]:
-    """Decode a page's live rows (doc_id, content, metadata, embedding, deleted, distance, norm or 0; the embedding
-    in base64 if `base64`) into `batches`; (distance, whether it is live and matches the filter, norm or 0) per row,
-    in the rows' order."""
+    """Decode a page's live rows (`_page_statement`'s columns; the embedding in base64 if `base64`) into `batches`;
+    (distance, whether it is live and matches the filter, norm or 0) per row, in the rows' order."""
     live = [
-        _Document(row[0], row[1], row[2], binascii.a2b_base64(row[3]) if base64 else row[3], False)
+        _Document(row[0], row[1], row[2], binascii.a2b_base64(row[3]) if base64 else row[3], False, row[7])
         for row in rows
         if not row[4]
     ]

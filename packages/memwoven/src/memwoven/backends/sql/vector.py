@@ -101,6 +101,7 @@ class _ChangeRow(NamedTuple):
     metadata: str | None
     embedding: bytes | None
     deleted: int | None
+    doc_key: str | None
 
 
 class _GenerationMoved(Exception):
@@ -182,7 +183,7 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         newer = sa.and_(v.c.collection_key == c.c.collection_key, v.c.version > sa.bindparam("seen"))
         self._changes_query = OnDriver(  # built once: a refresh runs before every read
             sa.select(c.c.name, c.c.version, c.c.generation, c.c.dimension)
-            .add_columns(v.c.doc_id, v.c.content, v.c.metadata, v.c.embedding, v.c.deleted)
+            .add_columns(v.c.doc_id, v.c.content, v.c.metadata, v.c.embedding, v.c.deleted, v.c.doc_key)
             .select_from(c.outerjoin(v, newer))
             .where(c.c.collection_key == self._key),
             binary=True,
@@ -393,7 +394,7 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         keys = list(dict.fromkeys(key_of(doc_id) for doc_id in wanted))
         found: list[Any] = []
         for start in range(0, len(keys), _CHUNK):
-            columns = (v.c.doc_id, v.c.content, v.c.metadata, v.c.embedding, v.c.deleted)
+            columns = (v.c.doc_id, v.c.content, v.c.metadata, v.c.embedding, v.c.deleted, v.c.doc_key)
             chunk = v.c.doc_key.in_(keys[start : start + _CHUNK])
             found.extend(connection.execute(sa.select(*columns).where(self._live(), chunk)).all())
         by_id = {document.id: document for document in self._decode(found, state.dimension).live.documents()}
@@ -709,6 +710,10 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         blobs: list[bytes] = []
         removed: list[str] = []
         for row in rows:
+            if key_of(row.doc_id) != row.doc_key:  # an id altered, or a row copied under another key
+                raise CorruptMemoryError(
+                    f"collection {self.collection!r}: document {row.doc_id!r:.80} is stored under another id's key"
+                )
             if row.deleted:
                 removed.append(row.doc_id)
                 continue
@@ -723,7 +728,7 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
                 if not isinstance(meta, dict):
                     raise ValueError("not a JSON object")
                 metadata.append(freeze_json(meta))
-            except ValueError as error:
+            except (ValueError, RecursionError) as error:  # RecursionError: nested deeper than JSON is read
                 raise CorruptMemoryError(
                     f"collection {self.collection!r}: document {row.doc_id!r} has unreadable metadata ({error})"
                 ) from None
