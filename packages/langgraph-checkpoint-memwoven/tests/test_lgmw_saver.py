@@ -27,6 +27,7 @@ from typing_extensions import TypedDict
 from langgraph.checkpoint.memwoven import MemwovenSaver
 from langgraph.checkpoint.memwoven import base as saver_module
 from memwoven import ItemMemory
+from memwoven._steps import Call, execute
 from memwoven.errors import CorruptMemoryError, InvalidInputError
 
 
@@ -350,6 +351,32 @@ def test_a_pruned_parent_is_no_parent(items: ItemMemory) -> None:
         last = put(kept, "t", last["configurable"]["checkpoint_id"], a=value)
     tuples = list(kept.list({"configurable": {"thread_id": "t"}}))
     assert [t.parent_config for t in tuples] == [tuples[1].config, None]
+
+
+def test_a_read_overlapping_a_put_that_drops_its_checkpoint_returns_a_whole_checkpoint(items: ItemMemory) -> None:
+    """With `keep_last`, a put deletes the checkpoint a read listed, its blobs and writes with it, before the read
+    fetched them: the read returns the newest checkpoint whole (it returned the old one without its values)."""
+    saver = MemwovenSaver(items, keep_last=1)
+    large = "x" * 2_000  # kept in a blob, not inside the checkpoint
+    first = put(saver, "t", a=large)
+    reading = saver._get_tuple({"configurable": {"thread_id": "t"}})
+    step = next(reading)
+    while not (isinstance(step, Call) and step.method == "get_many"):  # the newest listed, its blobs not yet read
+        step = reading.send(execute(step))
+    newer = put(saver, "t", first["configurable"]["checkpoint_id"], a=large + "y")
+    read = _finish(reading, step)
+    assert read.config == newer
+    assert read.checkpoint["channel_values"] == {"a": large + "y"}
+    assert saver.get_tuple(first) is None
+
+
+def _finish(steps: Any, step: Any) -> Any:
+    """Run a step generator on to its end from `step`, the one it yielded last; its result."""
+    try:
+        while True:
+            step = steps.send(execute(step))
+    except StopIteration as done:
+        return done.value
 
 
 def test_prune_refuses_threads_using_a_delta_channel(items: ItemMemory) -> None:

@@ -351,14 +351,16 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         except (ValueError, TypeError) as error:  # ormsgpack's and json's decode errors are ValueErrors
             raise CorruptMemoryError(f"a stored checkpoint value of type {kind!r} is damaged: {error!r:.200}") from None
 
-    def _values_at(self, item: Item, versions: Mapping[str, Any]) -> Steps[dict[str, Any]]:
+    def _values_at(self, item: Item, versions: Mapping[str, Any]) -> Steps[tuple[dict[str, Any], bool]]:
         """The values of the channels in `versions` (channel -> version) as of the checkpoint `item`: those kept
-        inside it (`_inline`), the others read from their blobs; a channel without a value is left out."""
+        inside it (`_inline`), the others read from their blobs; a channel without a value is left out. And
+        whether a blob was missing (`_tuples`)."""
         inline = item.value.get("values", {})
         if not isinstance(inline, Mapping):
             raise CorruptMemoryError(f"stored checkpoint {item.key!r} has damaged channel values")
         values = {channel: inline[channel] for channel in versions if channel in inline}
         stored = [(channel, version) for channel, version in versions.items() if channel not in inline]
+        missing = False
         if stored:
             thread_id, checkpoint_ns = self._place(item)
             blob_ns = self._ns(_BLOBS, thread_id, _label(checkpoint_ns))
@@ -368,7 +370,8 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
                 for (channel, _), blob in zip(stored, blobs)
                 if blob is not None and "empty" not in blob.value
             )
-        return values
+            missing = None in blobs
+        return values, missing
 
     def _writes_of(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str) -> Steps[builtins.list[Any]]:
         """The stored pending writes of a checkpoint (their fields checked, values still serialized), in
@@ -411,6 +414,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         as LangGraph's PostgresSaver clears it when pruning."""
         parents = yield from self._stored_parents(found)
         tuples = []
+        torn: builtins.list[int] = []  # the positions of checkpoints a blob of which was missing
         for item in found:
             thread_id, checkpoint_ns = self._place(item)
             value: dict[str, Any] = dict(item.value)
@@ -418,8 +422,10 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("channel_versions", {}), dict):
                 raise CorruptMemoryError(f"stored checkpoint {item.key!r} of thread {thread_id!r} is damaged")
             versions = checkpoint.get("channel_versions", {})
-            channel_values = yield from self._values_at(item, versions)
+            channel_values, missing = yield from self._values_at(item, versions)
             writes = yield from self._writes_of(thread_id, checkpoint_ns, item.key)
+            if missing:
+                torn.append(len(tuples))
             parent = value.get("parent")
             if parent is not None and not isinstance(parent, str):
                 raise CorruptMemoryError(f"stored checkpoint {item.key!r} of thread {thread_id!r} is damaged")
@@ -436,6 +442,10 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
                     pending_writes=[(w["task_id"], w["channel"], self._load(w["value"])) for w in writes],
                 )
             )
+        if torn:  # deleted, blobs and writes with it, by a write's retention while read: it is no more
+            still = yield Call(self.items, "get_many", ([(found[i].namespace, found[i].key) for i in torn],))
+            gone = {i for i, item in zip(torn, still) if item is None}
+            tuples = [checkpoint for i, checkpoint in enumerate(tuples) if i not in gone]
         return tuples
 
     def _stored_parents(self, found: builtins.list[Item]) -> Steps[set[tuple[Namespace, str]]]:
@@ -453,13 +463,16 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         """The checkpoint `config` names (configurable.checkpoint_id), or the thread's newest; None if absent."""
         thread_id, checkpoint_ns, checkpoint_id = self._where(config)
         namespace = self._ns(_CHECKPOINTS, thread_id, _label(checkpoint_ns))
-        if checkpoint_id:
-            item = yield Call(self.items, "get", (namespace, checkpoint_id))
-            found = [] if item is None else [item]
-        else:
-            found = yield Call(self.items, "list", (namespace,), {"order": "desc", "limit": 1})
-        tuples = yield from self._tuples(found)
-        return tuples[0] if tuples else None
+        while True:
+            if checkpoint_id:
+                item = yield Call(self.items, "get", (namespace, checkpoint_id))
+                found = [] if item is None else [item]
+            else:
+                found = yield Call(self.items, "list", (namespace,), {"order": "desc", "limit": 1})
+            tuples = yield from self._tuples(found)
+            if tuples or not found or checkpoint_id:
+                return tuples[0] if tuples else None
+            # the newest checkpoint was deleted while it was read (retention after a newer one): read the newest
 
     get_tuple, aget_tuple = twins(_get_tuple)
 
@@ -522,7 +535,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
                 break
             versions = self._load(item.value.get("checkpoint")).get("channel_versions", {})
             asked = {channel: versions[channel] for channel in remaining if channel in versions}
-            found = yield from self._values_at(item, asked)
+            found, _ = yield from self._values_at(item, asked)
             for write in reversed((yield from self._writes_of(thread_id, checkpoint_ns, item.key))):
                 if write["channel"] in remaining:
                     collected[write["channel"]].append((write["task_id"], write["channel"], self._load(write["value"])))
