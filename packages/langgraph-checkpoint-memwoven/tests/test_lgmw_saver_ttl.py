@@ -217,6 +217,18 @@ def test_the_sweeper_thread_and_task_sweep_on_schedule(local_items: ItemMemory, 
         assert plain.start_ttl_sweeper().result(timeout=1) is None
 
 
+def test_a_second_start_returns_a_future_that_stops_the_running_sweeper(local_items: ItemMemory) -> None:
+    """As LangGraph's stores: starting a running sweeper again returns a pending future; cancelling it stops the
+    sweeper (it returned a finished future, which cannot be cancelled)."""
+    saver = MemwovenSaver(local_items, ttl={**TTL, "sweep_interval_minutes": 10})
+    first = saver.start_ttl_sweeper()
+    again = saver.start_ttl_sweeper()
+    assert not again.done()
+    assert again.cancel()
+    assert first.result(timeout=10) is None  # the sweeper stopped
+    assert saver.stop_ttl_sweeper(timeout=10)
+
+
 def test_a_sweep_handles_at_most_sweep_limit_threads(local_items: ItemMemory, clock: Clock) -> None:
     saver = MemwovenSaver(local_items, ttl={**TTL, "sweep_limit": 2})
     for thread in "abcde":

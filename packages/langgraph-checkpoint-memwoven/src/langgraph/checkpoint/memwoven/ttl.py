@@ -64,8 +64,9 @@ class TTLSweeper:
         if seconds is None:
             done.set_result(None)  # nothing to sweep on a schedule, as LangGraph's stores do
             return done
-        if self._sweeper is not None and self._sweeper.is_alive():
-            done.set_result(None)
+        if self._sweeper is not None and self._sweeper.is_alive() and self._sweeper_stop is not None:
+            running = self._sweeper_stop  # as LangGraph's stores: a future that stops the running sweeper if cancelled
+            done.add_done_callback(lambda future: running.set() if future.cancelled() else None)
             return done
         stop = self._sweeper_stop = threading.Event()
         done.add_done_callback(lambda future: stop.set() if future.cancelled() else None)
