@@ -93,6 +93,40 @@ def test_show_json_exports_the_latest_state(url: str) -> None:
     assert "0 threads at" in other.stdout
 
 
+def test_show_prints_any_channel_value_as_valid_json(tmp_path: Path) -> None:
+    """Keys JSON has no form for (a tuple) and NaN: the command failed on the first and printed `NaN`, which is not
+    JSON, for the second. Such keys and numbers are shown as their repr."""
+    url = f"sqlite:///{tmp_path / 'odd.db'}"
+    odd = {"pairs": {(1, 2): "pair", 3: [float("nan"), float("inf")], None: True}, "ratio": float("nan")}
+    with MemwovenSaver.from_url(url) as saver:
+        saver.put(
+            {"configurable": {"thread_id": "odd", "checkpoint_ns": ""}},
+            {
+                "v": 1,
+                "id": "1",
+                "ts": "2026-11-29T00:00:00+00:00",
+                "channel_values": odd,
+                "channel_versions": dict.fromkeys(odd, "1"),
+                "versions_seen": {},
+                "updated_channels": None,
+            },
+            {"source": "input", "step": -1},
+            dict.fromkeys(odd, "1"),
+        )
+    load_plugins()
+    runner = CliRunner()
+    shown = runner.invoke(app, ["threads", "show", url, "odd", "--json"])
+    assert shown.exit_code == 0, shown.output
+    state = json.loads(shown.stdout, parse_constant=lambda constant: pytest.fail(f"not JSON: {constant}"))
+    assert state["channel_values"] == {
+        "pairs": {"(1, 2)": "pair", "3": ["nan", "inf"], "null": True},
+        "ratio": "nan",
+    }
+    table = runner.invoke(app, ["threads", "show", url, "odd"])
+    assert table.exit_code == 0, table.output
+    assert '"(1, 2)": "pair"' in table.stdout
+
+
 def test_a_missing_database_is_an_error_not_a_new_file(tmp_path: Path) -> None:
     result = memwoven("threads", "list", f"sqlite:///{tmp_path / 'none.db'}")
     assert result.returncode == 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Annotated, Any
 
 import typer
@@ -60,12 +61,27 @@ def _saver(url: str, namespace: str) -> tuple[Store, MemwovenSaver | None]:
 
 
 def _plain(value: Any) -> Any:
-    """A channel value as JSON can hold it: pydantic models and dataclasses as their fields, else its repr."""
+    """A channel value as JSON can hold it: objects and arrays of plain values; pydantic models and dataclasses
+    as their fields; keys other than strings, numbers, booleans and None, NaN, infinities and anything else as
+    their repr."""
     if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
+        return _plain(value.model_dump(mode="json"))
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
+        return _plain(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {key if isinstance(key, str) else _key(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if value is None or isinstance(value, (str, bool, int)) or (isinstance(value, float) and math.isfinite(value)):
+        return value
     return repr(value)
+
+
+def _key(key: Any) -> str:
+    """An object key as JSON text: as `json.dumps` writes numbers, booleans and None, else its repr."""
+    if key is None or isinstance(key, (bool, int)) or (isinstance(key, float) and math.isfinite(key)):
+        return json.dumps(key)
+    return repr(key)
 
 
 @app.command("list")
@@ -142,7 +158,7 @@ def threads_show(
     step = found.metadata.get("step")
     if as_json:
         plain = {
-            name: json.loads(json.dumps(value, ensure_ascii=False, default=_plain)) for name, value in values.items()
+            name: _plain(value) for name, value in values.items()
         }
         print_json(
             {
@@ -151,7 +167,7 @@ def threads_show(
                 "checkpoint_id": found.checkpoint["id"],
                 "parent_checkpoint_id": parent,
                 "created_at": found.checkpoint["ts"],
-                "metadata": json.loads(json.dumps(found.metadata, ensure_ascii=False, default=_plain)),
+                "metadata": _plain(found.metadata),
                 "channel_values": plain,
                 "messages": [m.model_dump(mode="json") for m in messages],
                 "pending_writes": len(found.pending_writes or []),
@@ -171,7 +187,7 @@ def threads_show(
     ):
         table.add_row(name, Text(shown))
     for name, value in sorted(values.items()):
-        table.add_row(Text(name, style="bold"), Text(json.dumps(value, ensure_ascii=False, default=_plain)))
+        table.add_row(Text(name, style="bold"), Text(json.dumps(_plain(value), ensure_ascii=False)))
     console.print(table)
     if messages:
         shown_messages = messages_table(thread_id, messages, 0)
