@@ -63,8 +63,10 @@ def test_bad_input_is_refused_before_anything_is_written(items: ItemMemory) -> N
     saver = MemwovenSaver(items)
     with pytest.raises(InvalidInputError):
         saver.put({"configurable": {}}, checkpoint(a=1), {}, {"a": 1})
-    with pytest.raises(InvalidInputError):
+    with pytest.raises(InvalidInputError, match="thread_id cannot be empty"):
         saver.put({"configurable": {"thread_id": ""}}, checkpoint(a=1), {}, {"a": 1})
+    with pytest.raises(InvalidInputError, match="thread_id cannot be empty"):  # a read says so too
+        saver.get_tuple({"configurable": {"thread_id": ""}})
     with pytest.raises(InvalidInputError):
         saver.put_writes({"configurable": {"thread_id": "t"}}, [("a", 1)], "task")
     with pytest.raises(InvalidInputError):

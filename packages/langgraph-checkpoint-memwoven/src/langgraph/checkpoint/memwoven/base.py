@@ -330,6 +330,8 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         configurable = config.get("configurable") or {}
         if "thread_id" not in configurable:
             raise InvalidInputError("the config needs configurable.thread_id")
+        if configurable["thread_id"] == "":  # a thread is kept under its id, a namespace label: never empty
+            raise InvalidInputError("configurable.thread_id cannot be empty")
         checkpoint_ns = configurable.get("checkpoint_ns") or ""
         return str(configurable["thread_id"]), str(checkpoint_ns), get_checkpoint_id(config)
 
