@@ -27,6 +27,7 @@ from clock_support import Clock
 from sql_support import KINDS, SQLHooks, sql_place
 from sqlalchemy.ext.asyncio import create_async_engine
 
+import memwoven._clock as _clock
 from memwoven import (
     BackendUnavailableError,
     ConcurrentModificationError,
@@ -471,9 +472,16 @@ async def _async_cleanup(memory: SQLChatMemory) -> int:
         await memory.aclose()
 
 
-def test_ttl_must_be_positive(tmp_path: Path) -> None:
-    with pytest.raises(InvalidInputError):
-        SQLChatMemory(f"sqlite:///{tmp_path}/x.db", ttl=0)
+def test_a_ttl_under_a_millisecond_keeps_a_session_one_millisecond(
+    place: Place, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Expiry is kept in whole milliseconds, at least one (0.4 ms was rounded to 0: gone as it was written)."""
+    now = [_clock.wall_ms()]
+    monkeypatch.setattr(_clock, "wall_ms", lambda: now[0])  # a clock that moves only when told
+    place.chat(ttl=0.0004).save("s", [turn(0)])
+    assert place.chat().load("s") == [turn(0)]
+    now[0] += 1
+    assert place.chat().load("s") == []
 
 
 def test_values_equal_in_python_but_not_in_json_are_rewritten(place: Place) -> None:
@@ -857,12 +865,23 @@ def test_a_rejected_batch_writes_nothing_to_the_table(place: Place) -> None:
     assert place.vector(collection="c").count() == 1
 
 
-def test_a_damaged_vector_row_raises_corrupt_memory(place: Place) -> None:
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [
+        ({"embedding": b"\x00\x01"}, "'b'"),
+        ({"doc_id": "forged"}, "'forged'"),  # read back as a document never stored
+        ({"doc_id": "a"}, "'a'"),  # two rows of one id
+        ({"metadata": '{"m":' + "[" * 100_000 + "]" * 100_000 + "}"}, "'b'"),  # RecursionError in json
+    ],
+)
+def test_a_damaged_vector_row_raises_corrupt_memory(place: Place, damage: dict[str, Any], named: str) -> None:
     memory = place.vector(collection="c")
+    if "metadata" in damage and place.url.startswith("postgresql"):
+        pytest.skip("PostgreSQL keeps metadata as jsonb, which refuses JSON nested this deep")
     memory.store([_doc("a", [1.0, 0.0]), _doc("b", [0.0, 1.0])])
     vectors = Tables.build(place.prefix, None).vectors
-    _execute(memory, sa.update(vectors).where(vectors.c.doc_id == "b").values(embedding=b"\x00\x01"))
-    with pytest.raises(CorruptMemoryError, match="'b'"):
+    _execute(memory, sa.update(vectors).where(vectors.c.doc_id == "b").values(**damage))
+    with pytest.raises(CorruptMemoryError, match=named):
         place.vector(collection="c").search([1.0, 0.0])
 
 

@@ -150,3 +150,11 @@ def test_an_empty_url_option_is_refused_never_the_default(url: str, tmp_path: Pa
     with pytest.raises(InvalidInputError, match="is empty in the URL"):
         open_chat_memory(url.format(dir=tmp_path))
     assert not (tmp_path / "x.db").exists()
+
+
+@pytest.mark.parametrize("charset", ["utf8", "latin1", "nosuch"])
+def test_a_mariadb_url_with_a_charset_short_of_utf8mb4_is_refused(charset: str) -> None:
+    """Only utf8mb4 holds every text memwoven accepts: utf8 (three bytes) or latin1 failed on an emoji with the
+    driver's own error, or stored mangled text outside strict SQL modes. Refused before connecting."""
+    with pytest.raises(InvalidInputError, match="utf8mb4"):
+        open_chat_memory(f"mysql://root@127.0.0.1:1/test?charset={charset}")

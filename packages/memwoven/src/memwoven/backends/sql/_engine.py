@@ -151,13 +151,11 @@ def _backend_url(url: URL, where: str) -> tuple[str, URL, URL]:
 
 
 def _check_mysql_charset(charset: str | tuple[str, ...], where: str) -> None:
-    """Refuse a charset the driver does not know (pymysql would fail with an AttributeError on connect)."""
-    try:
-        from pymysql.charset import charset_by_name  # type: ignore[import-untyped]
-    except ImportError:  # no driver: building the engine says so
-        return
-    if not isinstance(charset, str) or charset_by_name(charset) is None:
-        raise InvalidInputError(f"unknown MySQL/MariaDB charset {charset!r} ({where})")
+    """Refuse any charset but utf8mb4 (the driver's default): the others cannot hold every text memwoven accepts
+    (utf8 is MySQL's three-byte subset, without emoji), so writes would fail untyped or, outside strict SQL
+    modes, store mangled text."""
+    if charset != "utf8mb4":
+        raise InvalidInputError(f"memwoven needs the charset utf8mb4 (the default), not {charset!r} ({where})")
 
 
 def _configure_sqlite(engine: Engine) -> None:

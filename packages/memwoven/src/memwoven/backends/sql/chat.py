@@ -37,6 +37,7 @@ from sqlalchemy.util import await_only
 
 import memwoven._clock as _clock
 from memwoven._steps import Steps, twins
+from memwoven.backends._items import ttl_milliseconds
 from memwoven.backends.sql import _driver
 from memwoven.backends.sql._base import SQLBackend, SQLOptions
 from memwoven.backends.sql._driver import OnDriver
@@ -339,10 +340,12 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         raise ConcurrentModificationError(f"session {session_id!r} kept being cleared while writing; retry")
 
     def _stored_version(self, connection: Connection, key: str) -> int:
-        version = connection.execute(
-            sa.select(self._session_table.c.version).where(self._session_table.c.session_key == key)
-        ).scalar()
-        return int(version or 0)
+        """The session's version; 0 if it is absent or expired (as `load_versioned` reads it)."""
+        sessions = self._session_table
+        found = connection.execute(
+            sa.select(sessions.c.version, sessions.c.expires_at_ms).where(sessions.c.session_key == key)
+        ).first()
+        return 0 if found is None or _expired(found.expires_at_ms) else int(found.version)
 
     def _delete_session(self, connection: Connection, key: str) -> None:
         connection.execute(sa.delete(self._messages).where(self._messages.c.session_key == key))
@@ -491,7 +494,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
                 "new_count": message_count,
                 "new_chain": chain,
                 "now": datetime.now(timezone.utc),
-                "expires": None if self.ttl is None else _now_ms() + int(self.ttl * 1000),
+                "expires": None if self.ttl is None else _now_ms() + ttl_milliseconds(self.ttl),
             },
         )
         return version
