@@ -123,3 +123,16 @@ def test_a_deleted_session_or_item_written_again_gets_a_new_version_on_a_clock_t
     saved = chat.save("s", [Message(role="user", content="a")])
     chat.clear("s")
     assert chat.save("s", [Message(role="user", content="b")]) > saved
+
+
+def test_vectors_of_tiny_norm_keep_their_direction() -> None:
+    """Squared norms summed in float32 underflow for norms near 1e-20: such a vector was scored off its direction
+    or refused as a zero vector. Their norms are summed again in float64; only norms under 1e-37 are refused."""
+    memory = InMemoryVectorMemory(dimension=2)
+    memory.store([VectorDocument(id="tiny", embedding=[3e-23, 4e-23]), VectorDocument(id="unit", embedding=[1, 1])])
+    hits = memory.search([3.0, 4.0], top_k=2)
+    assert [h.document.id for h in hits] == ["tiny", "unit"]
+    assert hits[0].score == pytest.approx(1.0, abs=1e-6)
+    memory.store([VectorDocument(id="small", embedding=[1e-23, 0.0])])
+    with pytest.raises(InvalidInputError, match="no direction"):
+        memory.store([VectorDocument(id="subnormal", embedding=[1e-40, 0.0])])

@@ -2,7 +2,7 @@
 
 Each top-level metadata key has an int32 column with one code per row: 0 where the key is missing, 1 where its
 value is not a hashable scalar (a list, an object, NaN), and from 2 one code per distinct scalar, keyed so that
-the codes follow JSON equality (`filters._same`: `true` never equals `1`, `1` equals `1.0`). A filter's
+the codes follow JSON equality (`filters.json_equal`: `true` never equals `1`, `1` equals `1.0`). A filter's
 equality, `$in`, `$ne`, `$nin` and `$exists` on plain (dot-free) keys, and `$and`/`$or`/`$not` of those, compile
 to an exact mask; anything else is left to the row-by-row predicate.
 """

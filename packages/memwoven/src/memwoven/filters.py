@@ -24,7 +24,7 @@ from typing import Any
 from memwoven._cache import LRUCache
 from memwoven.errors import InvalidInputError
 
-__all__ = ["MAX_FILTER_DEPTH", "Predicate", "compile_filter"]
+__all__ = ["MAX_FILTER_DEPTH", "Predicate", "compile_filter", "json_equal"]
 
 MAX_FILTER_DEPTH = 32
 """How deep `$and`, `$or` and `$not` may nest in one filter."""
@@ -34,10 +34,15 @@ _MISSING = object()
 _COMPILED: LRUCache[str, tuple[Any, Predicate]] = LRUCache(256)  # JSON text -> (its own copy, compiled from it)
 
 
-def _same(a: Any, b: Any) -> bool:
-    """JSON equality: like ==, but booleans only equal booleans."""
+def json_equal(a: Any, b: Any) -> bool:
+    """Equality of JSON values: like ==, but booleans only equal booleans, inside arrays and objects too (in
+    Python ``True == 1 == 1.0``); numbers equal by value (``1`` equals ``1.0``)."""
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(json_equal(a[key], b[key]) for key in a)
     return bool(a == b)
 
 
@@ -76,21 +81,21 @@ def _field_test(op: str, operand: Any) -> Callable[[Any], bool]:
     """A test of one field's value (or _MISSING) for one operator."""
     operand = _json_operand(op, operand)
     if op == "$eq":
-        return lambda v: v is not _MISSING and _same(v, operand)
+        return lambda v: v is not _MISSING and json_equal(v, operand)
     if op == "$ne":
-        return lambda v: v is _MISSING or not _same(v, operand)
+        return lambda v: v is _MISSING or not json_equal(v, operand)
     if op == "$in":
         options = _list_operand(op, operand)
-        return lambda v: v is not _MISSING and any(_same(v, o) for o in options)
+        return lambda v: v is not _MISSING and any(json_equal(v, o) for o in options)
     if op == "$nin":
         options = _list_operand(op, operand)
-        return lambda v: v is _MISSING or not any(_same(v, o) for o in options)
+        return lambda v: v is _MISSING or not any(json_equal(v, o) for o in options)
     if op == "$exists":
         if not isinstance(operand, bool):
             raise InvalidInputError("filter operator $exists needs true or false")
         return lambda v: (v is not _MISSING) == operand
     if op == "$contains":
-        return lambda v: isinstance(v, list) and any(_same(item, operand) for item in v)
+        return lambda v: isinstance(v, list) and any(json_equal(item, operand) for item in v)
     comparisons: dict[str, Callable[[Any, Any], bool]] = {
         "$gt": lambda a, b: a > b,
         "$gte": lambda a, b: a >= b,

@@ -47,6 +47,7 @@ __all__ = [
     "check_scan",
     "check_search_args",
     "check_stored_dimension",
+    "exact_scores",
     "inverse_norms",
     "rank",
     "require_utf8",
@@ -55,6 +56,7 @@ __all__ = [
 
 Matrix = npt.NDArray[np.float32]
 Halves = npt.NDArray[np.uint16]  # bfloat16 values as raw bits (numpy has no bfloat16 type)
+Squares = npt.NDArray[np.float64]  # squared norms
 Rows = npt.NDArray[np.intp]
 Scan = Literal["float32", "bfloat16"]
 _ALIGNMENT = 64  # bytes: a cache line, and what AVX-512 loads want
@@ -136,6 +138,8 @@ class DocumentBatch:
 
 
 _MAX_SQUARED_NORM = np.float32(np.finfo(np.float32).max / 2)
+_SMALL_SQUARE = 2.0**-100  # float32 sums of squares below this are summed again in float64
+_MIN_NORM = 1e-37  # a shorter vector has no direction: the inverse of its norm is beyond float32
 _EMPTY = FrozenDict()  # the metadata of every row stored without any: one object, shared
 
 
@@ -190,9 +194,24 @@ def check_search_args(top_k: int, threshold: float | None) -> None:
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise InvalidInputError(f"top_k must be a non-negative int, got {top_k!r}")
     if threshold is not None and (
-        isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or math.isnan(threshold)
+        isinstance(threshold, bool)
+        or not isinstance(threshold, (int, float))
+        or (isinstance(threshold, float) and math.isnan(threshold))  # an int may be too large for a float
     ):
-        raise InvalidInputError(f"threshold must be a number, got {threshold!r}")
+        raise InvalidInputError(f"threshold must be a number, got {threshold!r:.80}")
+
+
+def _as_threshold(threshold: float | None) -> float | None:
+    """A checked threshold as a float64 (a float), so that float32 scores are compared with it in float64: numpy
+    compares them with a plain float after rounding it to float32, and a score just above the threshold then
+    equalled it and was dropped. An int beyond floats is an infinity."""
+    if threshold is None:
+        return None
+    try:
+        exact: float = np.float64(threshold)
+    except OverflowError:
+        exact = np.float64(math.inf if threshold > 0 else -math.inf)
+    return exact
 
 
 def as_matrix(vectors: Any, dimension: int | None, metric: Metric) -> Matrix:
@@ -200,7 +219,7 @@ def as_matrix(vectors: Any, dimension: int | None, metric: Metric) -> Matrix:
     return _checked_matrix(vectors, dimension, metric)[0]
 
 
-def _checked_matrix(vectors: Any, dimension: int | None, metric: Metric) -> tuple[Matrix, Matrix]:
+def _checked_matrix(vectors: Any, dimension: int | None, metric: Metric) -> tuple[Matrix, Squares]:
     """`as_matrix`, and the squared norm of each row it computed to check them."""
     try:
         with np.errstate(over="ignore"):  # values beyond float32 become inf and are rejected below
@@ -218,8 +237,10 @@ def _checked_matrix(vectors: Any, dimension: int | None, metric: Metric) -> tupl
     # matrix-sized temporary; a sum that is not finite may also be an overflow, which the norm check refuses
     if not np.isfinite(squares).all() and not np.isfinite(matrix).all():
         raise InvalidInputError("embeddings cannot contain NaN or infinity (or values beyond float32 range)")
-    if metric == "cosine" and not np.all(squares > 0):
-        raise InvalidInputError("a zero vector has no direction; cosine similarity is undefined for it")
+    if metric == "cosine" and not np.all(squares >= _MIN_NORM**2):
+        raise InvalidInputError(
+            "a zero vector (or one of norm under 1e-37) has no direction; cosine similarity is undefined for it"
+        )
     # |a.b| <= |a| |b| (Cauchy-Schwarz): with every squared norm at most half the float32 range, no score (and no
     # partial sum of one) can overflow to inf or NaN, whatever the metric
     if not np.all(squares <= _MAX_SQUARED_NORM):
@@ -286,7 +307,7 @@ class SearchQuery:
         """Validate the arguments of `search` (the embedding against `dimension` too, if given)."""
         check_search_args(top_k, threshold)
         predicate = compile_filter(filter) if filter is not None else None
-        return cls(as_query(embedding, dimension, metric), top_k, threshold, filter, predicate)
+        return cls(as_query(embedding, dimension, metric), top_k, _as_threshold(threshold), filter, predicate)
 
     def vector_for(self, dimension: int | None) -> Matrix:
         """The query vector, refused (`DimensionMismatchError`) if the collection has another dimension."""
@@ -662,14 +683,26 @@ def _document(
     )
 
 
+def exact_scores(vectors: Matrix, query: Matrix, metric: Metric) -> Matrix:
+    """The score of each row of `vectors` for `query`, exactly as an index computes it (for backends rescoring
+    what their server found: its own arithmetic may score identical vectors apart)."""
+    return _scores(vectors, inverse_norms(vectors), query, None, metric)
+
+
 def _scores(matrix: Matrix, inverse_norms: Matrix, query: Matrix, rows: Rows | None, metric: Metric) -> Matrix:
-    """Exact float32 scores of `rows` of `matrix` (every row if None), in that order."""
+    """Exact float32 scores of `rows` of `matrix` (every row if None), in that order.
+
+    Each row's score is summed the same way wherever the row lies and however many rows are scored (einsum's own
+    loop, as fast here as BLAS): BLAS sums the rows left over at the end of its blocks in another order, so
+    identical embeddings scored differently (no tie, hence no tie-break by id) and a row's score changed with a
+    filter that gathered it."""
+    scores: Matrix
     if rows is None or 4 * len(rows) > len(matrix):  # gathering most of the rows costs more than scanning them all
-        scores = matrix @ query
+        scores = np.einsum("ij,j->i", matrix, query)
         if rows is not None:
             scores, inverse_norms = scores[rows], inverse_norms[rows]
     else:
-        scores, inverse_norms = matrix[rows] @ query, inverse_norms[rows]
+        scores, inverse_norms = np.einsum("ij,j->i", matrix[rows], query), inverse_norms[rows]
     if metric == "cosine":
         scores *= inverse_norms / np.float32(np.linalg.norm(query))
         np.clip(scores, -1.0, 1.0, out=scores)
@@ -726,16 +759,22 @@ def inverse_norms(vectors: Matrix) -> Matrix:
     return _inverse(_squared_norms(vectors))
 
 
-def _squared_norms(vectors: Matrix) -> Matrix:
-    squares: Matrix = np.einsum("ij,ij->i", vectors, vectors, dtype=np.float32)
+def _squared_norms(vectors: Matrix) -> Squares:
+    """The squared norm of each row, as float64: summed in float32 (fast), again in float64 for the rows whose
+    float32 sum is small enough to have lost precision or underflowed (1e-23 squared is below float32's range)."""
+    squares: Squares = np.einsum("ij,ij->i", vectors, vectors, dtype=np.float32).astype(np.float64)
+    small = np.flatnonzero(squares < _SMALL_SQUARE)
+    if len(small):
+        rows = vectors[small].astype(np.float64)
+        squares[small] = np.einsum("ij,ij->i", rows, rows)
     return squares
 
 
-def _inverse(squares: Matrix) -> Matrix:
-    """1 / the square root of each squared norm (0 for 0), as float32."""
+def _inverse(squares: Squares) -> Matrix:
+    """1 / the square root of each squared norm, as float32 (0 for a norm under `_MIN_NORM`: no direction)."""
     norms = np.sqrt(squares)
     with np.errstate(divide="ignore"):
-        return np.where(norms > 0, 1.0 / norms, 0.0).astype(np.float32)
+        return np.where(norms >= _MIN_NORM, 1.0 / norms, 0.0).astype(np.float32)
 
 
 def _top_rows(scores: Matrix, top_k: int) -> npt.NDArray[np.intp]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import itertools
+import math
 import threading
 import uuid
 import weakref
@@ -52,6 +53,7 @@ from memwoven.vector_index import (
     check_dimension,
     check_metric,
     check_stored_dimension,
+    exact_scores,
 )
 
 __all__ = ["QdrantVectorMemory", "list_collections", "point_id", "translate_filter"]
@@ -249,7 +251,7 @@ class QdrantVectorMemory(VectorMemoryBase):
             "collection_name": self.collection,
             "query": vector.tolist(),
             "query_filter": None if prefilter is True else as_filter(prefilter),
-            "score_threshold": None if threshold is None else threshold - 1e-6 * max(1.0, abs(threshold)),
+            "score_threshold": None if threshold is None else _slackened(threshold),
             "search_params": self._search_params,
             "with_payload": True,
             "with_vectors": True,
@@ -257,16 +259,20 @@ class QdrantVectorMemory(VectorMemoryBase):
         limit = top_k + 1 if predicate is None else top_k + 8  # one more than asked shows whether the k-th ties
         while True:
             points = (yield _Call("query_points", {**request, "limit": limit})).points
-            hits = [(self._score(p.score), self._document(p)) for p in points]
+            documents = [self._document(p) for p in points]
+            # rescored as an index scores (Qdrant's arithmetic may score identical vectors apart: no tie)
+            stored = np.asarray([p.vector for p in points], dtype=np.float32).reshape(len(points), len(vector))
+            scores = exact_scores(stored, vector, self.metric).tolist()
             hits = [
                 (score, doc)
-                for score, doc in hits
+                for score, doc in zip(scores, documents)
                 if (threshold is None or score > threshold) and (predicate is None or predicate(doc.metadata))
             ]
             hits.sort(key=lambda hit: (-hit[0], hit[1].id))
             if len(points) < limit:  # nothing more to fetch
                 break
-            if len(hits) >= top_k and self._score(min(p.score for p in points)) < hits[top_k - 1][0]:
+            lowest = self._score(min(p.score for p in points))  # Qdrant's, a little off the exact scores
+            if len(hits) >= top_k and lowest + 1e-6 * max(1.0, abs(lowest)) < hits[top_k - 1][0]:
                 break  # nothing unseen can beat or tie the k-th hit
             limit *= 4
         return [ScoredDocument.model_construct(document=doc, score=score) for score, doc in hits[:top_k]]
@@ -412,6 +418,12 @@ class QdrantVectorMemory(VectorMemoryBase):
         if self._owns_clients and self._async_client is not None:
             await self._async_client.close()
         self.close()
+
+
+def _slackened(threshold: float) -> float:
+    """A threshold a little below `threshold`, for Qdrant's own (inclusive, float-rounded) test: the exact one is
+    applied to its answers afterwards. An infinite threshold stays as it is."""
+    return float(threshold - 1e-6 * max(1.0, abs(threshold))) if math.isfinite(threshold) else float(threshold)
 
 
 def _unavailable(error: Exception, where: str) -> BackendUnavailableError | None:

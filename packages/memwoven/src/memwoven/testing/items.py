@@ -504,8 +504,8 @@ class ItemMemoryContract(StorageHooks[ItemMemory]):
 
     def test_im8_filters_select_on_the_value_with_dotted_paths(self, memory: Driver) -> None:
         values = {
-            "a": {"kind": "fact", "user": {"level": 3, "access-level": "nested"}, "tags": ["x"]},
-            "b": {"kind": "fact", "user": {"level": 1}},
+            "a": {"kind": "fact", "user": {"level": 3, "access-level": "nested"}, "tags": ["x"], "flags": [True]},
+            "b": {"kind": "fact", "user": {"level": 1}, "flags": [1]},
             "c": {"kind": "note", "user": "flat", "user.level": 3},
             "d": {"kind": "note", "n": 2.5},
         }
@@ -525,6 +525,9 @@ class ItemMemoryContract(StorageHooks[ItemMemory]):
             ({"$or": [{"kind": "note"}, {"user.level": 1}]}, ["b", "c", "d"]),
             ({"$not": {"kind": "fact"}}, ["c", "d"]),
             ({"kind": "missing"}, []),
+            ({"flags": [1]}, ["b"]),  # booleans never equal numbers, inside arrays too
+            ({"flags": {"$ne": [1]}}, ["a", "c", "d"]),
+            ({"user": {"level": True}}, []),
         ]
         for spec, expected in cases:
             assert [i.key for i in memory.list(("n",), filter=spec)] == expected, spec
