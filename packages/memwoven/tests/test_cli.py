@@ -430,6 +430,44 @@ def test_import_names_a_line_only_for_what_that_line_holds(tmp_path: Path) -> No
         import_records(store, _export(collection, zero).splitlines())
 
 
+def test_import_changes_only_what_differs_as_json_and_refuses_hostile_lines(tmp_path: Path) -> None:
+    """An import skips what the target holds identically, where JSON tells values apart (``true`` is not ``1``,
+    which Python's == takes as equal: the target kept its stale value); importing again keeps even the version; a
+    session record without messages (which would delete the target's session) and hostile lines are refused,
+    naming the line."""
+    store = Store(f"sqlite:///{tmp_path}/target.db")
+    with open_chat_memory(store.url) as chat, open_vector_memory(store.url, collection="c") as vectors:
+        chat.save("kept", [Message(role="user", content="precious")])
+        vectors.store([VectorDocument(id="d", embedding=[1.0, 0.0], metadata={"flag": 1})])
+    session = {"type": "session", "id": "s", "messages": [{"role": "user", "content": "hi"}]}
+    collection = {"type": "collection", "name": "c", "metric": "cosine", "dimension": 2}
+    document = {"type": "document", "collection": "c", "id": "d", "embedding": [1.0, 0.0], "metadata": {"flag": True}}
+    end = {"type": "end", "sessions": 1, "messages": 1, "collections": 1, "documents": 1, "items": 0}
+    export = _export(session, collection, document, end).splitlines()
+    import_records(store, export)
+    with open_chat_memory(store.url) as chat, open_vector_memory(store.url, collection="c") as vectors:
+        assert vectors.get(["d"])[0].metadata["flag"] is True
+        version = chat.load_versioned("s").version
+    import_records(store, export)
+    with open_chat_memory(store.url) as chat:
+        assert chat.load_versioned("s").version == version
+    hostile = [
+        ({"type": "session", "id": "kept", "messages": []}, "line 2: a session record needs at least one message"),
+        ({**document, "embedding": [{"x": 1}, 2]}, "line 3: an embedding's list holds numbers only"),
+        ({**document, "embedding": [10**400, 0]}, "line 3: an embedding's number is beyond float range"),
+    ]
+    for record, message in hostile:
+        lines = _export(collection, record) if record["type"] == "document" else _export(record)
+        with pytest.raises(Failure) as refused:
+            import_records(store, lines.splitlines())
+        assert str(refused.value).startswith(message)
+    nested = [*_export().splitlines(), b'{"type": "session", "id": "x", "messages": ' + b"[" * 100_000]
+    with pytest.raises(Failure, match=r"^line 2: not JSON"):
+        import_records(store, nested)
+    with open_chat_memory(store.url) as chat:
+        assert chat.load("kept") == [Message(role="user", content="precious")]
+
+
 def test_an_error_raised_while_ctrl_c_unwinds_is_the_interrupt() -> None:
     """A driver whose cleanup fails after Ctrl-C cancelled its query still exits 130 (not 1, "unavailable")."""
     import typer

@@ -233,6 +233,7 @@ def test_paging_keeps_every_item_of_each_namespace(backend: str, tmp_path: Path)
         assert write_changed(items, writes) == 0
         changed = [writes[0]._replace(value={"i": -1}), writes[1]._replace(ttl=5.0), writes[2]]
         assert write_changed(items, changed) == 2
+        assert write_changed(items, [writes[1]._replace(value={"i": True})]) == 1  # true is not 1 in JSON
 
 
 def test_migrate_carries_items(tmp_path: Path) -> None:

@@ -42,6 +42,7 @@ from memwoven.contracts import (
     check_item_value,
     check_ttl,
 )
+from memwoven.filters import json_equal
 from memwoven.models import Item, UtcDatetime, VectorDocument, coerce_messages
 from memwoven.vector_index import check_metric
 
@@ -98,7 +99,12 @@ def encode_embedding(embedding: Sequence[float]) -> str:
 def decode_embedding(value: object) -> list[float]:
     """An embedding from its base64 float32 form (or, as importers also accept, a JSON list of numbers)."""
     if isinstance(value, list):
-        return [float(x) for x in value]
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value):
+            raise ValueError("an embedding's list holds numbers only")
+        try:
+            return [float(x) for x in value]
+        except OverflowError:
+            raise ValueError("an embedding's number is beyond float range") from None
     if not isinstance(value, str):
         raise ValueError("an embedding is a base64 string (or a list of numbers)")
     raw = base64.b64decode(value, validate=True)
@@ -170,11 +176,20 @@ def write_changed(into: ItemMemory, writes: Sequence[ItemWrite]) -> int:
     changed = [
         write
         for write, item in zip(writes, present)
-        if item is None or item.value != write.value or item.ttl != write.ttl
+        if item is None or not json_equal(item.value, write.value) or item.ttl != write.ttl
     ]
     if changed:
         into.put_many(changed)
     return len(changed)
+
+
+def _same_document(stored: VectorDocument | None, document: VectorDocument) -> bool:
+    """Whether `stored` is `document` as JSON tells them apart (pydantic's == takes ``True`` for ``1``)."""
+    return (
+        stored is not None
+        and (stored.id, stored.content, stored.embedding) == (document.id, document.content, document.embedding)
+        and json_equal(stored.metadata, document.metadata)
+    )
 
 
 def _write_of(item: Item) -> ItemWrite:
@@ -310,9 +325,12 @@ class _Importer:
     def session(self, record: dict[str, Any]) -> None:
         session_id = _field(record, "id", str)
         messages = coerce_messages(_field(record, "messages", list))
+        if not messages:  # saving none would delete the target's session
+            raise _BadRecord("a session record needs at least one message")
         if self.chat is None:
             raise Failure(f"the export holds chat sessions but {self.store.shown} stores vectors only")
-        self.chat.save(session_id, messages)  # replace-all: importing again gives the same history
+        if self.chat.load(session_id) != messages:  # importing again changes nothing, not even the version
+            self.chat.save(session_id, messages)
         self.counts.sessions += 1
         self.counts.messages += len(messages)
 
@@ -390,7 +408,7 @@ def _parse_json(number: int, line: bytes) -> Any:
         return None
     try:
         return json.loads(text)
-    except (ValueError, UnicodeDecodeError) as error:
+    except (ValueError, UnicodeDecodeError, RecursionError) as error:  # RecursionError: nested beyond reading
         raise Failure(f"line {number}: not JSON ({error})") from None
 
 
@@ -563,7 +581,7 @@ def migrate(
             for batch in _chunks(ids, batch_size):
                 documents = memory.get(batch)
                 present = {document.id: document for document in into.get(batch)}
-                changed = [document for document in documents if present.get(document.id) != document]
+                changed = [document for document in documents if not _same_document(present.get(document.id), document)]
                 if changed:
                     into.store(changed)
                     report.documents_copied += len(changed)
