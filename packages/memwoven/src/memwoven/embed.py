@@ -7,6 +7,7 @@ effects beyond caching; E3 a failure raises (`EmbeddingError`), never an empty o
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import re
 import sqlite3
@@ -25,6 +26,8 @@ from memwoven._steps import Call, Runner, Steps, async_twin, twins
 from memwoven.errors import EmbeddingError, InvalidInputError
 
 __all__ = ["CachedEmbedFn", "EmbedFn", "ExternalEmbedFn", "HashingEmbedFn", "embed_fn_from_callable"]
+
+logger = logging.getLogger(__name__)
 
 
 def _check_texts(texts: Sequence[str]) -> list[str]:
@@ -227,9 +230,9 @@ class _CallableEmbedFn(ExternalEmbedFn):
         model_id: str | None,
         batch_fn: Callable[[list[str]], Sequence[Sequence[float]]] | None,
     ) -> None:
-        super().__init__(
-            dimension=dimension, model_id=model_id or f"callable:{getattr(fn, '__qualname__', type(fn).__name__)}"
-        )
+        module = getattr(fn, "__module__", None) or type(fn).__module__
+        name = f"{module}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+        super().__init__(dimension=dimension, model_id=model_id or f"callable:{name}")
         self._fn = fn
         self._batch_fn = batch_fn
 
@@ -348,8 +351,15 @@ class CachedEmbedFn(EmbedFn):
                         f"SELECT text_sha256, vector FROM embeddings WHERE model_id = ? AND text_sha256 IN ({marks})",  # noqa: S608
                         [self.model_id, *chunk],
                     ).fetchall()
+                    # vectors stored under this id by an embedder of another dimension are misses: the dimension
+                    # is learnt first (one probe of the embedder, once) if it was not given
+                    known = self.inner.dimension if rows else None
                     for key, blob in rows:
-                        found[bytes(key)] = np.frombuffer(blob, dtype="<f8").tolist()
+                        vector = np.frombuffer(blob, dtype="<f8").tolist()
+                        if known is not None and len(vector) != known:  # another embedder's, under this id
+                            logger.warning("%s: cached vector of dimension %d ignored", self.model_id, len(vector))
+                            continue
+                        found[bytes(key)] = vector
             self._remember({key: found[key] for key in unknown if key in found}, persist=False)
         return found
 
