@@ -13,7 +13,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from policy_backends import (
     ALL,
-    EMBEDDED,
     assert_no_orphans,
     conversation,
     dispose,
