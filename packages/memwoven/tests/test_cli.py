@@ -127,13 +127,27 @@ def test_export_then_import_is_lossless(store: str, kind: str, tmp_path: Path) -
 def test_export_selected_sessions_and_collections_to_a_file(store: str, tmp_path: Path) -> None:
     out = tmp_path / "out.jsonl"
     only, unknown = memwoven_all(
-        ("export", store, "--session", "trip/1", "--collection", "dots", "-o", str(out)),
+        (
+            "export",
+            store,
+            "--session",
+            "trip/1",
+            "--session",
+            "notes:é",
+            "--session",
+            "trip/1",
+            "--collection",
+            "dots",
+            "-o",
+            str(out),
+        ),
         ("export", store, "--session", "nope", "-o", str(tmp_path / "never.jsonl")),
     )
     assert only.returncode == 0, only.stderr
     assert only.stdout == "", only.stderr
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [(r["type"], r.get("id") or r.get("name")) for r in records[1:-1]] == [
+        ("session", "notes:é"),  # sorted by id, each once, as the format says
         ("session", "trip/1"),
         ("collection", "dots"),
         ("document", "x"),

@@ -212,6 +212,7 @@ def export_records(
     from memwoven import __version__
 
     counts = counts if counts is not None else Counts()
+    sessions, collections = sorted(set(sessions)), sorted(set(collections))  # in the format's order, each once
     everything = not sessions and not collections and not namespaces
     yield {
         "type": "header",
