@@ -10,6 +10,7 @@ Its own writes are applied to its index directly after they commit.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -589,8 +590,9 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         mine = sa.and_(meta.c.name.startswith(_VOUCH), meta.c.value.startswith(f"{self._key}:", autoescape=True))
         vouched = {}
         for name, value in connection.execute(sa.select(meta.c.name, meta.c.value).where(mine)):
-            _, generation, version = value.rsplit(":", 2)
-            vouched[name.removeprefix(_VOUCH)] = (int(generation), int(version))
+            with contextlib.suppress(ValueError):  # a row not as written vouches for nothing (files are a cache)
+                _, generation, version = value.rsplit(":", 2)
+                vouched[name.removeprefix(_VOUCH)] = (int(generation), int(version))
         return vouched
 
     def _vouch(self, stamp: str, stored: _Collection) -> None:
@@ -641,11 +643,11 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
                     hashes = np.frombuffer(bytes.fromhex("".join(row.doc_key[:16] for row in rows)), dtype=">u8")
                     writer.add(page.ids, page.contents, [row.metadata for row in rows], page.vectors, hashes)
             self._check_generation(connection, stored)
+            stamp = uuid.uuid4().hex
+            path = writer.commit(stored.generation, stored.version, stamp)
         except BaseException:
             writer.abort()
             raise
-        stamp = uuid.uuid4().hex
-        path = writer.commit(stored.generation, stored.version, stamp)
         try:
             self._vouch(stamp, stored)
         except sa.exc.SQLAlchemyError as error:  # a database this process may not write: its file serves it alone
