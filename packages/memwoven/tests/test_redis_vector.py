@@ -279,29 +279,6 @@ def test_corrupt_documents_are_reported(open_memory: Callable[..., RedisVectorMe
         open_memory().count()
 
 
-def test_lost_hashes_are_reported_not_read_as_an_empty_collection(
-    open_memory: Callable[..., RedisVectorMemory],
-) -> None:
-    """The config counts the documents: hashes evicted or deleted while the config and stream stay are damage, for
-    a fresh object and a synced one alike. A config written before the count was kept is counted by its next write."""
-    memory = open_memory()
-    memory.store([doc("a", 1.0, 0.0), doc("b", 0.0, 1.0), doc("c", 1.0, 1.0)])
-    memory.delete(["c"])
-    docs, vecs, config, _ = memory._keys
-    assert memory._client.hget(config, "count") == b"2"
-    memory._client.hdel(config, "count")  # as an older memwoven left it
-    memory.store([doc("d", 1.0, 2.0)])
-    assert memory._client.hget(config, "count") == b"3"
-    assert open_memory().count() == 3
-    memory._client.delete(docs, vecs)
-    with pytest.raises(CorruptMemoryError, match="do not hold the documents written"):
-        memory.count()  # synced before
-    with pytest.raises(CorruptMemoryError, match="do not hold the documents written"):
-        open_memory().count()
-    open_memory().clear()  # a clear starts the collection over
-    assert open_memory().count() == 0
-
-
 @pytest.mark.parametrize(("field", "value"), [("metric", "garbage"), ("dimension", "0"), ("seq", "-5"), ("seq", "x")])
 def test_a_damaged_config_is_reported(open_memory: Callable[..., RedisVectorMemory], field: str, value: str) -> None:
     memory = open_memory()

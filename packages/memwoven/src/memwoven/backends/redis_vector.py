@@ -57,25 +57,7 @@ __all__ = ["RedisVectorMemory", "list_collections"]
 _PULL_LIMIT = 1000  # stream entries per pull; a client further behind pulls again
 _START = "0-0"  # the position before any stream entry
 
-# Every script reading the config: the collection's seq, dimension, metric and whether its two hashes still hold
-# the `count` documents the writes left ('damaged' if not: a hash evicted or deleted, say; a collection written
-# before the count was kept is counted by its next write).
-_CONFIG = """
-local function config(docs, vecs, conf)
-  local stored = redis.call('HMGET', conf, 'seq', 'dimension', 'metric', 'count')
-  local count = tonumber(stored[4])
-  stored[4] = false
-  if count and (redis.call('HLEN', docs) ~= count or redis.call('HLEN', vecs) ~= count) then stored[4] = 'damaged' end
-  return stored
-end
-"""
-
 _WRITE = """
-local function counted()
-  if redis.call('HEXISTS', KEYS[3], 'count') == 0 then
-    redis.call('HSET', KEYS[3], 'count', redis.call('HLEN', KEYS[2]))
-  end
-end
 local function check_config(dimension, metric)
   local config = redis.call('HMGET', KEYS[3], 'dimension', 'metric')
   if config[1] and dimension ~= '' and config[1] ~= dimension then return {'dimension', config[1]} end
@@ -98,9 +80,8 @@ local refused = check_config(ARGV[2], ARGV[3])
 if refused then return refused end
 redis.call('HSETNX', KEYS[3], 'dimension', ARGV[2])
 redis.call('HSETNX', KEYS[3], 'metric', ARGV[3])
-counted()
 local n = tonumber(ARGV[4])
-local ids, added = {}, 0
+local ids = {}
 for first = 0, n - 1, 500 do
   local docs, vecs = {}, {}
   for i = first, math.min(first + 500, n) - 1 do
@@ -112,15 +93,13 @@ for first = 0, n - 1, 500 do
     vecs[#vecs + 1] = ARGV[5 + 2 * n + i]
   end
   redis.call('HSET', KEYS[1], unpack(docs))
-  added = added + redis.call('HSET', KEYS[2], unpack(vecs))
+  redis.call('HSET', KEYS[2], unpack(vecs))
 end
-redis.call('HINCRBY', KEYS[3], 'count', added)
 return log_change('store', table.concat(ids, '\\0'))
 """,
     # KEYS: docs, vecs, config, changes. ARGV: max changes, ids... -> {'ok', seq, entry} or {} if nothing was there
     "delete": _WRITE
     + """
-counted()
 local removed = {}
 for i = 2, #ARGV do
   if redis.call('HDEL', KEYS[2], ARGV[i]) == 1 then
@@ -129,7 +108,6 @@ for i = 2, #ARGV do
   end
 end
 if #removed == 0 then return {} end
-redis.call('HINCRBY', KEYS[3], 'count', -#removed)
 return log_change('delete', table.concat(removed, '\\0'))
 """,
     # KEYS: docs, vecs, config, changes. ARGV: max changes, dimension or '', metric. The dimension stays.
@@ -138,22 +116,18 @@ return log_change('delete', table.concat(removed, '\\0'))
 local refused = check_config(ARGV[2], ARGV[3])
 if refused then return refused end
 redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('HSET', KEYS[3], 'count', 0)
 local result = log_change('clear', '')
 redis.call('XTRIM', KEYS[4], 'MAXLEN', 1)
 return result
 """,
-    # KEYS: docs, vecs, config, changes. -> {{seq, dimension, metric, damaged}, last entry id or nil}
-    "head": _CONFIG
-    + """
-local last = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)[1]
-return {config(KEYS[1], KEYS[2], KEYS[3]), last and last[1] or false}
+    # KEYS: config, changes. -> {{seq, dimension, metric}, last entry id or nil}
+    "head": """
+local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
+return {redis.call('HMGET', KEYS[1], 'seq', 'dimension', 'metric'), last and last[1] or false}
 """,
     # KEYS: docs, vecs, config, changes. ARGV: the last entry applied, max entries.
-    # -> {{seq, dimension, metric, damaged}, {{entry, seq, kind}...}, ids changed since the last clear, their docs,
-    # vectors}
-    "pull": _CONFIG
-    + """
+    # -> {{seq, dimension, metric}, {{entry, seq, kind}...}, ids changed since the last clear, their docs, vectors}
+    "pull": """
 local function split(text, out, seen)
   local start = 1
   while text ~= '' do
@@ -185,7 +159,7 @@ for first = 1, #ids, 1000 do
   for _, value in ipairs(redis.call('HMGET', KEYS[1], unpack(chunk))) do docs[#docs + 1] = value end
   for _, value in ipairs(redis.call('HMGET', KEYS[2], unpack(chunk))) do vecs[#vecs + 1] = value end
 end
-return {config(KEYS[1], KEYS[2], KEYS[3]), log, ids, docs, vecs}
+return {redis.call('HMGET', KEYS[3], 'seq', 'dimension', 'metric'), log, ids, docs, vecs}
 """,
     # KEYS: docs, vecs. ARGV: ids. -> {their docs, their vectors}, read in one atomic step
     "read": """
@@ -371,7 +345,7 @@ class RedisVectorMemory(RedisBackend, VectorMemoryBase):
 
         Writes that land during the scan come after that position, so the pull that follows re-applies them.
         """
-        config, last = yield Script("head", self._keys, [])
+        config, last = yield Script("head", self._keys[2:], [])
         current = self._check_config(config)
         docs = yield HScan(self._keys[0])
         vectors = yield HScan(self._keys[1])
@@ -397,16 +371,14 @@ class RedisVectorMemory(RedisBackend, VectorMemoryBase):
     def _check_steps(self) -> Steps[None]:
         """Check the stored dimension and metric, if the collection has been written, without reading documents."""
         with self._errors():
-            config, _ = yield Script("head", self._keys, [])
+            config, _ = yield Script("head", self._keys[2:], [])
             self._check_config(config)
 
     def _check_config(self, config: list[bytes | None]) -> int:
         """Check the stored dimension and metric against this object's; return the current sequence number.
-        `CorruptMemoryError` if the config is not one memwoven writes or the hashes lost documents."""
-        seq, dimension, metric, damaged = config
+        `CorruptMemoryError` if the config is not one memwoven writes."""
+        seq, dimension, metric = config
         where = f"collection {self.collection!r}"
-        if damaged:
-            raise CorruptMemoryError(f"{where}: its hashes do not hold the documents written (evicted or deleted?)")
         if metric is not None and as_text(metric) not in get_args(Metric):
             raise CorruptMemoryError(f"{where}: its config holds the unknown metric {as_text(metric)[:40]!r}")
         if (dimension is not None and int(dimension) < 1) or int(seq or 0) < 0:
