@@ -91,6 +91,9 @@ def test_text_joins_text_parts() -> None:
         {"role": "user", "content": [{"type": "image", "url": "u", "data": "AAAA", "mime_type": "image/png"}]},
         {"role": "user", "content": [{"type": "video"}]},
         {"role": "assistant", "tool_calls": [{"id": "1"}]},
+        # a lone surrogate in a key: JSON encoders replace it silently (two such keys became one), not raise
+        {"role": "user", "metadata": {"\ud800": "first", "ok": 1}},
+        {"role": "user", "extras": {"lc": {"\ud800": 1}}},
     ],
 )
 def test_bad_messages_raise_invalid_input(bad: dict[str, object]) -> None:
@@ -122,6 +125,20 @@ def test_opaque_parts_and_datetimes_keep_their_values() -> None:
     again = Message.model_validate_json(message.model_dump_json())
     assert again.created_at == moment
     assert again.content == message.content
+
+
+def test_a_moment_whose_offset_has_seconds_is_kept_in_utc() -> None:
+    """JSON keeps offsets to the minute: Amsterdam's +01:19:32 (1930) was stored as +01:19, moving the moment by
+    32 s, and -23:59:59.999999 as -24:00, which no reader takes. Such moments are kept in UTC."""
+    for offset in (timedelta(hours=1, minutes=19, seconds=32), -timedelta(hours=24) + timedelta(microseconds=1)):
+        moment = datetime(1930, 6, 1, 12, 0, tzinfo=timezone(offset))
+        message = Message(role="user", content="hi", created_at=moment)
+        assert message.created_at == moment
+        assert message.created_at is not None
+        assert message.created_at.utcoffset() == timedelta(0)
+        assert Message.model_validate_json(message.model_dump_json()) == message
+    whole = datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=5, minutes=30)))
+    assert Message(role="user", created_at=whole).created_at.utcoffset() == timedelta(hours=5, minutes=30)  # type: ignore[union-attr]
 
 
 def test_message_equality_is_exact_json_equality() -> None:

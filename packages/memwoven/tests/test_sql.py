@@ -484,6 +484,15 @@ def test_a_ttl_under_a_millisecond_keeps_a_session_one_millisecond(
     assert place.chat().load("s") == []
 
 
+def test_a_message_id_with_a_lone_surrogate_is_refused_typed_by_save_as_by_append(place: Place) -> None:
+    """`save` hashed the ids before encoding any message: a bare UnicodeEncodeError (nothing written)."""
+    memory = place.chat()
+    for write in (memory.save, memory.append):
+        with pytest.raises(InvalidInputError):
+            write("s", [Message(role="user", content="hi", id="\ud800")])
+    assert place.chat().load("s") == []
+
+
 def test_values_equal_in_python_but_not_in_json_are_rewritten(place: Place) -> None:
     memory = place.chat()
     memory.save("s", [Message(role="user", content="x", metadata={"flag": 1})])

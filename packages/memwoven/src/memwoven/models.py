@@ -101,9 +101,13 @@ def thaw(value: Any) -> Any:
 
 def freeze_json(value: Any, _depth: int = 1) -> Any:
     """Deep-freeze a JSON value, refusing (`ValueError`) what cannot be stored and read back everywhere: NaN and
-    ±inf, integers of more than `MAX_INT_DIGITS` digits, nesting deeper than `MAX_JSON_DEPTH`."""
+    ±inf, integers of more than `MAX_INT_DIGITS` digits, nesting deeper than `MAX_JSON_DEPTH`, object keys that
+    are not UTF-8 text (a lone surrogate: JSON encoders replace it in a key, silently, where a value raises)."""
     if isinstance(value, dict):
         _check_depth(_depth)
+        for key in value:
+            if isinstance(key, str) and not key.isascii():
+                key.encode("utf-8")  # UnicodeEncodeError is a ValueError
         return FrozenDict({key: freeze_json(item, _depth + 1) for key, item in value.items()})
     if isinstance(value, list):
         _check_depth(_depth)
@@ -118,6 +122,15 @@ def freeze_json(value: Any, _depth: int = 1) -> Any:
 def _check_depth(depth: int) -> None:
     if depth > MAX_JSON_DEPTH:
         raise ValueError(f"JSON objects and arrays may nest at most {MAX_JSON_DEPTH} levels deep")
+
+
+def _minute_offset(value: datetime | None) -> datetime | None:
+    """`value`, in UTC if its offset is not a whole number of minutes (a historical local mean time, say): JSON
+    keeps offsets to the minute, so the moment would move by the seconds left out, or not be read back at all."""
+    offset = None if value is None else value.utcoffset()
+    if value is not None and offset is not None and (offset.seconds % 60 or offset.microseconds):
+        return value.astimezone(timezone.utc)
+    return value
 
 
 JsonObject = Annotated[dict[str, JsonValue], AfterValidator(freeze_json)]
@@ -189,7 +202,7 @@ class Message(_Model):
     tool_call_id: str | None = None
     name: str | None = None
     id: str | None = None
-    created_at: datetime | None = None
+    created_at: Annotated[datetime | None, AfterValidator(_minute_offset)] = None
     metadata: JsonObject = Field(default_factory=FrozenDict)
     extras: Annotated[dict[str, JsonObject], AfterValidator(FrozenDict)] = Field(default_factory=FrozenDict)
 

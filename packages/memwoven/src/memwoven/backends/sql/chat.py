@@ -428,7 +428,10 @@ class SQLChatMemory(SQLBackend, ChatMemory):
 
     def _stored_ids(self, connection: Connection, key: str, messages: Sequence[Message], below: int) -> set[str]:
         """Which ids of `messages` the session's first `below` rows hold."""
-        by_key = {key_of(m.id): m.id for m in messages if m.id is not None}
+        try:
+            by_key = {key_of(m.id): m.id for m in messages if m.id is not None}
+        except UnicodeEncodeError:  # as encoding the message would say, before anything is written
+            raise InvalidInputError("a message id cannot be encoded as UTF-8 (a lone surrogate)") from None
         if not by_key or below == 0:
             return set()
         keys, found = list(by_key), set[str]()
