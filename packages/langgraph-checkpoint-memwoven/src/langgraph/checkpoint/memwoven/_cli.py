@@ -157,9 +157,7 @@ def threads_show(
     parent = (found.parent_config or {}).get("configurable", {}).get("checkpoint_id")
     step = found.metadata.get("step")
     if as_json:
-        plain = {
-            name: _plain(value) for name, value in values.items()
-        }
+        plain = {name: _plain(value) for name, value in values.items()}
         print_json(
             {
                 "thread_id": thread_id,

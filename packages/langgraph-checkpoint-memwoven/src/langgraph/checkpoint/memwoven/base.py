@@ -415,7 +415,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         parent deleted by retention (`prune`, `keep_last`, `delete_for_runs`) is no parent: `parent_config` None,
         as LangGraph's PostgresSaver clears it when pruning."""
         parents = yield from self._stored_parents(found)
-        tuples = []
+        tuples: builtins.list[CheckpointTuple] = []
         torn: builtins.list[int] = []  # the positions of checkpoints a blob of which was missing
         for item in found:
             thread_id, checkpoint_ns = self._place(item)
