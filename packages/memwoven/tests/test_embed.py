@@ -176,10 +176,11 @@ def test_a_batch_callable_is_used_for_batches() -> None:
 
 def test_a_cache_file_never_serves_vectors_of_another_dimension(tmp_path: Path) -> None:
     """Two embedders under one model id sharing a cache file (two lambdas had one default id): the vectors of the
-    other dimension are misses, computed again, never returned as this embedder's."""
+    other dimension are misses, computed again, never returned as this embedder's (when its dimension is known:
+    learning it would call the embedder, which a warm cache must not)."""
     path = tmp_path / "cache.db"
-    small = embed_fn_from_callable(lambda text: [1.0, 2.0], model_id="shared")
-    large = embed_fn_from_callable(lambda text: [9.0, 9.0, 9.0, 9.0], model_id="shared")
+    small = embed_fn_from_callable(lambda text: [1.0, 2.0], dimension=2, model_id="shared")
+    large = embed_fn_from_callable(lambda text: [9.0, 9.0, 9.0, 9.0], dimension=4, model_id="shared")
     assert CachedEmbedFn(small, path=path).embed("hello") == [1.0, 2.0]
     assert CachedEmbedFn(large, path=path).embed("hello") == [9.0, 9.0, 9.0, 9.0]
     assert embed_fn_from_callable(len).model_id == "callable:builtins.len"  # the module names it too

@@ -282,6 +282,52 @@ def test_copies_of_a_database_read_only_the_files_of_their_own_history(tmp_path:
     assert read("a") == (["a-other", "a-secret"], ["a-secret", "a-other"], True)
 
 
+def test_a_file_of_the_earlier_format_is_removed_when_a_file_is_written(
+    where: tuple[str, str], filled: tuple[np.ndarray, Path]
+) -> None:
+    """Files of format 2 were named without a stamp: never mapped now, and removed by the next file written (each
+    is a whole copy of a collection's embeddings)."""
+    _, cache = filled
+    (path,) = cache.glob("*.mwvc")
+    identity = path.name.split(".")[0]
+    legacy = cache / f"{identity}.0.1.mwvc"
+    legacy.write_bytes(b"a file of format 2")
+    path.unlink()
+    with _open(where, cache) as reader:
+        assert reader.count() == 300  # read from the table, its file written
+    assert not legacy.exists()
+    assert len(_files(cache)) == 1
+
+
+def test_a_file_the_database_cannot_record_still_serves_its_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another connection holds SQLite's write lock while a reader writes its file: the file is not recorded (no
+    other process maps it, logged), and this process maps it (it read the table through it all the same)."""
+    import memwoven.backends.sql._engine as engine_module
+
+    monkeypatch.setattr(engine_module, "SQLITE_BUSY_TIMEOUT_MS", 200)
+    url, cache = f"sqlite:///{tmp_path}/v.db", tmp_path / "cache"
+    with SQLVectorMemory(url, collection="c") as writer:
+        writer.store([{"id": f"d{i}", "embedding": [1.0, float(i)]} for i in range(20)])
+    reader = SQLVectorMemory(url, collection="c", cache_dir=cache)
+    assert reader.count() == 20  # its first file, recorded
+    with SQLVectorMemory(url, collection="c") as writer:
+        writer.clear()  # a new generation: the reader's next read loads the table and writes a new file
+        writer.store([{"id": f"e{i}", "embedding": [1.0, float(i)]} for i in range(30)])
+    other = sqlite3.connect(tmp_path / "v.db", isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        with caplog.at_level(logging.WARNING):
+            assert reader.count() == 30
+        assert isinstance(reader._index, CachedIndex)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+        reader.close()
+    assert "not recorded in the database" in caplog.text
+
+
 def test_a_process_started_after_the_file_maps_it_and_sees_later_writes(
     where: tuple[str, str], filled: tuple[np.ndarray, Path]
 ) -> None:

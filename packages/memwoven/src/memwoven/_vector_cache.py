@@ -186,7 +186,7 @@ class CacheWriter:
         os.replace(self._path, path)
         fsync_directory(self.directory)
         for older in _files(self.directory, self.identity):
-            if older[:2] < (generation, version):
+            if older[:2] < (generation, version) or not older[2]:
                 with contextlib.suppress(OSError):  # another process may have removed it first
                     older[3].unlink()
         return path
@@ -223,7 +223,8 @@ def writing(directory: Path, identity: str, *, wait: bool) -> Iterator[bool]:
 
 
 def _files(directory: Path, identity: str) -> list[tuple[int, int, str, Path]]:
-    """(generation, version, stamp, path) of the collection's finished cache files, newest first."""
+    """(generation, version, stamp, path) of the collection's finished cache files, newest first; the stamp is
+    "" for a file of format 2, named without one (never mapped: `commit` removes it)."""
     found = []
     try:
         entries = list(directory.iterdir())
@@ -231,6 +232,8 @@ def _files(directory: Path, identity: str) -> list[tuple[int, int, str, Path]]:
         return []
     for path in entries:
         parts = path.name.split(".")
+        if len(parts) == 4:
+            parts.insert(3, "")
         if len(parts) == 5 and parts[0] == identity and "." + parts[4] == _SUFFIX:
             with contextlib.suppress(ValueError):
                 found.append((int(parts[1]), int(parts[2]), parts[3], path))

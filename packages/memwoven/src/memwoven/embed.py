@@ -233,6 +233,7 @@ class _CallableEmbedFn(ExternalEmbedFn):
         module = getattr(fn, "__module__", None) or type(fn).__module__
         name = f"{module}.{getattr(fn, '__qualname__', type(fn).__name__)}"
         super().__init__(dimension=dimension, model_id=model_id or f"callable:{name}")
+        self.anonymous = model_id is None and "<" in name  # a lambda or a local function: its name is not its own
         self._fn = fn
         self._batch_fn = batch_fn
 
@@ -280,6 +281,13 @@ class CachedEmbedFn(EmbedFn):
         self._memory: OrderedDict[bytes, list[float]] = OrderedDict()
         self._lock = threading.Lock()
         self._path = Path(path) if path is not None else None
+        if self._path is not None and isinstance(inner, _CallableEmbedFn) and inner.anonymous:
+            logger.warning(
+                "vectors cached in %s under %r, a name other functions may share: give embed_fn_from_callable a "
+                "model_id",
+                self._path,
+                inner.model_id,
+            )
         if self._path is not None:
             self._path.parent.mkdir(parents=True, exist_ok=True)
             with self._connect() as db:
@@ -351,9 +359,9 @@ class CachedEmbedFn(EmbedFn):
                         f"SELECT text_sha256, vector FROM embeddings WHERE model_id = ? AND text_sha256 IN ({marks})",  # noqa: S608
                         [self.model_id, *chunk],
                     ).fetchall()
-                    # vectors stored under this id by an embedder of another dimension are misses: the dimension
-                    # is learnt first (one probe of the embedder, once) if it was not given
-                    known = self.inner.dimension if rows else None
+                    # vectors stored under this id by an embedder of another dimension are misses (if the
+                    # dimension is known: learning it would call the embedder, which a warm cache must not)
+                    known = self._known_dimension()
                     for key, blob in rows:
                         vector = np.frombuffer(blob, dtype="<f8").tolist()
                         if known is not None and len(vector) != known:  # another embedder's, under this id
@@ -362,6 +370,11 @@ class CachedEmbedFn(EmbedFn):
                         found[bytes(key)] = vector
             self._remember({key: found[key] for key in unknown if key in found}, persist=False)
         return found
+
+    def _known_dimension(self) -> int | None:
+        """The inner function's dimension if known without calling its embedder."""
+        inner = self.inner
+        return inner._dimension if isinstance(inner, ExternalEmbedFn) else inner.dimension
 
     def _remember(self, vectors: dict[bytes, list[float]], *, persist: bool = True) -> None:
         with self._lock:

@@ -101,13 +101,9 @@ def thaw(value: Any) -> Any:
 
 def freeze_json(value: Any, _depth: int = 1) -> Any:
     """Deep-freeze a JSON value, refusing (`ValueError`) what cannot be stored and read back everywhere: NaN and
-    ±inf, integers of more than `MAX_INT_DIGITS` digits, nesting deeper than `MAX_JSON_DEPTH`, object keys that
-    are not UTF-8 text (a lone surrogate: JSON encoders replace it in a key, silently, where a value raises)."""
+    ±inf, integers of more than `MAX_INT_DIGITS` digits, nesting deeper than `MAX_JSON_DEPTH`."""
     if isinstance(value, dict):
         _check_depth(_depth)
-        for key in value:
-            if isinstance(key, str) and not key.isascii():
-                key.encode("utf-8")  # UnicodeEncodeError is a ValueError
         return FrozenDict({key: freeze_json(item, _depth + 1) for key, item in value.items()})
     if isinstance(value, list):
         _check_depth(_depth)
@@ -135,6 +131,23 @@ def _minute_offset(value: datetime | None) -> datetime | None:
 
 JsonObject = Annotated[dict[str, JsonValue], AfterValidator(freeze_json)]
 """A JSON object (string keys, JSON values), deep-frozen after validation."""
+
+
+def _utf8_keys(value: Any) -> Any:
+    """`value`, refusing (`ValueError`) an object key with no UTF-8 form (a lone surrogate) at any depth: message
+    encoders replace it in a key, silently (two such keys became one), where a value makes them raise."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not key.isascii():
+                key.encode("utf-8")  # UnicodeEncodeError is a ValueError
+            _utf8_keys(item)
+    elif isinstance(value, list):
+        for item in value:
+            _utf8_keys(item)
+    return value
+
+
+_MessageJson = Annotated[JsonObject, AfterValidator(_utf8_keys)]  # a JSON object of a message
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
@@ -175,7 +188,7 @@ class OpaquePart(_Model):
 
     type: Literal["opaque"] = "opaque"
     kind: str
-    data: JsonObject = Field(default_factory=FrozenDict)
+    data: _MessageJson = Field(default_factory=FrozenDict)
 
 
 ContentPart = Annotated[Union[TextPart, ImagePart, OpaquePart], Field(discriminator="type")]
@@ -186,7 +199,7 @@ class ToolCall(_Model):
 
     id: str
     name: str
-    arguments: JsonObject = Field(default_factory=FrozenDict)
+    arguments: _MessageJson = Field(default_factory=FrozenDict)
 
 
 class Message(_Model):
@@ -203,8 +216,8 @@ class Message(_Model):
     name: str | None = None
     id: str | None = None
     created_at: Annotated[datetime | None, AfterValidator(_minute_offset)] = None
-    metadata: JsonObject = Field(default_factory=FrozenDict)
-    extras: Annotated[dict[str, JsonObject], AfterValidator(FrozenDict)] = Field(default_factory=FrozenDict)
+    metadata: _MessageJson = Field(default_factory=FrozenDict)
+    extras: Annotated[dict[str, _MessageJson], AfterValidator(FrozenDict)] = Field(default_factory=FrozenDict)
 
     @property
     def text(self) -> str:

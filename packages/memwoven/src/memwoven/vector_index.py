@@ -202,16 +202,23 @@ def check_search_args(top_k: int, threshold: float | None) -> None:
 
 
 def _as_threshold(threshold: float | None) -> float | None:
-    """A checked threshold as a float64 (a float), so that float32 scores are compared with it in float64: numpy
-    compares them with a plain float after rounding it to float32, and a score just above the threshold then
-    equalled it and was dropped. An int beyond floats is an infinity."""
+    """A checked threshold as a float (an int beyond floats: an infinity)."""
     if threshold is None:
         return None
     try:
-        exact: float = np.float64(threshold)
+        return float(threshold)
     except OverflowError:
-        exact = np.float64(math.inf if threshold > 0 else -math.inf)
-    return exact
+        return math.inf if threshold > 0 else -math.inf
+
+
+def _float32_floor(value: float) -> np.float32:
+    """The largest float32 at most `value`: a float32 score is above `value` exactly when it is above this. (numpy
+    compares float32 scores with a float after rounding it to the nearest float32, which may be above it: the
+    score 0.10000000149 equalled 0.1 so rounded, and was dropped by the threshold 0.1.)"""
+    with np.errstate(over="ignore"):
+        floor = np.float32(value)
+    below: np.float32 = np.nextafter(floor, np.float32(-np.inf))
+    return below if float(floor) > value else floor
 
 
 def as_matrix(vectors: Any, dimension: int | None, metric: Metric) -> Matrix:
@@ -520,7 +527,7 @@ class VectorIndex:
 
         live = len(self.ids)
         eligible = np.arange(live) if rows is None else rows
-        length = float(np.linalg.norm(query))
+        length = _norm(query)
         if length == 0.0:  # a zero query (dot metric) scores every row 0
             return eligible
         unit = _bfloat16(query / np.float32(length))[None]
@@ -539,7 +546,7 @@ class VectorIndex:
             approx, margin = approx[rows], margin[rows]
         upper = approx + margin
         if threshold is not None:
-            passing = upper > threshold
+            passing = upper > _float32_floor(threshold)
             eligible, approx, margin, upper = eligible[passing], approx[passing], margin[passing], upper[passing]
         if len(eligible) <= top_k:
             return eligible
@@ -637,7 +644,7 @@ def best_rows(
     exact scores: only scores above its threshold, and every row tied with the k-th score (for the id tie-break)."""
     scores = _scores(matrix, inverse_norms, query, rows, metric)
     if search.threshold is not None:
-        above = np.flatnonzero(scores > search.threshold)
+        above = np.flatnonzero(scores > _float32_floor(search.threshold))
         rows, scores = (above if rows is None else rows[above]), scores[above]
     top = _top_rows(scores, search.top_k)
     return (top if rows is None else rows[top]), scores[top]
@@ -704,7 +711,7 @@ def _scores(matrix: Matrix, inverse_norms: Matrix, query: Matrix, rows: Rows | N
     else:
         scores, inverse_norms = np.einsum("ij,j->i", matrix[rows], query), inverse_norms[rows]
     if metric == "cosine":
-        scores *= inverse_norms / np.float32(np.linalg.norm(query))
+        scores *= inverse_norms / np.float32(_norm(query))
         np.clip(scores, -1.0, 1.0, out=scores)
     return scores
 
@@ -768,6 +775,11 @@ def _squared_norms(vectors: Matrix) -> Squares:
         rows = vectors[small].astype(np.float64)
         squares[small] = np.einsum("ij,ij->i", rows, rows)
     return squares
+
+
+def _norm(vector: Matrix) -> float:
+    """The norm of one vector, summed in float64 (in float32 the squares of a norm under 1e-19 underflow)."""
+    return float(np.linalg.norm(vector.astype(np.float64)))
 
 
 def _inverse(squares: Squares) -> Matrix:

@@ -323,6 +323,8 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
     # --- addressing and serialization ------------------------------------------------------------------------
 
     def _ns(self, kind: str, *labels: str) -> Namespace:
+        if "" in labels:  # only a thread id can be empty here: `delete_thread("")`, `prune([""])`, ...
+            raise InvalidInputError("a thread_id cannot be empty")
         return (*self.namespace, kind, *labels)
 
     @staticmethod

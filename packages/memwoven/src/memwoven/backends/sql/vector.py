@@ -51,7 +51,7 @@ from memwoven.backends.sql._pgvector import (
 )
 from memwoven.backends.sql._schema import Tables, check_identifier, insert_ignoring, key_of
 from memwoven.contracts import CollectionInfo, DocumentsIn, Metric, check_collection, check_ids
-from memwoven.errors import CorruptMemoryError, DimensionMismatchError, InvalidInputError
+from memwoven.errors import BackendUnavailableError, CorruptMemoryError, DimensionMismatchError, InvalidInputError
 from memwoven.models import FrozenDict, ScoredDocument, VectorDocument, freeze_json
 from memwoven.vector_index import (
     DocumentBatch,
@@ -75,6 +75,7 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _CHUNK = 500  # ids per DELETE ... IN (...) statement
+_READ_AT_ONCE = 30_000  # ids a read takes in one statement (below SQLite's 32,766 parameters)
 _PAGE = 2048  # rows per statement of a full load
 _CACHE_TOKEN = "vector_cache_token"  # noqa: S105 (a meta row naming the tables in cache files, not a secret)
 _VOUCH = "vector_cache:"  # meta rows "vector_cache:<stamp>" -> "<collection key>:<generation>:<version>"
@@ -394,9 +395,9 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         v = self._vectors
         keys = list(dict.fromkeys(key_of(doc_id) for doc_id in wanted))
         found: list[Any] = []
-        for start in range(0, len(keys), _CHUNK):
+        for start in range(0, len(keys), _READ_AT_ONCE):  # one statement: reads share no snapshot
             columns = (v.c.doc_id, v.c.content, v.c.metadata, v.c.embedding, v.c.deleted, v.c.doc_key)
-            chunk = v.c.doc_key.in_(keys[start : start + _CHUNK])
+            chunk = v.c.doc_key.in_(keys[start : start + _READ_AT_ONCE])
             found.extend(connection.execute(sa.select(*columns).where(self._live(), chunk)).all())
         by_id = {document.id: document for document in self._decode(found, state.dimension).live.documents()}
         return [by_id[doc_id] for doc_id in wanted if doc_id in by_id]
@@ -650,7 +651,7 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
             raise
         try:
             self._vouch(stamp, stored)
-        except sa.exc.SQLAlchemyError as error:  # a database this process may not write: its file serves it alone
+        except (sa.exc.SQLAlchemyError, BackendUnavailableError) as error:  # its file serves this process alone
             logger.warning("vector cache %s not recorded in the database (%s): other processes ignore it", path, error)
         return path
 
