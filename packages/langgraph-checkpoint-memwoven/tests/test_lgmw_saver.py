@@ -67,7 +67,12 @@ def test_bad_input_is_refused_before_anything_is_written(items: ItemMemory) -> N
         saver.put({"configurable": {"thread_id": ""}}, checkpoint(a=1), {}, {"a": 1})
     with pytest.raises(InvalidInputError, match="thread_id cannot be empty"):  # a read says so too
         saver.get_tuple({"configurable": {"thread_id": ""}})
-    for empty in (lambda: saver.delete_thread(""), lambda: saver.prune([""]), lambda: saver.copy_thread("", "t")):
+    for empty in (
+        lambda: saver.delete_thread(""),
+        lambda: saver.prune([""]),
+        lambda: saver.copy_thread("", "t"),
+        lambda: list(saver.list({"configurable": {"thread_id": ""}})),
+    ):
         with pytest.raises(InvalidInputError, match="thread_id cannot be empty"):
             empty()
     with pytest.raises(InvalidInputError):

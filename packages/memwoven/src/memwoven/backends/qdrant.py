@@ -272,7 +272,7 @@ class QdrantVectorMemory(VectorMemoryBase):
             if len(points) < limit:  # nothing more to fetch
                 break
             lowest = self._score(min(p.score for p in points))  # Qdrant's, a little off the exact scores
-            if len(hits) >= top_k and lowest + 1e-6 * max(1.0, abs(lowest)) < hits[top_k - 1][0]:
+            if len(hits) >= top_k and lowest + _slack(lowest) < hits[top_k - 1][0]:
                 break  # nothing unseen can beat or tie the k-th hit
             limit *= 4
         return [ScoredDocument.model_construct(document=doc, score=score) for score, doc in hits[:top_k]]
@@ -420,10 +420,15 @@ class QdrantVectorMemory(VectorMemoryBase):
         self.close()
 
 
+def _slack(score: float) -> float:
+    """How far Qdrant's own (float-rounded) score of a point may lie from its exact score, at most."""
+    return 1e-6 * max(1.0, abs(score))
+
+
 def _slackened(threshold: float) -> float:
-    """A threshold a little below `threshold`, for Qdrant's own (inclusive, float-rounded) test: the exact one is
-    applied to its answers afterwards. An infinite threshold stays as it is."""
-    return float(threshold - 1e-6 * max(1.0, abs(threshold))) if math.isfinite(threshold) else float(threshold)
+    """A threshold a little below `threshold`, for Qdrant's own (inclusive) test: the exact one is applied to its
+    answers afterwards. An infinite threshold stays as it is."""
+    return float(threshold - _slack(threshold)) if math.isfinite(threshold) else float(threshold)
 
 
 def _unavailable(error: Exception, where: str) -> BackendUnavailableError | None:

@@ -35,7 +35,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, NoReturn
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
@@ -323,8 +323,8 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
     # --- addressing and serialization ------------------------------------------------------------------------
 
     def _ns(self, kind: str, *labels: str) -> Namespace:
-        if "" in labels:  # only a thread id can be empty here: `delete_thread("")`, `prune([""])`, ...
-            raise InvalidInputError("a thread_id cannot be empty")
+        if "" in labels:  # only a thread id can be empty here
+            _refuse_empty_thread()
         return (*self.namespace, kind, *labels)
 
     @staticmethod
@@ -332,9 +332,9 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         configurable = config.get("configurable") or {}
         if "thread_id" not in configurable:
             raise InvalidInputError("the config needs configurable.thread_id")
-        if configurable["thread_id"] == "":  # a thread is kept under its id, a namespace label: never empty
-            raise InvalidInputError("configurable.thread_id cannot be empty")
         checkpoint_ns = configurable.get("checkpoint_ns") or ""
+        if configurable["thread_id"] == "":
+            _refuse_empty_thread()
         return str(configurable["thread_id"]), str(checkpoint_ns), get_checkpoint_id(config)
 
     def _dump(self, value: Any) -> dict[str, str]:
@@ -1144,3 +1144,8 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             yield Call(self.items, "close")
 
     close, aclose = twins(_close)
+
+
+def _refuse_empty_thread() -> NoReturn:
+    """A thread is kept under its id, a namespace label, which cannot be empty (LangGraph's own savers take "")."""
+    raise InvalidInputError("a thread_id cannot be empty")
