@@ -1,15 +1,14 @@
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import numpy as np
 import pytest
 from clock_support import Clock
 
-from memwoven import InMemoryChatMemory, InMemoryItemMemory, InMemoryVectorMemory, Message, VectorDocument
+from memwoven import InMemoryChatMemory, InMemoryVectorMemory, Message, VectorDocument
 from memwoven.contracts import ChatMemory, Metric, VectorMemory
-from memwoven.errors import ConcurrentModificationError, InvalidInputError
+from memwoven.errors import InvalidInputError
 from memwoven.testing import ChatMemoryContract, VectorMemoryContract
 
 
@@ -104,25 +103,6 @@ def test_an_append_after_expiry_starts_a_new_history(clock: Clock) -> None:
     clock.advance(0.1)
     memory.append("s", [Message(role="user", content="new")])
     assert [m.content for m in memory.load("s")] == ["new"]
-
-
-def test_a_deleted_session_or_item_written_again_gets_a_new_version_on_a_clock_that_did_not_move(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Versions are time-based; a delete forgets the stored one, so the object remembers the last it gave out
-    (Windows' clock moves every ~16 ms; NTP steps it back): a stale compare-and-set must still fail."""
-    frozen = time.time_ns()
-    monkeypatch.setattr(time, "time_ns", lambda: frozen)
-    items = InMemoryItemMemory()
-    before = items.put(("n",), "k", {"v": "old"})
-    items.delete(("n",), "k")
-    assert items.put(("n",), "k", {"v": "new"}) > before
-    with pytest.raises(ConcurrentModificationError):
-        items.put(("n",), "k", {"v": "stale"}, expected_version=before)
-    chat = InMemoryChatMemory()
-    saved = chat.save("s", [Message(role="user", content="a")])
-    chat.clear("s")
-    assert chat.save("s", [Message(role="user", content="b")]) > saved
 
 
 def test_vectors_of_tiny_norm_keep_their_direction() -> None:

@@ -12,6 +12,7 @@ import builtins
 import logging
 import random
 import re
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -143,13 +144,21 @@ def _backoff(attempt: int) -> float:
     return random.uniform(0, min(0.2, 0.001 * 2**attempt))  # noqa: S311 - jitter, not a secret
 
 
+_versions_lock = threading.Lock()
+_last_version = 0  # the last version this process gave out
+
+
 def next_version(current: int) -> int:
-    """The version a session gets on its next write: strictly greater than `current`.
+    """The version a session or item gets on its next write: above `current` and every version this process gave.
 
     Versions are time-based so that a session cleared and re-created never reuses an old version number (no
-    ABA: a writer holding a version from before the clear cannot overwrite the new history).
+    ABA: a writer holding a version from before the clear cannot overwrite the new history). The process's own
+    high-water mark keeps that true on a clock that is coarse, frozen (a test's) or stepped back since the clear.
     """
-    return max(current + 1, time.time_ns())
+    global _last_version
+    with _versions_lock:
+        _last_version = max(current + 1, time.time_ns(), _last_version + 1)
+        return _last_version
 
 
 class History(NamedTuple):

@@ -49,19 +49,6 @@ _Entry = tuple[list[Message], int, int, set[str]]  # (buffer, count, version, th
 _EMPTY: _Entry = ([], 0, 0, set())  # an absent session; its buffer and ids are never extended
 
 
-class _Versions:
-    """The versions of one memory object: each above `current` and above every one given out before, so a
-    session or item deleted and written again never gets a version it had, even on a clock that did not move
-    (coarse, or stepped back) since. Called under the memory's lock."""
-
-    def __init__(self) -> None:
-        self.last = 0
-
-    def after(self, current: int) -> int:
-        self.last = next_version(max(current, self.last))
-        return self.last
-
-
 class InMemoryChatMemory(ChatMemory):
     """Chat histories in a dict. Messages are immutable, so snapshots share them without copying.
 
@@ -78,7 +65,6 @@ class InMemoryChatMemory(ChatMemory):
     def __init__(self, *, ttl: float | None = None) -> None:
         self.ttl = check_ttl(ttl)
         self._lock = threading.Lock()
-        self._versions = _Versions()
         self._sessions: dict[str, _Entry] = {}
         self._deadlines: dict[str, float] = {}  # with a ttl: session id -> _clock.monotonic() it expires at
 
@@ -113,7 +99,7 @@ class InMemoryChatMemory(ChatMemory):
                 ids.update(message_ids(new[same:], already=ids))
             else:
                 ids = set(message_ids(new))
-            return self._store(session_id, new, len(new), self._versions.after(current), ids)
+            return self._store(session_id, new, len(new), next_version(current), ids)
 
     def append(self, session_id: str, messages: MessagesIn) -> int:
         """Append to the session's history."""
@@ -129,7 +115,7 @@ class InMemoryChatMemory(ChatMemory):
                 buffer, ids = [], set()
             buffer.extend(added)  # the latest entry's buffer holds exactly its count: older readers keep theirs
             ids.update(message.id for message in added if message.id is not None)
-            return self._store(session_id, buffer, len(buffer), self._versions.after(current), ids)
+            return self._store(session_id, buffer, len(buffer), next_version(current), ids)
 
     def sessions(self) -> list[str]:
         """The stored session ids, sorted."""
@@ -254,7 +240,6 @@ class InMemoryItemMemory(ItemMemory):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._versions = _Versions()
         self._by_namespace: dict[Namespace, dict[str, _Stored]] = {}
 
     def __repr__(self) -> str:
@@ -345,7 +330,7 @@ class InMemoryItemMemory(ItemMemory):
     def _store(self, write: CheckedWrite, stored: _Stored | None, now: float, wall: int) -> int:
         namespace, key, value, ttl, _ = write
         existing = self._by_namespace.get(namespace, {}).get(key)
-        version = self._versions.after(0 if existing is None else existing.item.version)
+        version = next_version(0 if existing is None else existing.item.version)
         if existing is not None:  # IM3: updated_at grows with every write, even within one millisecond
             wall = max(wall, round(existing.item.updated_at.timestamp() * 1000) + 1)
         updated = _clock.utc(wall)

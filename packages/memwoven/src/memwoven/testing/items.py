@@ -151,6 +151,20 @@ class ItemMemoryContract(StorageHooks[ItemMemory]):
         with pytest.raises(ConcurrentModificationError):
             memory.put(("n",), "k", {"i": 4}, expected_version=versions[-1])
 
+    def test_im3_versions_are_not_reused_on_a_clock_that_stands_still(
+        self, memory: Driver, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Versions are time-based: a clock that does not move between a delete and a new write (Windows' moves
+        every ~16 ms, a test's is frozen, NTP steps one back) must not give the deleted item's version again."""
+        frozen = time.time_ns()
+        monkeypatch.setattr(time, "time_ns", lambda: frozen)
+        before = memory.put(("n",), "k", {"v": "old"})
+        assert memory.delete(("n",), "k") is True
+        assert memory.put(("n",), "k", {"v": "new"}) != before
+        with pytest.raises(ConcurrentModificationError):
+            memory.put(("n",), "k", {"v": "stale"}, expected_version=before)
+        assert memory.get(("n",), "k").value == {"v": "new"}
+
     def test_im3_delete_removes_one_item(self, memory: Driver) -> None:
         memory.put(("n",), "a", {"v": 1})
         memory.put(("n",), "b", {"v": 2})
