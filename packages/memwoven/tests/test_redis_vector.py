@@ -12,7 +12,7 @@ import redis_support
 from redis_support import RedisHooks, delete_prefix
 
 from memwoven.backends.memory import InMemoryVectorMemory
-from memwoven.backends.redis_vector import RedisVectorMemory
+from memwoven.backends.redis_vector import SCRIPTS, RedisVectorMemory
 from memwoven.contracts import Metric, VectorMemory
 from memwoven.errors import BackendUnavailableError, CorruptMemoryError, DimensionMismatchError, InvalidInputError
 from memwoven.models import VectorDocument
@@ -203,6 +203,39 @@ def test_deleting_the_keys_behind_a_client_is_noticed(open_memory: Callable[...,
     assert second.count() == 0
     first.store([doc("c", 1.0, 1.0)])
     assert [d.id for d in second.get(["a", "b", "c"])] == ["c"]
+
+
+@pytest.mark.parametrize("lost", [(0, 1), (0,), (1,)])
+def test_hashes_lost_behind_a_kept_config_are_reported(
+    open_memory: Callable[..., RedisVectorMemory], lost: tuple[int, ...]
+) -> None:
+    """Eviction removes whole keys: losing the documents' hashes while the config and stream stay read as an
+    empty (or half-empty) collection before the config kept the count of the last change."""
+    first = open_memory()
+    first.store([doc("a", 1.0, 0.0), doc("b", 0.0, 1.0)])
+    first._client.delete(*(first._keys[i] for i in lost))
+    with pytest.raises(CorruptMemoryError, match="its last change left 2 documents"):
+        open_memory().count()
+    with pytest.raises(CorruptMemoryError, match="its last change left 2 documents"):
+        first.search([1.0, 0.0])  # a client already synced notices on its next pull
+
+
+def test_a_change_by_a_writer_that_does_not_count_is_not_taken_for_damage(
+    open_memory: Callable[..., RedisVectorMemory],
+) -> None:
+    """A writer of an earlier release (its scripts keep no count) during a rolling deploy: the count stamped by
+    an earlier change no longer describes the collection, and is not held against it until a counting write."""
+    first = open_memory()
+    first.store([doc("a", 1.0, 0.0), doc("b", 0.0, 1.0)])
+    count_line = "  redis.call('HSET', KEYS[3], 'count', redis.call('HLEN', KEYS[2]), 'counted', seq)\n"
+    assert count_line in SCRIPTS["delete"]
+    earlier_delete = first._client.register_script(SCRIPTS["delete"].replace(count_line, ""))
+    assert earlier_delete(keys=first._keys, args=[10_000, "a"])
+    assert [d.id for d in open_memory().get(["a", "b"])] == ["b"]
+    first.store([doc("c", 1.0, 1.0)])  # counted again
+    first._client.delete(first._keys[0], first._keys[1])
+    with pytest.raises(CorruptMemoryError, match="its last change left 2 documents"):
+        open_memory().count()
 
 
 def test_the_dimension_and_metric_are_persisted(open_memory: Callable[..., RedisVectorMemory]) -> None:

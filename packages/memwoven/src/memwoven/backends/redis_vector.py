@@ -5,7 +5,8 @@ changes them atomically::
 
     <prefix>:vec:{<collection>}:docs     hash  id -> {"content": ..., "metadata": ...} (JSON)
     <prefix>:vec:{<collection>}:vecs     hash  id -> the embedding, float32 little-endian bytes
-    <prefix>:vec:{<collection>}:config   hash  dimension, metric, seq (the number of the last change)
+    <prefix>:vec:{<collection>}:config   hash  dimension, metric, seq (the number of the last change), count
+                                               (of documents after the change numbered `counted`)
     <prefix>:vec:{<collection>}:changes  stream, one entry per write: seq, kind (store/delete/clear), ids
 
 Search runs exactly, in the client, over an in-process `VectorIndex` kept in sync through the change stream:
@@ -15,6 +16,10 @@ it applied together with the current documents of the ids they name (absent = de
 consistent snapshot. A clear resets the index; a hole in the sequence numbers (the stream was trimmed past this
 client's position, or the keys were deleted) triggers a full reload with HSCAN. A client's own write is applied
 locally when nothing else was written in between. Several clients therefore see each other's writes.
+
+Every write also stamps the number of documents it leaves with its own sequence number; a read whose hashes
+hold another number, while the stamp is the last change's, raises `CorruptMemoryError` (hashes evicted or
+deleted behind a kept config). A writer of an earlier release does not stamp, so its changes are not checked.
 
 `get`, `count` and `search` are all served from the synced index, so a client holds the whole collection in
 memory (float32 rows plus metadata), like the embedded backends. The Redis query engine (Redis 8, Redis Stack)
@@ -66,8 +71,17 @@ local function check_config(dimension, metric)
 end
 local function log_change(kind, ids)
   local seq = redis.call('HINCRBY', KEYS[3], 'seq', 1)
+  redis.call('HSET', KEYS[3], 'count', redis.call('HLEN', KEYS[2]), 'counted', seq)
   local entry = redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[1], '*', 'seq', seq, 'kind', kind, 'ids', ids)
   return {'ok', seq, entry, redis.call('HGET', KEYS[3], 'dimension')}
+end
+"""
+
+_CONFIG = """
+local function config()
+  local stored = redis.call('HMGET', KEYS[3], 'seq', 'dimension', 'metric', 'count', 'counted')
+  stored[6], stored[7] = redis.call('HLEN', KEYS[1]), redis.call('HLEN', KEYS[2])
+  return stored
 end
 """
 
@@ -120,14 +134,16 @@ local result = log_change('clear', '')
 redis.call('XTRIM', KEYS[4], 'MAXLEN', 1)
 return result
 """,
-    # KEYS: config, changes. -> {{seq, dimension, metric}, last entry id or nil}
-    "head": """
-local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)[1]
-return {redis.call('HMGET', KEYS[1], 'seq', 'dimension', 'metric'), last and last[1] or false}
+    # KEYS: docs, vecs, config, changes. -> {config (as `pull` reads it), last entry id or nil}
+    "head": _CONFIG
+    + """
+local last = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)[1]
+return {config(), last and last[1] or false}
 """,
     # KEYS: docs, vecs, config, changes. ARGV: the last entry applied, max entries.
-    # -> {{seq, dimension, metric}, {{entry, seq, kind}...}, ids changed since the last clear, their docs, vectors}
-    "pull": """
+    # -> {config, {{entry, seq, kind}...}, ids changed since the last clear, their docs, vectors}
+    "pull": _CONFIG
+    + """
 local function split(text, out, seen)
   local start = 1
   while text ~= '' do
@@ -159,7 +175,7 @@ for first = 1, #ids, 1000 do
   for _, value in ipairs(redis.call('HMGET', KEYS[1], unpack(chunk))) do docs[#docs + 1] = value end
   for _, value in ipairs(redis.call('HMGET', KEYS[2], unpack(chunk))) do vecs[#vecs + 1] = value end
 end
-return {redis.call('HMGET', KEYS[3], 'seq', 'dimension', 'metric'), log, ids, docs, vecs}
+return {config(), log, ids, docs, vecs}
 """,
     # KEYS: docs, vecs. ARGV: ids. -> {their docs, their vectors}, read in one atomic step
     "read": """
@@ -345,7 +361,7 @@ class RedisVectorMemory(RedisBackend, VectorMemoryBase):
 
         Writes that land during the scan come after that position, so the pull that follows re-applies them.
         """
-        config, last = yield Script("head", self._keys[2:], [])
+        config, last = yield Script("head", self._keys, [])
         current = self._check_config(config)
         docs = yield HScan(self._keys[0])
         vectors = yield HScan(self._keys[1])
@@ -371,18 +387,23 @@ class RedisVectorMemory(RedisBackend, VectorMemoryBase):
     def _check_steps(self) -> Steps[None]:
         """Check the stored dimension and metric, if the collection has been written, without reading documents."""
         with self._errors():
-            config, _ = yield Script("head", self._keys[2:], [])
+            config, _ = yield Script("head", self._keys, [])
             self._check_config(config)
 
-    def _check_config(self, config: list[bytes | None]) -> int:
+    def _check_config(self, config: list[Any]) -> int:
         """Check the stored dimension and metric against this object's; return the current sequence number.
-        `CorruptMemoryError` if the config is not one memwoven writes."""
-        seq, dimension, metric = config
+        `CorruptMemoryError` if the config is not one memwoven writes, or the hashes lost documents."""
+        seq, dimension, metric, count, counted, stored_docs, stored_vectors = config
         where = f"collection {self.collection!r}"
         if metric is not None and as_text(metric) not in get_args(Metric):
             raise CorruptMemoryError(f"{where}: its config holds the unknown metric {as_text(metric)[:40]!r}")
         if (dimension is not None and int(dimension) < 1) or int(seq or 0) < 0:
             raise CorruptMemoryError(f"{where}: its config holds dimension {dimension!r:.40} and seq {seq!r:.40}")
+        if counted is not None and int(counted) == int(seq or 0) and not int(count) == stored_docs == stored_vectors:
+            raise CorruptMemoryError(
+                f"{where}: its last change left {int(count)} documents, but its hashes hold {stored_docs} "
+                f"documents and {stored_vectors} vectors (keys evicted or deleted?)"
+            )
         if metric is not None and as_text(metric) != self.metric:
             raise InvalidInputError(f"{where} uses the {as_text(metric)} metric, not {self.metric}")
         if dimension is not None:
