@@ -79,8 +79,26 @@ _READ_AT_ONCE = 30_000  # ids a read takes in one statement (below SQLite's 32,7
 _PAGE = 2048  # rows per statement of a full load
 _CACHE_TOKEN = "vector_cache_token"  # noqa: S105 (a meta row naming the tables in cache files, not a secret)
 _VOUCH = "vector_cache:"  # meta rows "vector_cache:<stamp>" -> "<collection key>:<generation>:<version>"
+_VOUCH_WAIT_MS = 100  # SQLite: how long a read waits for the write lock to record its cache file
 _VOUCHES_KEPT = 8  # per collection: the newest files' (a machine whose file is older writes a new one)
 _NEVER = 2**62  # a version no collection reaches: the change query then returns the collection row alone
+
+
+@contextlib.contextmanager
+def _waiting_briefly(connection: Connection) -> Iterator[None]:
+    """On SQLite, wait at most `_VOUCH_WAIT_MS` for the write lock: a read recording its cache file must not queue
+    behind a long write transaction for the whole busy timeout (unrecorded, the file serves its own process)."""
+    if connection.dialect.name != "sqlite":
+        yield
+        return
+    raw = connection.connection.dbapi_connection
+    assert raw is not None
+    (usual,) = raw.execute("PRAGMA busy_timeout").fetchone()
+    raw.execute(f"PRAGMA busy_timeout = {_VOUCH_WAIT_MS}")
+    try:
+        yield
+    finally:
+        raw.execute(f"PRAGMA busy_timeout = {int(usual)}")
 
 
 class _Collection(NamedTuple):
@@ -600,13 +618,15 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         """Record in the database that the cache file `stamp` holds the collection at `stored` (its own
         transaction: the reads that wrote the file run without one), keeping the newest `_VOUCHES_KEPT`."""
         meta = self._tables.meta
-        with self._db.translated(), self._db.engine.begin() as connection:
+        with self._db.translated(), self._db.engine.connect() as connection, _waiting_briefly(connection):
+            connection.begin()
             value = f"{self._key}:{stored.generation}:{stored.version}"
             connection.execute(sa.insert(meta).values(name=f"{_VOUCH}{stamp}", value=value))
             vouched = self._vouched(connection)
             older = sorted(vouched, key=vouched.__getitem__, reverse=True)[_VOUCHES_KEPT:]
             if older:
                 connection.execute(sa.delete(meta).where(meta.c.name.in_([f"{_VOUCH}{s}" for s in older])))
+            connection.commit()
 
     def _mapped(
         self, connection: Connection, stored: _Collection, dimension: int, directory: Path, identity: str
