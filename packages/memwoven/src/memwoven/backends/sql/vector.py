@@ -91,8 +91,7 @@ def _waiting_briefly(connection: Connection) -> Iterator[None]:
     if connection.dialect.name != "sqlite":
         yield
         return
-    raw = connection.connection.dbapi_connection
-    assert raw is not None
+    raw: Any = connection.connection.dbapi_connection
     (usual,) = raw.execute("PRAGMA busy_timeout").fetchone()
     raw.execute(f"PRAGMA busy_timeout = {_VOUCH_WAIT_MS}")
     try:
