@@ -59,9 +59,12 @@ Use a key for at most 2**32 values: nonces are random.
 Hashed ids
 ----------
 With `id_key` (a separate key, never rotated: changing it loses access to every session), session and document
-ids are stored as their HMAC-SHA256, so the store does not reveal them. The original id is kept inside each
-encrypted value, which is how `sessions()` and `ids()` still return the original ids — but they then read and
-decrypt every session (its whole history) or every document, O(everything stored), instead of one listing.
+ids are stored as their HMAC-SHA256, so the store does not reveal them. Equal ids hash equally: the store can
+tell that two sessions, documents or item keys share an id (within a kind and across kinds, under one `id_key`),
+though not what it is; give each kind, or each tenant, its own `id_key` where that matters. The original id is
+kept inside each encrypted value, which is how `sessions()` and `ids()` still return the original ids — but they
+then read and decrypt every session (its whole history) or every document, O(everything stored), instead of one
+listing.
 A stored session whose id is shaped like a hash but does not open with this key and `id_key` (a plain session
 named like one, another `id_key`'s or key's session, or damage) is left out of `sessions()` with a logged
 warning rather than hiding every other session; `unlisted_sessions()` returns each such stored id with why.
