@@ -31,6 +31,7 @@ from langgraph.store.memwoven import MemwovenStore, StoreNamespaceError
 from memwoven import (
     BackendUnavailableError,
     CorruptMemoryError,
+    EmbeddingError,
     InMemoryItemMemory,
     InMemoryVectorMemory,
     InvalidInputError,
@@ -363,6 +364,66 @@ def test_a_put_replaces_its_vectors_and_a_delete_removes_them(memwoven_backend: 
     assert store.search(NS, query="black coffee")[0].score < 0.9
     store.delete(NS, "k")
     assert store.vectors.count() == 0
+
+
+# --- embedding failures ----------------------------------------------------------------------------------------
+
+
+class FailingEmbeddings(Embeddings):
+    """A provider whose every call (documents or query, sync or async) fails, or returns `result` if given."""
+
+    def __init__(self, result: list[float] | None = None) -> None:
+        self.result = result
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [self.embed_query(text) for text in texts]
+
+    def embed_query(self, text: str) -> list[float]:
+        if self.result is None:
+            raise ConnectionError("provider down")
+        return self.result
+
+    async def aembed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self.embed_documents(texts)
+
+    async def aembed_query(self, text: str) -> list[float]:
+        return self.embed_query(text)
+
+
+EMBEDDING_CALLS = ["put", "search", "batch put", "batch search", "aput", "asearch", "abatch put", "abatch search"]
+
+
+def embedding_calls(store: MemwovenStore) -> dict[str, Callable[[], Any]]:
+    """Every way a store embeds: a put and a search, as methods and as batch operations, sync and async."""
+    put, search = PutOp(NS, "k", {"text": "tea"}), SearchOp(NS, query="tea")
+    return {
+        "put": lambda: store.put(NS, "k", {"text": "tea"}),
+        "search": lambda: store.search(NS, query="tea"),
+        "batch put": lambda: store.batch([put]),
+        "batch search": lambda: store.batch([search]),
+        "aput": lambda: asyncio.run(store.aput(NS, "k", {"text": "tea"})),
+        "asearch": lambda: asyncio.run(store.asearch(NS, query="tea")),
+        "abatch put": lambda: asyncio.run(store.abatch([put])),
+        "abatch search": lambda: asyncio.run(store.abatch([search])),
+    }
+
+
+@pytest.mark.parametrize("call", EMBEDDING_CALLS)
+def test_a_providers_failure_is_an_embedding_error_wherever_the_store_embeds(call: str) -> None:
+    store = open_indexed(FailingEmbeddings())
+    with pytest.raises(EmbeddingError, match="provider down") as raised:
+        embedding_calls(store)[call]()
+    assert isinstance(raised.value.__cause__, ConnectionError)  # the provider's error is kept as the cause
+    assert store.items.count() == 0  # nothing was written
+
+
+@pytest.mark.parametrize("call", EMBEDDING_CALLS)
+@pytest.mark.parametrize("vector", [[1.0] * 8, [math.nan] * 16], ids=["short", "nan"])
+def test_an_unusable_vector_is_an_embedding_error_wherever_the_store_embeds(call: str, vector: list[float]) -> None:
+    store = open_indexed(FailingEmbeddings(result=vector))
+    with pytest.raises(EmbeddingError):
+        embedding_calls(store)[call]()
+    assert store.items.count() == 0
 
 
 # --- corrupt storage -------------------------------------------------------------------------------------------

@@ -41,32 +41,39 @@ class EmbedFnEmbeddings(Embeddings, Runner):
 class _EmbeddingsEmbedFn(ExternalEmbedFn):
     """An `EmbedFn` over LangChain `Embeddings`; every result is checked (invariant E3)."""
 
-    def __init__(self, embeddings: Embeddings, dimension: int | None, model_id: str | None) -> None:
+    def __init__(self, embeddings: Embeddings, dimension: int | None, model_id: str | None, queries: bool) -> None:
         name = getattr(embeddings, "model", None) or getattr(embeddings, "model_name", None)
-        super().__init__(
-            dimension=dimension,
-            model_id=model_id or f"langchain:{type(embeddings).__qualname__}" + (f":{name}" if name else ""),
-        )
+        model_id = model_id or f"langchain:{type(embeddings).__qualname__}" + (f":{name}" if name else "")
+        super().__init__(dimension=dimension, model_id=f"{model_id}:query" if queries else model_id)
         self.embeddings = embeddings
+        self.queries = queries
 
     def __repr__(self) -> str:
-        return f"embed_fn_from_embeddings({self.embeddings!r})"
+        queries = ", queries=True" if self.queries else ""
+        return f"embed_fn_from_embeddings({self.embeddings!r}{queries})"
 
     def _embed_texts(self, texts: list[str]) -> Steps[Any]:
-        """One `embed_documents` call (`aembed_documents` from async code)."""
-        raw = yield Call(self.embeddings, "embed_documents", (texts,))
-        return raw
+        """One `embed_documents` call, or one `embed_query` per text for queries (their `a` twins from async code)."""
+        if not self.queries:
+            raw = yield Call(self.embeddings, "embed_documents", (texts,))
+            return raw
+        vectors = []
+        for text in texts:
+            vectors.append((yield Call(self.embeddings, "embed_query", (text,))))
+        return vectors
 
 
 def embed_fn_from_embeddings(
-    embeddings: Embeddings, *, dimension: int | None = None, model_id: str | None = None
+    embeddings: Embeddings, *, dimension: int | None = None, model_id: str | None = None, queries: bool = False
 ) -> EmbedFn:
     """A memwoven `EmbedFn` over LangChain `Embeddings`, batching through `embed_documents` / `aembed_documents`.
 
-    An `EmbedFnEmbeddings` is unwrapped to its `EmbedFn`. The dimension is probed on first use unless given.
+    With `queries`, texts are embedded as search queries (`embed_query` / `aembed_query`, one call per text) and
+    ``:query`` ends the model id. An `EmbedFnEmbeddings` is unwrapped to its `EmbedFn` (it embeds queries as
+    documents). The dimension is probed on first use unless given.
     """
     if isinstance(embeddings, EmbedFnEmbeddings):
         return embeddings.embed_fn
     if not isinstance(embeddings, Embeddings):
         raise InvalidInputError(f"embeddings must be a LangChain Embeddings, got {type(embeddings).__name__}")
-    return _EmbeddingsEmbedFn(embeddings, dimension, model_id)
+    return _EmbeddingsEmbedFn(embeddings, dimension, model_id, queries)

@@ -73,6 +73,21 @@ def test_embed_fn_from_embeddings_batches_and_knows_its_dimension() -> None:
     assert embed_fn_from_embeddings(DeterministicFakeEmbedding(size=3)).dimension == 3  # probed
 
 
+def test_queries_go_through_embed_query_and_get_their_own_model_id() -> None:
+    class Asymmetric(DeterministicFakeEmbedding):
+        def embed_query(self, text: str) -> list[float]:
+            return super().embed_query("query: " + text)
+
+        async def aembed_query(self, text: str) -> list[float]:
+            return self.embed_query(text)
+
+    embed_fn = embed_fn_from_embeddings(Asymmetric(size=5), model_id="fake-5", queries=True)
+    expected = [Asymmetric(size=5).embed_query(text) for text in ("x", "y")]
+    assert embed_fn.embed_many(["x", "y"]) == expected
+    assert asyncio.run(embed_fn.aembed_many(["x", "y"])) == expected
+    assert embed_fn.model_id == "fake-5:query"  # query vectors are not document vectors
+
+
 def test_wrappers_unwrap() -> None:
     inner = HashingEmbedFn(8)
     assert embed_fn_from_embeddings(EmbedFnEmbeddings(inner)) is inner
@@ -105,8 +120,9 @@ class _Broken(Embeddings):
         _Broken(result=None),
     ],
 )
-def test_failures_raise_embedding_error(broken: _Broken) -> None:
-    embed_fn = embed_fn_from_embeddings(broken, dimension=2)
+@pytest.mark.parametrize("queries", [False, True], ids=["documents", "queries"])
+def test_failures_raise_embedding_error(broken: _Broken, queries: bool) -> None:
+    embed_fn = embed_fn_from_embeddings(broken, dimension=2, queries=queries)
     with pytest.raises(EmbeddingError):
         embed_fn.embed_many(["one"])
     with pytest.raises(EmbeddingError):

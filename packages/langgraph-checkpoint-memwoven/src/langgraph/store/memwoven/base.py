@@ -72,7 +72,7 @@ from typing_extensions import Self
 
 from langchain_memwoven.embeddings import EmbedFnEmbeddings, embed_fn_from_embeddings
 from langgraph.checkpoint.memwoven.ttl import DEFAULT_SWEEP_MINUTES, TTLSweeper, minutes_to_seconds
-from memwoven import EmbeddingError, InvalidInputError, ItemMemory, VectorMemory
+from memwoven import InvalidInputError, ItemMemory, VectorMemory
 from memwoven import Item as StoredItem
 from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.contracts import (
@@ -270,9 +270,11 @@ class MemwovenStore(TTLSweeper, BaseStore, Runner):
             raise InvalidInputError(str(error)) from None
         fields = config.get("fields") or config.get("text_fields") or ["$"]
         self.index_config = config
-        self._dims = dims
         self._distance: DistanceType = distance
+        # Puts and searches embed through an `EmbedFn` alike: a provider's failure is an `EmbeddingError` and each
+        # vector is checked (finite, `dims` long), from either (an `EmbedFn` given as `embed` serves both as it is).
         self._embed_fn = embed_fn_from_embeddings(self.embeddings, dimension=dims)
+        self._query_fn = embed_fn_from_embeddings(self.embeddings, dimension=dims, queries=True)
         self._fields = [(path, path if path == "$" else tokenize_path(path)) for path in fields]
 
     @classmethod
@@ -447,13 +449,8 @@ class MemwovenStore(TTLSweeper, BaseStore, Runner):
 
     def _query_vector(self, text: str) -> Steps[tuple[list[float], float]]:
         """The query's embedding as stored vectors are searched with it, and its squared norm."""
-        raw = yield Call(self.embeddings, "embed_query", (text,))
-        try:
-            vector = np.asarray(raw, dtype=np.float64)
-        except (TypeError, ValueError) as error:
-            raise EmbeddingError(f"the query embedding is not a vector of numbers ({error})") from None
-        if vector.shape != (self._dims,) or not np.isfinite(vector).all():
-            raise EmbeddingError(f"the query embedding must be {self._dims} finite numbers, got shape {vector.shape}")
+        raw: list[float] = yield Call(self._query_fn, "embed", (text,))
+        vector = np.asarray(raw, dtype=np.float64)
         norm2 = float(vector @ vector)
         if self._distance == "l2":
             vector = np.append(vector, 1.0)
