@@ -8,7 +8,7 @@ import contextlib
 import itertools
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,8 @@ from pydantic import ValidationError
 from sql_support import SQLHooks, sql_place
 
 import memwoven._clock as _clock
-from memwoven import InMemoryItemMemory, Item, ItemMemory, ItemWrite, SQLItemMemory
+from memwoven import InMemoryItemMemory, Item, ItemMemory, ItemWrite, SQLItemMemory, contracts
+from memwoven._steps import Call, Steps, arun, run
 from memwoven.backends.sql import _driver
 from memwoven.backends.sql.items import decode_namespace, encode_namespace
 from memwoven.contracts import check_namespace, namespace_matches
@@ -51,6 +52,38 @@ class TestSQLItems(SQLHooks, ItemMemoryContract):
 
     def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_compare_and_set_retries_with_backoff_from_fresh_reads_then_gives_up(
+    mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pauses: list[int] = []
+    monkeypatch.setattr(contracts, "_backoff", lambda tried: pauses.append(tried) or 0.0)
+    items = InMemoryItemMemory()
+    items.put(("ns",), "k", {"n": 0})
+    conflicts = [2]  # how many more writes another writer beats
+
+    def increment() -> Steps[int]:
+        item = yield Call(items, "get", (("ns",), "k"))
+        if conflicts[0]:
+            conflicts[0] -= 1
+            items.put(("ns",), "k", {"n": item.value["n"] + 10})  # the other writer, after this read
+        version: int = yield Call(
+            items, "put", (("ns",), "k", {"n": item.value["n"] + 1}), {"expected_version": item.version}
+        )
+        return version
+
+    drive: Callable[[Steps[int]], int] = run if mode == "sync" else lambda steps: asyncio.run(arun(steps))
+    version = drive(contracts.compare_and_set(increment, "the counter"))
+    assert pauses == [0, 1]
+    item = items.get(("ns",), "k")
+    assert item is not None
+    assert (item.value["n"], item.version) == (21, version)
+    conflicts[0] = 99
+    with pytest.raises(ConcurrentModificationError, match=r"^the counter kept changing; gave up after 3 tries$"):
+        drive(contracts.compare_and_set(increment, "the counter", retries=3))
+    assert pauses == [0, 1, 0, 1, 2]
 
 
 def test_the_namespace_encoding_keeps_boundaries_and_order() -> None:

@@ -57,6 +57,7 @@ __all__ = [
     "check_item_value",
     "check_namespace",
     "check_ttl",
+    "compare_and_set",
     "is_collection_name",
     "namespace_matches",
     "next_version",
@@ -142,6 +143,18 @@ def _backoff(attempt: int) -> float:
     Without it, writers that keep colliding retry in lockstep and some run out of retries.
     """
     return random.uniform(0, min(0.2, 0.001 * 2**attempt))  # noqa: S311 - jitter, not a secret
+
+
+def compare_and_set(attempt: Callable[[], Steps[_T]], what: str, retries: int = 16) -> Steps[_T]:
+    """Run `attempt()` (reads, then compare-and-set writes) until none of its writes conflicts: after a
+    `ConcurrentModificationError` it pauses `_backoff` and starts again from fresh reads; after `retries` conflicts,
+    `ConcurrentModificationError` saying `what` kept changing."""
+    for tried in range(retries):
+        try:
+            return (yield from attempt())
+        except ConcurrentModificationError:
+            yield Sleep(_backoff(tried))
+    raise ConcurrentModificationError(f"{what} kept changing; gave up after {retries} tries")
 
 
 _versions_lock = threading.Lock()

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import random
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from memwoven._steps import Call, Runner, Sleep, Steps, twins
+from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.contracts import ChatMemory, History, ItemMemory, MessagesIn, Namespace, check_id
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError, MemwovenError
 from memwoven.models import Item, Message
@@ -33,7 +32,6 @@ __all__ = [
     "call_async",
     "call_sync",
     "check_items",
-    "compare_and_set",
     "group_end",
     "group_start",
     "head_end",
@@ -394,18 +392,6 @@ def check_items(items: object, owner: str) -> ItemMemory:
     raise TypeError(
         f"{owner} needs an ItemMemory, got {type(items).__name__}{hint if isinstance(items, ChatMemory) else ''}"
     )
-
-
-def compare_and_set(attempt: Callable[[], Steps[_T]], what: str, retries: int = 16) -> Steps[_T]:
-    """Run `attempt()` (reads, then compare-and-set writes) until none of its writes conflicts: after a
-    `ConcurrentModificationError` it pauses a random, growing while (so colliding writers do not retry in
-    lockstep) and starts again from fresh reads."""
-    for tried in range(retries):
-        try:
-            return (yield from attempt())
-        except ConcurrentModificationError:
-            yield Sleep(random.uniform(0, min(0.2, 0.001 * 2**tried)))  # noqa: S311 - jitter, not a secret
-    raise ConcurrentModificationError(f"{what} kept changing; gave up after {retries} tries")
 
 
 class ItemRecords(Runner):

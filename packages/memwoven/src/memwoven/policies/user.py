@@ -21,10 +21,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from memwoven._steps import Call, Steps, twins
-from memwoven.contracts import ItemMemory, ItemWrite, check_id, check_namespace
+from memwoven.contracts import ItemMemory, ItemWrite, check_id, check_namespace, compare_and_set
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 from memwoven.models import Item, Message
-from memwoven.policies._base import ItemRecords, UserCallable, check_items, compare_and_set, next_order
+from memwoven.policies._base import ItemRecords, UserCallable, check_items, next_order
 
 __all__ = ["USER_ROOT", "UserMemory", "fact_key", "normalize_fact"]
 

@@ -25,10 +25,10 @@ from typing import Any, NamedTuple
 from pydantic import JsonValue, TypeAdapter, ValidationError
 
 from memwoven._steps import Call, Steps, twins
-from memwoven.contracts import ItemMemory, check_id, check_namespace, check_ttl
+from memwoven.contracts import ItemMemory, check_id, check_namespace, check_ttl, compare_and_set
 from memwoven.errors import CorruptMemoryError, InvalidInputError
 from memwoven.models import Item, freeze_json, thaw
-from memwoven.policies._base import ItemRecords, check_items, compare_and_set, next_order
+from memwoven.policies._base import ItemRecords, check_items, next_order
 
 __all__ = ["WORKING_ROOT", "WorkingMemory"]
 
