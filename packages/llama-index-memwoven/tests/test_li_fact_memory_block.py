@@ -19,8 +19,8 @@ from llama_index.core.memory import Memory
 from llama_index.core.memory.memory_blocks.fact import FactExtractionMemoryBlock
 
 from llama_index.memory.memwoven import DEFAULT_NAMESPACE, FACTS_FIELD, MemwovenFactMemoryBlock
-from memwoven import InMemoryItemMemory, ItemMemory, SQLItemMemory
-from memwoven.errors import CorruptMemoryError, InvalidInputError
+from memwoven import InMemoryItemMemory, ItemMemory, SQLItemMemory, contracts
+from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 from memwoven_test_support import redis_url, unique_name
 
 SCRIPT = Path(__file__).with_name("li_fact_llm.py")
@@ -180,6 +180,35 @@ def test_a_merge_past_max_facts_is_condensed(items: ItemMemory, again: ItemMemor
     facts = stored_facts(items)
     assert len(facts) <= 2
     assert all(fact in " ".join(facts) for fact in [*said[0], *said[1]])
+
+
+def test_facts_that_keep_changing_are_retried_with_the_core_backoff_then_given_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every write conflicts: it is tried 16 times, pausing with memwoven's back-off in between, then
+    `ConcurrentModificationError`, the stored facts and the block's left as they were."""
+    pauses: list[int] = []
+    monkeypatch.setattr(contracts, "_backoff", lambda tried: pauses.append(tried) or 0.0)
+    items = InMemoryItemMemory()
+    items.put(DEFAULT_NAMESPACE, "alice", {FACTS_FIELD: ["Alice is 34"]})
+    writes: list[int | None] = []
+
+    async def always_beaten(*args: Any, expected_version: int | None = None, **kwargs: Any) -> int:
+        writes.append(expected_version)
+        raise ConcurrentModificationError("another writer got there first")
+
+    monkeypatch.setattr(items, "aput", always_beaten)
+    llm = ScriptedFactLLM()
+    beaten = block(items, llm)
+    with pytest.raises(ConcurrentModificationError, match=r"the facts at 'alice' in .* gave up after 16 tries"):
+        asyncio.run(tell(flushing_memory(beaten), FACTS[:1]))
+    stored = items.get(DEFAULT_NAMESPACE, "alice")
+    assert stored is not None
+    assert writes == [stored.version] * 16  # each under the version it read
+    assert pauses == list(range(16))
+    assert llm.calls == ["extract"]  # extracted once, merged again after each conflict
+    assert stored_facts(items) == ["Alice is 34"]
+    assert beaten.facts == []
 
 
 @pytest.mark.parametrize(

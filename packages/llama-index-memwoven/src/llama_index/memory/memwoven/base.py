@@ -11,8 +11,6 @@ prompts, its parsing, its `max_facts` rule).
 
 from __future__ import annotations
 
-import asyncio
-import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,8 +18,9 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.memory.memory_blocks.fact import FactExtractionMemoryBlock
 
-from memwoven.contracts import ItemMemory, check_item_key
-from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
+from memwoven._steps import Call, Invoke, Steps, arun
+from memwoven.contracts import ItemMemory, check_item_key, compare_and_set
+from memwoven.errors import CorruptMemoryError, InvalidInputError
 from memwoven.models import Item
 from memwoven.urls import open_item_memory
 
@@ -32,9 +31,6 @@ DEFAULT_NAMESPACE: tuple[str, ...] = ("llama_index", "facts")
 
 FACTS_FIELD = "facts"
 """The field of the stored item's value that holds the list of facts (strings, oldest first)."""
-
-_RETRIES = 16
-"""How many times a write of the facts is tried against writers that keep changing them."""
 
 
 class MemwovenFactMemoryBlock(FactExtractionMemoryBlock):
@@ -99,27 +95,30 @@ class MemwovenFactMemoryBlock(FactExtractionMemoryBlock):
         stored, version = await self._aread()
         scratch = self.model_copy(update={"facts": list(stored)})  # concurrent calls must not share a list
         await super(MemwovenFactMemoryBlock, scratch)._aput(messages)  # LlamaIndex's extraction and condensing
-        facts = list(scratch.facts)
-        added = [fact for fact in facts if fact not in stored]
-        replaced = {fact for fact in stored if fact not in facts}
-        for tried in range(_RETRIES):
-            if facts == stored:
-                break
-            try:
-                await self._items.aput(self.namespace, self.key, {FACTS_FIELD: facts}, expected_version=version)
-                break
-            except ConcurrentModificationError:
-                await asyncio.sleep(random.uniform(0, min(0.2, 0.001 * 2**tried)))  # noqa: S311 - jitter
-            stored, version = await self._aread()
-            facts = [fact for fact in stored if fact not in replaced] + [fact for fact in added if fact not in stored]
-            if len(facts) > self.max_facts:
-                facts = await self._condensed(messages, facts)
-        else:
-            raise ConcurrentModificationError(
-                f"the facts at {self.key!r:.200} in {self.namespace!r:.200} kept changing; gave up after "
-                f"{_RETRIES} tries"
-            )
-        self.facts = facts
+        extracted = list(scratch.facts)
+        added = [fact for fact in extracted if fact not in stored]
+        replaced = {fact for fact in stored if fact not in extracted}
+        first: tuple[list[str], int, list[str]] | None = (stored, version, extracted)
+
+        def attempt() -> Steps[list[str]]:
+            """Write the facts under the version read; after a conflict, this extraction merged into the facts
+            stored now (condensed again past `max_facts`)."""
+            nonlocal first
+            if first is not None:
+                (stored, version, facts), first = first, None
+            else:
+                stored, version = _facts_of((yield Call(self._items, "get", (self.namespace, self.key))))
+                kept = [fact for fact in stored if fact not in replaced]
+                facts = kept + [fact for fact in added if fact not in stored]
+                if len(facts) > self.max_facts:
+                    facts = yield Invoke(self._condensed, (messages, facts))
+            if facts != stored:
+                value = {FACTS_FIELD: facts}
+                yield Call(self._items, "put", (self.namespace, self.key, value), {"expected_version": version})
+            return facts
+
+        what = f"the facts at {self.key!r:.200} in {self.namespace!r:.200}"
+        self.facts = await arun(compare_and_set(attempt, what))
 
     async def _condensed(self, messages: list[ChatMessage], facts: list[str]) -> list[str]:
         """`facts` condensed with the block's condense prompt, as LlamaIndex's block does past `max_facts` (kept as
@@ -132,8 +131,7 @@ class MemwovenFactMemoryBlock(FactExtractionMemoryBlock):
 
     async def _aread(self) -> tuple[list[str], int]:
         """The stored facts and the item's version (0: no facts stored yet)."""
-        item = await self._items.aget(self.namespace, self.key)
-        return ([], 0) if item is None else (_stored_facts(item), item.version)
+        return _facts_of(await self._items.aget(self.namespace, self.key))
 
     def close(self) -> None:
         """Release the item memory's connections (the async ones are better released by `aclose`)."""
@@ -142,6 +140,11 @@ class MemwovenFactMemoryBlock(FactExtractionMemoryBlock):
     async def aclose(self) -> None:
         """Release the item memory's connections."""
         await self._items.aclose()
+
+
+def _facts_of(item: Item | None) -> tuple[list[str], int]:
+    """The facts an item holds and its version (none and 0 for no item)."""
+    return ([], 0) if item is None else (_stored_facts(item), item.version)
 
 
 def _stored_facts(item: Item) -> list[str]:
