@@ -69,6 +69,7 @@ DocumentsIn = Iterable[VectorDocument | Mapping[str, Any]]
 Filter = Mapping[str, Any]
 
 MAX_ID_BYTES = 65_536
+READ_CHUNK = 1000  # documents `VectorMemory.documents` reads at once
 OPTIMISTIC_TRIES = 2  # conflicts after which a backend with a write lock runs `update` under it
 _T = TypeVar("_T")
 logger = logging.getLogger("memwoven.update")
@@ -481,6 +482,19 @@ class VectorMemory(_Closable, ABC):
             return []
         probe = [1.0] + [0.0] * (dimension - 1)  # any non-zero query: only the set of hits matters
         return sorted(hit.document.id for hit in self.search(probe, top_k=total))
+
+    def _documents(self, filter: Filter | None = None) -> Steps[builtins.list[VectorDocument]]:
+        """Every document whose metadata matches `filter` (all without one), by id: read exactly through `ids` and
+        `get`, `READ_CHUNK` at a time, where a search for them could miss some on an approximate (HNSW) index."""
+        predicate = None if filter is None else compile_filter(filter)
+        ids: builtins.list[str] = yield Call(self, "ids")
+        found: builtins.list[VectorDocument] = []
+        for start in range(0, len(ids), READ_CHUNK):
+            documents: builtins.list[VectorDocument] = yield Call(self, "get", (ids[start : start + READ_CHUNK],))
+            found += [document for document in documents if predicate is None or predicate(document.metadata)]
+        return found
+
+    documents, adocuments = twins(_documents)
 
     astore = async_twin(store)
     asearch = async_twin(search)

@@ -408,6 +408,15 @@ class VectorMemoryContract(StorageHooks[VectorMemory]):
         memory.clear()
         assert memory.ids() == []
 
+    def test_documents_reads_every_match_of_a_filter_by_id(self, memory: Driver) -> None:
+        assert memory.documents() == []
+        memory.store(FILTER_CORPUS)
+        for spec, expected in FILTER_CASES:
+            assert [d.id for d in memory.documents(spec)] == sorted(expected), spec
+        assert memory.documents() == memory.get(sorted(d.id for d in FILTER_CORPUS))
+        with pytest.raises(InvalidInputError):
+            memory.documents({"year": {"$regex": ".*"}})
+
     # Columnar ingest (`store_arrays`) -------------------------------------------------------------------------
 
     def _columnar(self, memory: Driver) -> None:
