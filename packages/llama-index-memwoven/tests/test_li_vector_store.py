@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from llama_index.core.vector_stores.types import (
 from llama_index.storage.chat_store.memwoven import MemwovenDBChatStore
 from llama_index.vector_stores.memwoven import MemwovenVectorStore
 from llama_index.vector_stores.memwoven._filters import UnsupportedFilterError
-from memwoven import InMemoryChatMemory, VectorMemory
+from memwoven import InMemoryChatMemory, InMemoryVectorMemory, ScoredDocument, VectorMemory
 
 ALL = {"p1", "p2", "n1", "n2", "x1"}
 
@@ -305,6 +306,37 @@ def test_a_store_opened_on_stored_nodes_finds_them_at_once(
         store.delete_nodes(filters=all_of(f("kind", "==", "note")))
         assert {node.node_id for node in store.get_nodes()} == ALL - {"n1", "n2"}
     store.close()
+
+
+class ApproximateVectorMemory(InMemoryVectorMemory):
+    """A search that finds one hit at most, however many match: an approximate (HNSW) index's recall below 1."""
+
+    def search(self, embedding: Sequence[float], **options: Any) -> list[ScoredDocument]:
+        return super().search(embedding, **options)[:1]
+
+    async def asearch(self, embedding: Sequence[float], **options: Any) -> list[ScoredDocument]:
+        return self.search(embedding, **options)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_deletes_and_get_nodes_find_every_node_where_search_is_approximate(
+    embed_model: BaseEmbedding, mode: str
+) -> None:
+    store = MemwovenVectorStore(ApproximateVectorMemory())
+    build(store, embed_model)
+
+    def call(name: str, *args: Any, **kwargs: Any) -> Any:
+        """`store.<name>` in sync mode, its async twin `a<name>` in async mode."""
+        if mode == "sync":
+            return getattr(store, name)(*args, **kwargs)
+        return asyncio.run(getattr(store, "a" + name)(*args, **kwargs))
+
+    assert {node.node_id for node in call("get_nodes")} == ALL
+    assert {node.node_id for node in call("get_nodes", filters=all_of(f("kind", "==", "post")))} == {"p1", "p2"}
+    call("delete", "doc-1")
+    assert store.client.ids() == ["n1", "n2", "x1"]
+    call("delete_nodes", filters=all_of(f("kind", "==", "note")))
+    assert store.client.ids() == ["x1"]
 
 
 def test_mmr_threshold_given_as_a_keyword_as_retrievers_pass_it(vector_memory: VectorMemory) -> None:

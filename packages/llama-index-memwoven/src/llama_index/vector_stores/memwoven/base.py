@@ -49,8 +49,9 @@ class MemwovenVectorStore(BasePydanticVectorStore, Runner):
     """A LlamaIndex vector store over one memwoven `VectorMemory` collection (in memory, files, SQL, ...).
 
     Stores text (`stores_text=True`), so `VectorStoreIndex.from_vector_store(store)` needs no docstore. Queries
-    run the backend's exact top-k search with the filters translated to memwoven's filter language; MMR mode
-    re-ranks a prefetched candidate set with LlamaIndex's own MMR.
+    run the backend's top-k search with the filters translated to memwoven's filter language; MMR mode re-ranks a
+    prefetched candidate set with LlamaIndex's own MMR. Deletes and `get_nodes` read the nodes they select with
+    `VectorMemory.documents`, exact even where search is approximate (an HNSW index).
     """
 
     stores_text: bool = True
@@ -93,7 +94,7 @@ class MemwovenVectorStore(BasePydanticVectorStore, Runner):
 
     def _delete(self, /, ref_doc_id: str, **delete_kwargs: Any) -> Steps[None]:
         """Delete every node of the source document `ref_doc_id`."""
-        found = yield from self._find({"ref_doc_id": ref_doc_id})
+        found = yield Call(self._memory, "documents", ({"ref_doc_id": ref_doc_id},))
         yield Call(self._memory, "delete", ((document.id for document in found),))
 
     def _query(self, /, query: VectorStoreQuery, **kwargs: Any) -> Steps[VectorStoreQueryResult]:
@@ -114,7 +115,7 @@ class MemwovenVectorStore(BasePydanticVectorStore, Runner):
         """The nodes with these ids (in that order) and/or matching `filters`; every node if given neither."""
         if filters is None and node_ids is not None:
             return [_node(document) for document in (yield Call(self._memory, "get", (node_ids,)))]
-        return _ordered((yield from self._find(_selection(node_ids, filters))), node_ids)
+        return _ordered((yield Call(self._memory, "documents", (_selection(node_ids, filters),))), node_ids)
 
     def _delete_nodes(
         self, /, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **delete_kwargs: Any
@@ -123,7 +124,7 @@ class MemwovenVectorStore(BasePydanticVectorStore, Runner):
         if filters is None:
             yield Call(self._memory, "delete", (node_ids or [],))
         else:
-            found = yield from self._find(_selection(node_ids, filters))
+            found = yield Call(self._memory, "documents", (_selection(node_ids, filters),))
             yield Call(self._memory, "delete", ((document.id for document in found),))
 
     def _clear(self) -> Steps[None]:
@@ -141,16 +142,6 @@ class MemwovenVectorStore(BasePydanticVectorStore, Runner):
     delete_nodes, adelete_nodes = twins(_delete_nodes)
     clear, aclear = twins(_clear)
     close, aclose = twins(_close)
-
-    def _find(self, filter: dict[str, Any] | None) -> Steps[list[VectorDocument]]:
-        """Every document matching `filter`: an exhaustive search (the contract has no filtered listing)."""
-        total = yield Call(self._memory, "count")  # first: a backend opened on stored data learns its dimension
-        probe = _probe(self._memory.dimension)
-        if not total or not probe:
-            return []
-        return [
-            hit.document for hit in (yield Call(self._memory, "search", (probe,), {"top_k": total, "filter": filter}))
-        ]
 
 
 @dataclass(frozen=True)
@@ -245,8 +236,3 @@ def _ordered(documents: list[VectorDocument], node_ids: list[str] | None) -> lis
         rank = {node_id: i for i, node_id in reversed(list(enumerate(node_ids)))}
         documents = sorted(documents, key=lambda document: rank[document.id])
     return [_node(document) for document in documents]
-
-
-def _probe(dimension: int | None) -> list[float]:
-    """Any valid query vector ([] before the first store fixes the dimension): `_find` ranks, then keeps all."""
-    return [1.0] + [0.0] * (dimension - 1) if dimension else []
