@@ -15,8 +15,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from memwoven._steps import Call, Runner, Steps, twins
-from memwoven.contracts import ChatMemory, History, ItemMemory, MessagesIn, Namespace, check_id
-from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError, MemwovenError
+from memwoven.contracts import ChatMemory, History, ItemMemory, MessagesIn, Namespace, check_id, compare_and_set
+from memwoven.errors import CorruptMemoryError, InvalidInputError, MemwovenError
 from memwoven.models import Item, Message
 
 __all__ = [
@@ -345,12 +345,15 @@ def rewrite_steps(
     """Rewrite a session under its optimistic version: `plan(messages)` gives (new history, removed messages).
 
     The removed messages are appended to the archive session first (if `archive`), then the new history is saved
-    with the version it was planned from; on a conflict the plan is made again from a fresh read, and messages
-    this call archived already are not archived twice. Returns the new version, or None if `plan` saw nothing
-    to do. Nothing is lost: a crash between the two writes leaves the messages in both places.
+    with the version it was planned from; on a conflict (after `compare_and_set`'s pause) the plan is made again
+    from a fresh read, and messages this call archived already are not archived twice. Returns the new version, or
+    None if `plan` saw nothing to do. Nothing is lost: a crash between the two writes leaves the messages in both
+    places.
     """
     archived: list[Message] = []
-    for _ in range(retries):
+
+    def attempt() -> Steps[int | None]:
+        nonlocal archived
         messages, version = yield Call(memory, "load_versioned", (session_id,))
         planned = plan(messages)
         if planned is None:
@@ -361,12 +364,10 @@ def rewrite_steps(
             if todo:
                 yield Call(memory, "append", (archive_id(session_id), todo))
                 archived = list(removed)
-        try:
-            saved: int = yield Call(memory, "save", (session_id, new), {"expected_version": version})
-        except ConcurrentModificationError:
-            continue
+        saved: int = yield Call(memory, "save", (session_id, new), {"expected_version": version})
         return saved
-    raise ConcurrentModificationError(f"session {session_id!r} kept changing; gave up after {retries} tries")
+
+    return (yield from compare_and_set(attempt, f"session {session_id!r}", retries))
 
 
 # Records kept as items (`WorkingMemory`, `UserMemory`) -------------------------------------------------------
