@@ -104,6 +104,33 @@ def test_hashing_rejects_a_bad_dimension() -> None:
         HashingEmbedFn(dimension=0)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"ngram": 2.5},
+        {"ngram": "3"},
+        {"ngram": True},
+        {"ngram": 0},
+        {"ngram_weight": math.nan},
+        {"ngram_weight": math.inf},
+        {"ngram_weight": -0.5},
+        {"ngram_weight": "0.5"},
+        {"ngram_weight": True},
+    ],
+    ids=repr,
+)
+def test_hashing_rejects_bad_ngram_options_when_built(options: dict[str, Any]) -> None:
+    with pytest.raises(InvalidInputError):
+        HashingEmbedFn(8, **options)
+
+
+def test_hashing_vectors_stay_unit_length_for_any_finite_ngram_weight() -> None:
+    for weight in [0, 0.0, 2, 1e200, 1.7e308]:
+        vector = HashingEmbedFn(8, ngram_weight=weight).embed("hello there")
+        assert all(map(math.isfinite, vector))
+        assert math.isclose(math.fsum(x * x for x in vector), 1.0)
+
+
 def test_the_cache_computes_each_text_once_and_persists(tmp_path: Path) -> None:
     calls: list[str] = []
 

@@ -100,17 +100,30 @@ class HashingEmbedFn(EmbedFn):
 
     Each lower-cased word and each character n-gram of `<word>` is hashed (BLAKE2b, so vectors are the same in
     every process) to a signed position; the sum is L2-normalized. Texts sharing words or word pieces get high
-    cosine similarity. No model, no network: it lets the whole library and its tests run anywhere.
+    cosine similarity. No model, no network: it lets the whole library and its tests run anywhere. `ngram` is the
+    n-gram length (an int >= 1), `ngram_weight` an n-gram's weight relative to a word's (a finite number >= 0).
     """
 
     def __init__(self, dimension: int = 384, *, ngram: int = 3, ngram_weight: float = 0.5) -> None:
         if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension < 2:
             raise InvalidInputError(f"dimension must be an int >= 2, got {dimension!r}")
-        if ngram < 1:
-            raise InvalidInputError("ngram must be at least 1")
+        if isinstance(ngram, bool) or not isinstance(ngram, int) or ngram < 1:
+            raise InvalidInputError(f"ngram must be an int >= 1, got {ngram!r}")
+        if (
+            isinstance(ngram_weight, bool)
+            or not isinstance(ngram_weight, (int, float))
+            or not math.isfinite(ngram_weight)
+            or ngram_weight < 0
+        ):
+            raise InvalidInputError(f"ngram_weight must be a finite number >= 0, got {ngram_weight!r}")
         self._dimension = dimension
         self._ngram = ngram
         self._ngram_weight = ngram_weight
+        # words weigh 1 and n-grams ngram_weight; scaled so neither exceeds 1 (same direction, and a huge weight
+        # cannot overflow the sum or its norm)
+        scale = max(1.0, float(ngram_weight))
+        self._word_weight = 1.0 / scale
+        self._ngram_feature_weight = ngram_weight / scale
         self._slots: dict[str, tuple[int, float]] = {}
 
     def __repr__(self) -> str:
@@ -143,11 +156,11 @@ class HashingEmbedFn(EmbedFn):
 
     def _features(self, text: str) -> list[tuple[str, float]]:
         words = _TOKEN.findall(unicodedata.normalize("NFKC", text).casefold())
-        features = [("w:" + word, 1.0) for word in words]
-        n = self._ngram
+        features = [("w:" + word, self._word_weight) for word in words]
+        n, weight = self._ngram, self._ngram_feature_weight
         for word in words:
             padded = f"<{word}>"
-            features += [("c:" + padded[i : i + n], self._ngram_weight) for i in range(max(1, len(padded) - n + 1))]
+            features += [("c:" + padded[i : i + n], weight) for i in range(max(1, len(padded) - n + 1))]
         return features or [("<empty>", 1.0)]
 
     def _vector(self, text: str) -> np.ndarray[Any, np.dtype[np.float64]]:
