@@ -159,6 +159,19 @@ def test_the_lru_keeps_at_most_max_entries() -> None:
     assert calls == ["a", "b", "c", "a"]
 
 
+@pytest.mark.parametrize("max_entries", [-1, "10", 2.0, True, None], ids=repr)
+def test_the_cache_rejects_a_bad_max_entries_when_built(max_entries: Any) -> None:
+    with pytest.raises(InvalidInputError):
+        CachedEmbedFn(HashingEmbedFn(4), max_entries=max_entries)
+
+
+def test_the_cache_rejects_a_path_that_is_no_file_name(tmp_path: Path) -> None:
+    for path in [tmp_path, str(tmp_path), "", 42]:
+        with pytest.raises(InvalidInputError):
+            CachedEmbedFn(HashingEmbedFn(4), path=path)  # type: ignore[arg-type]
+    assert CachedEmbedFn(HashingEmbedFn(4), max_entries=0, path=tmp_path / "c.db").embed("x")  # 0: no LRU at all
+
+
 @pytest.mark.parametrize(
     "result",
     [[], [math.nan, 1.0], [math.inf], "not a vector", None],

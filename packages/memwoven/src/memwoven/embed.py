@@ -289,6 +289,14 @@ class CachedEmbedFn(EmbedFn):
     """
 
     def __init__(self, inner: EmbedFn, *, max_entries: int = 10_000, path: str | Path | None = None) -> None:
+        if not isinstance(inner, EmbedFn):
+            raise InvalidInputError(f"inner must be an EmbedFn, got {type(inner).__name__}")
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 0:
+            raise InvalidInputError(f"max_entries must be a non-negative int, got {max_entries!r}")
+        if path is not None and not isinstance(path, (str, Path)):
+            raise InvalidInputError(f"path must be a str or Path, got {type(path).__name__}")
+        if path is not None and (not str(path) or Path(path).is_dir()):
+            raise InvalidInputError(f"path must name a file, got {str(path)!r}")
         self.inner = inner
         self._max_entries = max_entries
         self._memory: OrderedDict[bytes, list[float]] = OrderedDict()
