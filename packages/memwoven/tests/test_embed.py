@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -224,3 +226,56 @@ def test_a_cache_file_never_serves_vectors_of_another_dimension(tmp_path: Path) 
     assert CachedEmbedFn(small, path=path).embed("hello") == [1.0, 2.0]
     assert CachedEmbedFn(large, path=path).embed("hello") == [9.0, 9.0, 9.0, 9.0]
     assert embed_fn_from_callable(len).model_id == "callable:builtins.len"  # the module names it too
+
+
+def _by_model(text: str, model: str = "small") -> list[float]:
+    return [1.0, 0.0] if model == "small" else [0.0, 1.0]
+
+
+class _Model:
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    def __call__(self, text: str) -> list[float]:
+        return _by_model(text, self.model)
+
+    def embed(self, text: str) -> list[float]:
+        return _by_model(text, self.model)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda model: functools.partial(_by_model, model=model),
+        lambda model: _Model(model),
+        lambda model: _Model(model).embed,
+        lambda model: lambda text: _by_model(text, model),
+    ],
+    ids=["partial", "callable-instance", "bound-method", "lambda"],
+)
+def test_a_callable_whose_name_is_not_its_own_warns_when_cached_in_a_file(
+    make: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two models behind one kind of callable get one default model_id: a shared cache file would serve one the
+    other's vectors, so caching them in a file without a model_id of their own warns."""
+    small = embed_fn_from_callable(make("small"), dimension=2)
+    large = embed_fn_from_callable(make("large"), dimension=2)
+    assert small.model_id == large.model_id
+    with caplog.at_level(logging.WARNING, logger="memwoven.embed"):
+        CachedEmbedFn(small)  # no file, nothing shared
+        assert not caplog.records
+        CachedEmbedFn(small, path=tmp_path / "cache.db")
+    assert "give embed_fn_from_callable a model_id" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="memwoven.embed"):
+        CachedEmbedFn(embed_fn_from_callable(make("large"), dimension=2, model_id="large"), path=tmp_path / "c.db")
+    assert not caplog.records
+
+
+def test_a_module_level_function_or_builtin_is_named_after_itself_without_a_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="memwoven.embed"):
+        CachedEmbedFn(embed_fn_from_callable(_by_model, dimension=2), path=tmp_path / "cache.db")
+    assert not caplog.records
+    assert embed_fn_from_callable(_by_model).model_id == f"callable:{__name__}._by_model"

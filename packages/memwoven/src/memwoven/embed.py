@@ -12,6 +12,7 @@ import math
 import re
 import sqlite3
 import threading
+import types
 import unicodedata
 from abc import ABC, abstractmethod
 from collections import OrderedDict
@@ -235,6 +236,21 @@ class ExternalEmbedFn(EmbedFn):
     embed_many, aembed_many = twins(_embed_many)
 
 
+def _own_name(fn: object) -> str | None:
+    """`fn`'s importable name if no other callable has it: a module-level function or class, or a builtin.
+
+    A lambda, a local function, a `functools.partial`, a bound method or a callable instance is named after its
+    code or class, which other callables (other arguments, another instance, another model) share.
+    """
+    named = isinstance(fn, (types.FunctionType, type)) or (
+        isinstance(fn, types.BuiltinFunctionType) and (fn.__self__ is None or isinstance(fn.__self__, types.ModuleType))
+    )
+    if not named:
+        return None
+    name = f"{getattr(fn, '__module__', None)}.{getattr(fn, '__qualname__', '<unknown>')}"
+    return None if "<" in name else name
+
+
 class _CallableEmbedFn(ExternalEmbedFn):
     def __init__(
         self,
@@ -243,10 +259,11 @@ class _CallableEmbedFn(ExternalEmbedFn):
         model_id: str | None,
         batch_fn: Callable[[list[str]], Sequence[Sequence[float]]] | None,
     ) -> None:
+        own = _own_name(fn)
         module = getattr(fn, "__module__", None) or type(fn).__module__
-        name = f"{module}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+        name = own or f"{module}.{getattr(fn, '__qualname__', type(fn).__name__)}"
         super().__init__(dimension=dimension, model_id=model_id or f"callable:{name}")
-        self.anonymous = model_id is None and "<" in name  # a lambda or a local function: its name is not its own
+        self.anonymous = model_id is None and own is None
         self._fn = fn
         self._batch_fn = batch_fn
 
@@ -274,6 +291,9 @@ def embed_fn_from_callable(
     """Turn a plain `text -> vector` callable (and optionally a batch callable) into an `EmbedFn`.
 
     Every result is checked (E3): an exception, an empty vector, NaN or a wrong dimension raise `EmbeddingError`.
+    `model_id` defaults to `fn`'s importable name, which only a module-level function or class (or a builtin) has
+    to itself: for a lambda, a local function, a `functools.partial`, a bound method or a callable instance give
+    one if its vectors go to a `CachedEmbedFn` file (it warns otherwise), or other models' vectors may be served.
     """
     if not callable(fn):
         raise InvalidInputError("fn must be callable")
@@ -304,8 +324,8 @@ class CachedEmbedFn(EmbedFn):
         self._path = Path(path) if path is not None else None
         if self._path is not None and isinstance(inner, _CallableEmbedFn) and inner.anonymous:
             logger.warning(
-                "vectors cached in %s under %r, a name other functions may share: give embed_fn_from_callable a "
-                "model_id",
+                "vectors cached in %s under %r, a name other callables may share (other arguments of a partial, "
+                "another instance): give embed_fn_from_callable a model_id",
                 self._path,
                 inner.model_id,
             )
