@@ -2,8 +2,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import logging
 import math
+import sqlite3
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,7 @@ import pytest
 from memwoven import InMemoryVectorMemory, VectorDocument
 from memwoven._steps import Call, Steps
 from memwoven.embed import CachedEmbedFn, EmbedFn, ExternalEmbedFn, HashingEmbedFn, embed_fn_from_callable
-from memwoven.errors import EmbeddingError, InvalidInputError
+from memwoven.errors import CorruptMemoryError, EmbeddingError, InvalidInputError
 from memwoven.testing import EmbedFnContract
 
 
@@ -279,3 +282,90 @@ def test_a_module_level_function_or_builtin_is_named_after_itself_without_a_warn
         CachedEmbedFn(embed_fn_from_callable(_by_model, dimension=2), path=tmp_path / "cache.db")
     assert not caplog.records
     assert embed_fn_from_callable(_by_model).model_id == f"callable:{__name__}._by_model"
+
+
+def _stored(path: Path, text: str) -> object:
+    with sqlite3.connect(path) as db:
+        key = hashlib.sha256(text.encode()).digest()
+        return db.execute("SELECT vector FROM embeddings WHERE text_sha256 = ?", [key]).fetchone()[0]
+
+
+def _damage(path: Path, cell: object) -> None:
+    db = sqlite3.connect(path)
+    with db:
+        db.execute("UPDATE embeddings SET vector = ?", [cell])
+    db.close()
+
+
+@pytest.mark.parametrize(
+    "cell",
+    [b"\x00" * 13, b"", struct.pack("<2d", math.nan, 1.0), struct.pack("<2d", math.inf, 1.0), "not a blob", 7],
+    ids=["torn", "empty", "nan", "inf", "text", "integer"],
+)
+@pytest.mark.parametrize("dimension", [2, None], ids=["dimension-known", "dimension-unknown"])
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_a_damaged_cache_entry_is_a_miss_recomputed_and_overwritten(
+    cell: object, dimension: int | None, run: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cache holds nothing that cannot be computed again: a cell that is no whole finite vector is never returned
+    (nor an error raised for it); it is computed again, logged, and replaced in the file."""
+    path = tmp_path / "cache.db"
+    calls: list[str] = []
+
+    def embed(text: str) -> list[float]:
+        calls.append(text)
+        return [3.0, 4.0]
+
+    CachedEmbedFn(embed_fn_from_callable(embed, dimension=dimension, model_id="m"), path=path).embed("hello")
+    _damage(path, cell)
+    cached = CachedEmbedFn(embed_fn_from_callable(embed, dimension=dimension, model_id="m"), path=path)
+    with caplog.at_level(logging.WARNING, logger="memwoven.embed"):
+        vector = cached.embed("hello") if run == "sync" else asyncio.run(cached.aembed("hello"))
+    assert vector == [3.0, 4.0]
+    assert calls == ["hello", "hello"]
+    assert "damaged cached vector" in caplog.text
+    assert _stored(path, "hello") == struct.pack("<2d", 3.0, 4.0)
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_a_cache_file_that_is_not_sqlite_raises_corrupt_memory_error_and_is_left_alone(
+    run: str, tmp_path: Path
+) -> None:
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"garbage" * 1000)
+    with pytest.raises(CorruptMemoryError):
+        CachedEmbedFn(HashingEmbedFn(4), path=junk)
+    assert junk.read_bytes() == b"garbage" * 1000  # maybe someone else's file: never rebuilt
+    path = tmp_path / "cache.db"
+    cached = CachedEmbedFn(HashingEmbedFn(4), path=path)
+    for name in ["cache.db", "cache.db-wal", "cache.db-shm"]:
+        (tmp_path / name).unlink(missing_ok=True)
+    path.write_bytes(b"garbage" * 1000)  # replaced behind an open cache
+    with pytest.raises(CorruptMemoryError):
+        cached.embed("x") if run == "sync" else asyncio.run(cached.aembed("x"))
+
+
+def test_a_cache_file_with_another_embeddings_table_raises_corrupt_memory_error(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as db:
+        db.execute("CREATE TABLE embeddings (id INTEGER PRIMARY KEY, data TEXT)")
+    with pytest.raises(CorruptMemoryError):
+        CachedEmbedFn(HashingEmbedFn(4), path=path)
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_a_batch_never_mixes_dimensions_when_the_dimension_is_not_yet_known(run: str, tmp_path: Path) -> None:
+    """Vectors of another embedder under the same model id, and the dimension not given: one batch's vectors are
+    all the embedder's own, whether the batch has misses (their dimension decides) or only hits (the embedder is
+    asked its dimension, once, when the hits disagree)."""
+    path = tmp_path / "cache.db"
+
+    def run_batch(cached: CachedEmbedFn, texts: list[str]) -> list[list[float]]:
+        return cached.embed_many(texts) if run == "sync" else asyncio.run(cached.aembed_many(texts))
+
+    old = CachedEmbedFn(embed_fn_from_callable(lambda text: [1.0, 2.0, 3.0, 4.0], model_id="m"), path=path)
+    assert run_batch(old, ["old", "older"]) == [[1.0, 2.0, 3.0, 4.0]] * 2
+    new = CachedEmbedFn(embed_fn_from_callable(lambda text: [5.0, 6.0], model_id="m"), path=path)
+    assert run_batch(new, ["old", "new"]) == [[5.0, 6.0], [5.0, 6.0]]
+    hits_only = CachedEmbedFn(embed_fn_from_callable(lambda text: [5.0, 6.0], model_id="m"), path=path)
+    assert run_batch(hits_only, ["older", "new"]) == [[5.0, 6.0], [5.0, 6.0]]

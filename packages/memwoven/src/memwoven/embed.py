@@ -2,6 +2,11 @@
 
 Invariants (tested by `memwoven.testing.EmbedFnContract`): E1 the same input gives the same vector; E2 no side
 effects beyond caching; E3 a failure raises (`EmbeddingError`), never an empty or partial vector.
+
+A `CachedEmbedFn` file holds nothing that cannot be computed again: an entry that is no whole, finite vector of the
+embedder's dimension is a miss (logged, computed again and overwritten), never returned. A file that is not such a
+cache (not SQLite, damaged, or with an `embeddings` table of another kind) raises `CorruptMemoryError` and is left
+as it is: it may be another program's file.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from memwoven._steps import Call, Runner, Steps, async_twin, twins
-from memwoven.errors import EmbeddingError, InvalidInputError
+from memwoven.errors import CorruptMemoryError, EmbeddingError, InvalidInputError
 
 __all__ = ["CachedEmbedFn", "EmbedFn", "ExternalEmbedFn", "HashingEmbedFn", "embed_fn_from_callable"]
 
@@ -42,7 +47,8 @@ def _check_texts(texts: Sequence[str]) -> list[str]:
 
 
 def _check_vectors(vectors: Any, count: int, dimension: int | None, source: str) -> list[list[float]]:
-    """Validate what an embedder returned: `count` finite, non-empty vectors of one dimension (E3)."""
+    """Validate what an embedder returned: `count` finite, non-empty vectors of one dimension (E3), `dimension` if
+    given, else the first vector's."""
     try:
         rows = [[float(x) for x in vector] for vector in vectors]
     except (TypeError, ValueError) as error:
@@ -52,7 +58,9 @@ def _check_vectors(vectors: Any, count: int, dimension: int | None, source: str)
     for row in rows:
         if not row:
             raise EmbeddingError(f"{source} returned an empty vector")
-        if dimension is not None and len(row) != dimension:
+        if dimension is None:
+            dimension = len(row)
+        if len(row) != dimension:
             raise EmbeddingError(f"{source} returned a vector of dimension {len(row)}, expected {dimension}")
         if not all(map(math.isfinite, row)):
             raise EmbeddingError(f"{source} returned a vector with NaN or infinity")
@@ -228,9 +236,8 @@ class ExternalEmbedFn(EmbedFn):
         except Exception as error:
             raise EmbeddingError(f"{self._model_id} failed: {error}") from error
         vectors = _check_vectors(raw, len(batch), self._dimension, self._model_id)
-        if vectors and self._dimension is None:
+        if self._dimension is None:
             self._dimension = len(vectors[0])
-            _check_vectors(vectors, len(batch), self._dimension, self._model_id)
         return vectors
 
     embed_many, aembed_many = twins(_embed_many)
@@ -300,12 +307,23 @@ def embed_fn_from_callable(
     return _CallableEmbedFn(fn, dimension, model_id, batch_fn)
 
 
+def _decode(blob: object) -> list[float] | None:
+    """A stored vector, or None if the cell holds no whole, finite, non-empty vector of float64."""
+    if not isinstance(blob, bytes) or not blob or len(blob) % 8:
+        return None
+    vector = np.frombuffer(blob, dtype="<f8")
+    return vector.tolist() if bool(np.isfinite(vector).all()) else None
+
+
 class CachedEmbedFn(EmbedFn):
     """Wraps an `EmbedFn` with an in-memory LRU cache and, optionally, a persistent SQLite cache at `path`.
 
     Entries are keyed by the inner function's `model_id` and the SHA-256 of the text, so a cache file can be
     shared by several models without mixing their vectors: give settings of one model that embed differently
-    (another dimension, other instructions) a `model_id` of their own.
+    (another dimension, other instructions) a `model_id` of their own. A damaged entry, or one of another dimension
+    under the same `model_id`, is computed again (see the module docs); the vectors of one batch are always of one
+    dimension. While the inner dimension is not known (an `ExternalEmbedFn` not yet called), a batch of hits only is
+    served without calling the embedder, unless the hits disagree.
     """
 
     def __init__(self, inner: EmbedFn, *, max_entries: int = 10_000, path: str | Path | None = None) -> None:
@@ -337,6 +355,9 @@ class CachedEmbedFn(EmbedFn):
                     "model_id TEXT NOT NULL, text_sha256 BLOB NOT NULL, vector BLOB NOT NULL, "
                     "PRIMARY KEY (model_id, text_sha256))"
                 )
+                columns = [row[1] for row in db.execute("PRAGMA table_info(embeddings)")]
+            if columns != ["model_id", "text_sha256", "vector"]:
+                raise CorruptMemoryError(f"{self._path} holds an embeddings table of another kind: columns {columns}")
 
     def __repr__(self) -> str:
         return f"CachedEmbedFn({self.inner!r}, max_entries={self._max_entries}, path={self._path})"
@@ -352,23 +373,35 @@ class CachedEmbedFn(EmbedFn):
         return self.inner.model_id
 
     def embed_many(self, texts: Sequence[str]) -> list[list[float]]:
-        """Embed texts, computing only those in neither cache."""
+        """Embed texts, computing only those in neither cache; the batch's vectors are all of one dimension."""
         batch = _check_texts(texts)
         keys = [hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest() for text in batch]
+        text_of = dict(zip(keys, batch))
         found = self._lookup(keys)
-        first_position: dict[bytes, int] = {}
-        for position, key in enumerate(keys):
-            if key not in found:
-                first_position.setdefault(key, position)
-        missing = list(first_position.values())
-        if missing:
-            computed = _check_vectors(
-                self.inner.embed_many([batch[i] for i in missing]), len(missing), None, self.model_id
+        dimension = self._known_dimension()
+        while True:  # twice at most: the second round recomputes only hits of another dimension than the first's
+            missing = [key for key in text_of if key not in found]
+            if missing:
+                computed = _check_vectors(
+                    self.inner.embed_many([text_of[key] for key in missing]),
+                    len(missing),
+                    dimension,
+                    self.model_id,
+                )
+                dimension = len(computed[0])
+                fresh = dict(zip(missing, computed))
+                self._remember(fresh)
+                found.update(fresh)
+            elif dimension is None and len({len(vector) for vector in found.values()}) > 1:
+                dimension = self.inner.dimension  # the hits disagree: only the embedder can tell which are its own
+            stale = [key for key, vector in found.items() if dimension is not None and len(vector) != dimension]
+            if not stale:
+                return [list(found[key]) for key in keys]
+            logger.warning(
+                "%s: %d cached vectors not of dimension %s ignored and recomputed", self.model_id, len(stale), dimension
             )
-            fresh = dict(zip((keys[i] for i in missing), computed))
-            self._remember(fresh)
-            found.update(fresh)
-        return [list(found[key]) for key in keys]
+            for key in stale:
+                del found[key]
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -379,6 +412,14 @@ class CachedEmbedFn(EmbedFn):
             db.execute("PRAGMA journal_mode=WAL")
             with db:  # commits, or rolls back on error
                 yield db
+        except sqlite3.DatabaseError as error:
+            # exactly DatabaseError: SQLITE_NOTADB or SQLITE_CORRUPT; its subclasses (a locked or full disk, ...) are
+            # no damage. The file is never rebuilt: it may be something else's, given as this cache's path by mistake
+            if type(error) is sqlite3.DatabaseError:
+                raise CorruptMemoryError(
+                    f"embedding cache {self._path} is not a SQLite database or is damaged"
+                ) from error
+            raise
         finally:
             db.close()
 
@@ -404,7 +445,10 @@ class CachedEmbedFn(EmbedFn):
                     # dimension is known: learning it would call the embedder, which a warm cache must not)
                     known = self._known_dimension()
                     for key, blob in rows:
-                        vector = np.frombuffer(blob, dtype="<f8").tolist()
+                        vector = _decode(blob)
+                        if vector is None:
+                            logger.warning("%s: damaged cached vector ignored and recomputed", self.model_id)
+                            continue
                         if known is not None and len(vector) != known:  # another embedder's, under this id
                             logger.warning("%s: cached vector of dimension %d ignored", self.model_id, len(vector))
                             continue
