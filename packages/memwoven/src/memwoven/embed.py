@@ -243,19 +243,16 @@ class ExternalEmbedFn(EmbedFn):
     embed_many, aembed_many = twins(_embed_many)
 
 
-def _own_name(fn: object) -> str | None:
-    """`fn`'s importable name if no other callable has it: a module-level function or class, or a builtin.
+def _is_named(fn: object, name: str) -> bool:
+    """Whether `name` is `fn`'s alone: a module-level function or class, or a builtin function.
 
     A lambda, a local function, a `functools.partial`, a bound method or a callable instance is named after its
     code or class, which other callables (other arguments, another instance, another model) share.
     """
-    named = isinstance(fn, (types.FunctionType, type)) or (
+    plain = isinstance(fn, (types.FunctionType, type)) or (
         isinstance(fn, types.BuiltinFunctionType) and (fn.__self__ is None or isinstance(fn.__self__, types.ModuleType))
     )
-    if not named:
-        return None
-    name = f"{getattr(fn, '__module__', None)}.{getattr(fn, '__qualname__', '<unknown>')}"
-    return None if "<" in name else name
+    return plain and "<" not in name
 
 
 class _CallableEmbedFn(ExternalEmbedFn):
@@ -266,11 +263,10 @@ class _CallableEmbedFn(ExternalEmbedFn):
         model_id: str | None,
         batch_fn: Callable[[list[str]], Sequence[Sequence[float]]] | None,
     ) -> None:
-        own = _own_name(fn)
         module = getattr(fn, "__module__", None) or type(fn).__module__
-        name = own or f"{module}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+        name = f"{module}.{getattr(fn, '__qualname__', type(fn).__name__)}"
         super().__init__(dimension=dimension, model_id=model_id or f"callable:{name}")
-        self.anonymous = model_id is None and own is None
+        self.anonymous = model_id is None and not _is_named(fn, name)
         self._fn = fn
         self._batch_fn = batch_fn
 
