@@ -12,6 +12,8 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +26,9 @@ import memwoven as memwoven_package
 from memwoven import Message, ToolCall, VectorDocument
 from memwoven.cli._demo import ADAPTERS, SESSION, TURNS, core_message
 from memwoven.cli._stores import Failure, Store
-from memwoven.cli._transfer import FORMAT, VERSION, dump_record, import_records
-from memwoven.urls import open_chat_memory, open_vector_memory
+from memwoven.cli._transfer import FORMAT, VERSION, dump_record, export_records, import_records, migrate
+from memwoven.contracts import CollectionInfo
+from memwoven.urls import open_chat_memory, open_vector_memory, vector_collections
 from memwoven_test_support import postgres_url
 
 KINDS = ("sqlite", "postgresql")
@@ -442,6 +445,32 @@ def test_import_names_a_line_only_for_what_that_line_holds(tmp_path: Path) -> No
         import_records(store, _export(collection, one, zero, {"type": "end"}).splitlines())
     with pytest.raises(Failure, match=r"^line 3: a zero vector"):
         import_records(store, _export(collection, zero).splitlines())
+
+
+@pytest.mark.parametrize("target", ["redis", "qdrant", "file"])
+def test_empty_collections_are_carried(target: str, tmp_path: Path) -> None:
+    """An empty collection exists after an import and a migration, with its metric and dimension; where it cannot
+    (Qdrant, without a dimension), the import and the migration fail instead of reporting success."""
+    source = Store(f"sqlite:///{tmp_path}/source.db")
+    with open_vector_memory(source.url, collection="sized", dimension=3, metric="dot") as sized:
+        sized.count()  # an SQL collection exists from its first use
+    with open_vector_memory(source.url, collection="unsized") as unsized:
+        unsized.count()
+    wanted = [CollectionInfo("sized", "dot", 3), CollectionInfo("unsized", "cosine", None)]
+    assert vector_collections(source.url) == wanted
+    lines = b"".join(map(dump_record, export_records(source))).splitlines()
+    for how in ("import", "migrate"):
+        local = f"qdrant+local://{tmp_path}/{how}" if target == "qdrant" else f"file://{tmp_path}/{how}"
+        with place("redis", tmp_path) if target == "redis" else nullcontext(local) as url:
+            into = Store(url)
+            run = partial(import_records, into, lines) if how == "import" else partial(migrate, source, into)
+            if target == "qdrant":
+                with pytest.raises(Failure, match=r"collection 'unsized' is not in .* an empty one may have none"):
+                    run()
+                assert vector_collections(url) == wanted[:1]
+            else:
+                run()
+                assert vector_collections(url) == wanted
 
 
 def test_import_changes_only_what_differs_as_json_and_refuses_hostile_lines(tmp_path: Path) -> None:

@@ -76,7 +76,7 @@ def test_postgres_collections_and_url_options() -> None:
 
 def test_redis_collections(redis_place: str) -> None:
     assert vector_collections(redis_place) == []
-    _fill(redis_place)  # the empty collection was never written, so Redis has nothing of it
+    _fill(redis_place)  # a Redis collection exists from its first use: "empty" had none
     assert vector_collections(redis_place) == EXPECTED
     with open_chat_memory(redis_place) as chat:
         chat.append("s", [{"role": "user", "content": "hi"}])
@@ -86,7 +86,7 @@ def test_redis_collections(redis_place: str) -> None:
 
 def test_qdrant_local_collections(tmp_path: Path) -> None:
     url = f"qdrant+local://{tmp_path}/q"
-    _fill(url)  # an empty Qdrant collection is only created by its first store
+    _fill(url)  # a Qdrant collection exists from its first use with a dimension: "empty" had none
     assert vector_collections(url) == EXPECTED
 
 

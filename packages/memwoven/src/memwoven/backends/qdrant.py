@@ -90,8 +90,9 @@ class QdrantVectorMemory(VectorMemoryBase):
     or a `QdrantClient` you built (optionally with a matching `AsyncQdrantClient`; clients you pass stay yours to
     close).
 
-    The collection is created on the first store with the memory's dimension and metric; given a dimension,
-    construction looks the collection up and raises if it exists with another dimension or metric. `batch_size`
+    The collection is created with the memory's metric and dimension by its first use once the dimension is known
+    (given, or by the first store); given a dimension, construction looks the collection up (creating nothing) and
+    raises if it exists with another dimension or metric. `batch_size`
     points go in one upsert. `exact=True` makes server searches scan instead of using HNSW (local mode always scans).
     `client_options` go to the clients built from a URL (e.g. `api_key`, `timeout`, `prefer_grpc`).
     """
@@ -241,7 +242,7 @@ class QdrantVectorMemory(VectorMemoryBase):
     def _search_query(self, query: SearchQuery) -> Steps[list[ScoredDocument]]:
         """The top-k documents: Qdrant's search, with exact filter semantics and ties broken by id."""
         top_k, threshold, filter, predicate = query.top_k, query.threshold, query.filter, query.predicate
-        if top_k == 0 or not (yield from self._ensure_steps(None)):
+        if top_k == 0 or not (yield from self._ensure_steps(self._dimension)):
             return []
         vector = query.vector_for(self._dimension)  # the collection's dimension is known now
         prefilter = translate_filter(filter) if filter is not None else True
@@ -283,7 +284,7 @@ class QdrantVectorMemory(VectorMemoryBase):
     def _get(self, ids: Iterable[str]) -> Steps[list[VectorDocument]]:
         """Documents by id, in the order asked."""
         wanted = check_ids(ids)
-        if not wanted or not (yield from self._ensure_steps(None)):
+        if not wanted or not (yield from self._ensure_steps(self._dimension)):
             return []
         records = yield _Call(
             "retrieve",
@@ -302,7 +303,7 @@ class QdrantVectorMemory(VectorMemoryBase):
     def _delete(self, ids: Iterable[str]) -> Steps[None]:
         """Delete documents by id; unknown ids are ignored."""
         wanted = check_ids(ids)
-        if not wanted or not (yield from self._ensure_steps(None)):
+        if not wanted or not (yield from self._ensure_steps(self._dimension)):
             return
         selector = models.PointIdsList(points=[point_id(i) for i in dict.fromkeys(wanted)])
         yield _Call("delete", {"collection_name": self.collection, "points_selector": selector, "wait": True})
@@ -311,7 +312,7 @@ class QdrantVectorMemory(VectorMemoryBase):
 
     def _count(self) -> Steps[int]:
         """The exact number of documents."""
-        if not (yield from self._ensure_steps(None)):
+        if not (yield from self._ensure_steps(self._dimension)):
             return 0
         return int((yield _Call("count", {"collection_name": self.collection, "exact": True})).count)
 
@@ -319,7 +320,7 @@ class QdrantVectorMemory(VectorMemoryBase):
 
     def _ids(self) -> Steps[list[str]]:
         """The ids of every document, sorted (a scroll over the collection's payloads)."""
-        if not (yield from self._ensure_steps(None)):
+        if not (yield from self._ensure_steps(self._dimension)):
             return []
         ids: list[str] = []
         offset: Any = None
@@ -338,7 +339,7 @@ class QdrantVectorMemory(VectorMemoryBase):
 
     def _clear(self) -> Steps[None]:
         """Delete every document; the collection (dimension, metric, payload indexes) stays."""
-        if (yield from self._ensure_steps(None)):  # delete the points, keep the collection and its payload indexes
+        if (yield from self._ensure_steps(self._dimension)):  # delete the points, keep the collection and its indexes
             selector = models.FilterSelector(filter=models.Filter())
             yield _Call("delete", {"collection_name": self.collection, "points_selector": selector, "wait": True})
 

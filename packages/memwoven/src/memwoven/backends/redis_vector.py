@@ -134,9 +134,15 @@ local result = log_change('clear', '')
 redis.call('XTRIM', KEYS[4], 'MAXLEN', 1)
 return result
 """,
-    # KEYS: docs, vecs, config, changes. -> {config (as `pull` reads it), last entry id or nil}
+    # KEYS: docs, vecs, config, changes. ARGV: none, or the dimension or '' and the metric to create a collection
+    # that does not exist yet with (a read writes nothing to one that does). -> {config (as `pull` reads it), last
+    # entry id or nil}
     "head": _CONFIG
     + """
+if ARGV[2] and redis.call('HEXISTS', KEYS[3], 'metric') == 0 then
+  redis.call('HSET', KEYS[3], 'metric', ARGV[2])
+  if ARGV[1] ~= '' then redis.call('HSETNX', KEYS[3], 'dimension', ARGV[1]) end
+end
 local last = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)[1]
 return {config(), last and last[1] or false}
 """,
@@ -201,10 +207,11 @@ class _Position:
 class RedisVectorMemory(RedisBackend, VectorMemoryBase):
     """One vector collection on Redis: a `redis://`, `rediss://` or `redis+cluster://` URL, or clients you built.
 
-    `dimension` is fixed at construction or by the first store and persisted with the collection; given one,
-    construction reads the collection's config (one round trip) and raises if the stored dimension or metric
-    differs. `prefix` namespaces every key; `max_changes` caps the change stream (a client further behind reloads
-    fully). The async methods work from any event loop, as `RedisChatMemory`'s do.
+    The collection exists (and is listed) from its first use, with its metric and `dimension` if given, else the
+    dimension of its first store; given a dimension, construction reads the collection's config (one round trip,
+    nothing is created) and raises if the stored dimension or metric differs. `prefix` namespaces every key;
+    `max_changes` caps the change stream (a client further behind reloads fully). The async methods work from any
+    event loop, as `RedisChatMemory`'s do.
     """
 
     def __init__(
@@ -357,11 +364,12 @@ class RedisVectorMemory(RedisBackend, VectorMemoryBase):
         return True
 
     def _reload_steps(self) -> Steps[None]:
-        """Read the whole collection with HSCAN into a fresh index, positioned at the stream's last entry.
+        """Read the whole collection with HSCAN into a fresh index, positioned at the stream's last entry; create
+        the collection (its metric, and its dimension if known) if it does not exist, as SQL does at first use.
 
         Writes that land during the scan come after that position, so the pull that follows re-applies them.
         """
-        config, last = yield Script("head", self._keys, [])
+        config, last = yield Script("head", self._keys, [self._index.dimension or "", self.metric])
         current = self._check_config(config)
         docs = yield HScan(self._keys[0])
         vectors = yield HScan(self._keys[1])
@@ -499,7 +507,7 @@ def list_collections(
 ) -> list[CollectionInfo]:
     """The collections stored under `prefix` (found with SCAN, never KEYS), sorted by name.
 
-    A collection is listed once it has been written (its config key holds the dimension and metric).
+    A collection is listed from its first use (its config key holds its metric, and its dimension once known).
     """
     check_prefix(prefix)
     where = redact_url(url_or_client) if isinstance(url_or_client, str) else repr(url_or_client)

@@ -486,6 +486,8 @@ def import_records(store: Store, lines: Iterable[bytes]) -> Counts:
     expected = {name: end.get(name, absent.get(name)) for name in asdict(importer.counts)}
     if expected != asdict(importer.counts):
         raise Failure(f"the end record counts {expected} but the file held {asdict(importer.counts)}")
+    if importer.seen:
+        existing_collections(store, importer.seen)
     return importer.counts
 
 
@@ -609,6 +611,19 @@ def _verify_items(target: Store, addresses: list[tuple[Namespace, str]]) -> None
                     )
 
 
+def existing_collections(target: Store, names: Iterable[str]) -> dict[str, CollectionInfo]:
+    """The collections `names` as `target` lists them; a `Failure` names one it does not hold."""
+    there = {info.name: info for info in target.collections()}
+    for name in names:
+        if name not in there:
+            why = " (Qdrant creates a collection with its dimension: an empty one may have none)"
+            raise Failure(
+                f"verification failed: collection {name!r} is not in {target.shown}"
+                + (why if target.scheme == "qdrant" else "")
+            )
+    return there
+
+
 def _verify(target: Store, sessions: dict[str, int], sizes: dict[str, int]) -> None:
     """Check the target holds every session with its message count and every collection with its size."""
     if sessions:
@@ -620,13 +635,10 @@ def _verify(target: Store, sessions: dict[str, int], sizes: dict[str, int]) -> N
                         f"verification failed: session {session_id!r} has {found} messages in {target.shown}, "
                         f"{count} in the source"
                     )
-    there = {info.name: info for info in target.collections()}
+    there = existing_collections(target, sizes)
     for name, size in sizes.items():
-        info = there.get(name)
-        found = 0
-        if info is not None:
-            with target.vectors(info) as memory:
-                found = memory.count()
+        with target.vectors(there[name]) as memory:
+            found = memory.count()
         if found != size:
             raise Failure(
                 f"verification failed: collection {name!r} has {found} documents in {target.shown}, {size} in the "
