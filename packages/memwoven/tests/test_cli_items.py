@@ -20,6 +20,7 @@ from memwoven.cli._stores import Failure, Store, parse_namespace, show_namespace
 from memwoven.cli._transfer import (
     BATCH,
     FORMAT,
+    ItemCopy,
     dump_record,
     export_records,
     import_records,
@@ -218,6 +219,27 @@ def test_import_versions_and_refusals(tmp_path: Path) -> None:
         import_records(Store("qdrant+memory://"), _export(2, _item("a"), _end(1)))
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_a_fixed_expiry_is_kept_and_imported_once(kind: str, tmp_path: Path) -> None:
+    """An item exported with an `expires_at` and no ttl (written by another tool) expires when it said, and
+    importing it again writes nothing (the seconds left differ at each import: they are not compared)."""
+    expires_at = datetime.now(timezone.utc) + timedelta(hours=1)
+    export = _export(2, _item("fixed", expires_at=expires_at.isoformat(), ttl=None), _end(1))
+    with place(kind, tmp_path) as url:
+        found = []
+        for _ in range(2):
+            import_records(Store(url), export)
+            with open_item_memory(url) as items:
+                found.append(items.get(("n",), "fixed"))
+        first, second = found
+        assert first is not None
+        assert first.expires_at is not None
+        assert abs(first.expires_at - expires_at) < timedelta(seconds=1)
+        assert first.ttl is not None
+        assert timedelta(minutes=59) < timedelta(seconds=first.ttl) <= timedelta(hours=1)
+        assert second == first  # not written again: same version, same expiry
+
+
 @pytest.mark.parametrize("backend", ["memory", "sqlite"])
 def test_paging_keeps_every_item_of_each_namespace(backend: str, tmp_path: Path) -> None:
     """`stored_items` pages by key: a key shared by more namespaces than a page holds loses none of them."""
@@ -230,10 +252,11 @@ def test_paging_keeps_every_item_of_each_namespace(backend: str, tmp_path: Path)
         found = list(stored_items(items, items.namespaces()))
         assert len(found) == len(writes)
         assert {(item.namespace, item.key) for item in found} == {(w.namespace, w.key) for w in writes}
-        assert write_changed(items, writes) == 0
-        changed = [writes[0]._replace(value={"i": -1}), writes[1]._replace(ttl=5.0), writes[2]]
+        copies = [ItemCopy(*write) for write in writes]
+        assert write_changed(items, copies) == 0
+        changed = [copies[0]._replace(value={"i": -1}), copies[1]._replace(ttl=5.0), copies[2]]
         assert write_changed(items, changed) == 2
-        assert write_changed(items, [writes[1]._replace(value={"i": True})]) == 1  # true is not 1 in JSON
+        assert write_changed(items, [copies[1]._replace(value={"i": True})]) == 1  # true is not 1 in JSON
 
 
 def test_migrate_carries_items(tmp_path: Path) -> None:

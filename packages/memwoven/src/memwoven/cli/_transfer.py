@@ -12,24 +12,26 @@ No typer or rich here: progress goes through a `Reporter`. The format is specifi
 
 Embeddings are the base64 of their little-endian float32 bytes, which is exactly what every backend stores.
 Version 1 (no items, no `items` count) is read too. An item is written with its value and its `ttl` (so a sliding
-expiry keeps its window); its version and times are the target's, its expiry restarts at the write; an item
-already expired when an export is imported is not written.
+expiry keeps its window); its version and times are the target's, its expiry restarts at the write; one with a fixed
+expiry (an `expires_at`, no `ttl`) keeps that expiry, as the ttl of the seconds left; an item already expired when
+an export is imported is not written.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from functools import partial
 from itertools import islice
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 import numpy as np
 from pydantic import TypeAdapter
 
+import memwoven._clock as _clock
 from memwoven.cli._stores import Failure, Store
 from memwoven.contracts import (
     ChatMemory,
@@ -162,22 +164,53 @@ def item_namespaces(memory: ItemMemory, prefixes: Sequence[Namespace] = ()) -> l
     return sorted(found)
 
 
-def _expiry_seconds(ttl: float | None, expires_at: datetime | None) -> float | None:
-    """The ttl to write an item with: its own (keeping its sliding window), else what is left of its expiry."""
-    if ttl is not None or expires_at is None:
-        return ttl
-    return max((expires_at - datetime.now(timezone.utc)).total_seconds(), 0.001)
+_SLACK = timedelta(seconds=1)  # a fixed expiry written again lands a few milliseconds away from the first
 
 
-def write_changed(into: ItemMemory, writes: Sequence[ItemWrite]) -> int:
-    """Put the `writes` whose item the target does not hold with the same value and ttl (one `put_many`); return
-    how many were written. So writing the same items again changes nothing, versions and expiries included."""
-    present = into.get_many([(write.namespace, write.key) for write in writes])
-    changed = [
-        write
-        for write, item in zip(writes, present)
-        if item is None or not json_equal(item.value, write.value) or item.ttl != write.ttl
-    ]
+def _now() -> datetime:
+    return _clock.utc(_clock.wall_ms())  # the clock the backends measure expiry with
+
+
+class ItemCopy(NamedTuple):
+    """An item to write: its value and expiry, a sliding `ttl` or (without one) a fixed `expires_at`."""
+
+    namespace: Namespace
+    key: str
+    value: Mapping[str, Any]
+    ttl: float | None = None
+    expires_at: datetime | None = None
+
+    @classmethod
+    def of(cls, item: Item) -> ItemCopy:
+        return cls(item.namespace, item.key, item.value, item.ttl, item.expires_at)
+
+    def expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and self.expires_at <= now
+
+    def held_by(self, item: Item | None) -> bool:
+        """Whether `item` already is this copy: the same value and ttl; for a fixed expiry, the same expiry (to
+        within `_SLACK`), whatever ttl it was written with."""
+        if item is None or not json_equal(item.value, self.value):
+            return False
+        if self.ttl is None and self.expires_at is not None:
+            return item.expires_at is not None and abs(item.expires_at - self.expires_at) <= _SLACK
+        return item.ttl == self.ttl
+
+    def write(self, now: datetime) -> ItemWrite:
+        """The `put` of this copy at `now`: a fixed expiry as the ttl of the seconds left then (`ItemMemory` has no
+        fixed expiry: that ttl slides like any other)."""
+        ttl = self.ttl
+        if ttl is None and self.expires_at is not None:
+            ttl = max((self.expires_at - now).total_seconds(), 0.001)
+        return ItemWrite(self.namespace, self.key, self.value, ttl)
+
+
+def write_changed(into: ItemMemory, copies: Sequence[ItemCopy]) -> int:
+    """Put the `copies` the target does not already hold (`ItemCopy.held_by`; one `put_many`); return how many
+    were written. So writing the same items again changes nothing, versions and expiries included."""
+    present = into.get_many([(copy.namespace, copy.key) for copy in copies])
+    now = _now()
+    changed = [copy.write(now) for copy, item in zip(copies, present) if not copy.held_by(item)]
     if changed:
         into.put_many(changed)
     return len(changed)
@@ -190,10 +223,6 @@ def _same_document(stored: VectorDocument | None, document: VectorDocument) -> b
         and (stored.id, stored.content, stored.embedding) == (document.id, document.content, document.embedding)
         and json_equal(stored.metadata, document.metadata)
     )
-
-
-def _write_of(item: Item) -> ItemWrite:
-    return ItemWrite(item.namespace, item.key, item.value, _expiry_seconds(item.ttl, item.expires_at))
 
 
 # Export -------------------------------------------------------------------------------------------------------
@@ -308,7 +337,7 @@ class _Importer:
     counts: Counts = field(default_factory=Counts)
     chat: ChatMemory | None = None
     items: ItemMemory | None = None
-    item_writes: _Pending[ItemWrite] = field(default_factory=lambda: _Pending("an item"))
+    item_writes: _Pending[ItemCopy] = field(default_factory=lambda: _Pending("an item"))
     item_addresses: set[tuple[Namespace, str]] = field(default_factory=set)
     expired: int = 0
     collection: CollectionInfo | None = None
@@ -346,11 +375,11 @@ class _Importer:
             self.store.require_items()
         self.item_addresses.add((namespace, key))
         self.counts.items += 1
-        seconds = _expiry_seconds(ttl, expires_at)
-        if expires_at is not None and expires_at <= datetime.now(timezone.utc):
+        copy = ItemCopy(namespace, key, value, ttl, expires_at)
+        if copy.expired(_now()):
             self.expired += 1  # it would read as absent at the source by now
             return
-        if self.item_writes.add(ItemWrite(namespace, key, value, seconds), line):
+        if self.item_writes.add(copy, line):
             self.flush_items()
 
     def flush_items(self) -> None:
@@ -571,7 +600,7 @@ def migrate(
                 with target.items() as into:
                     advance = reporter.task("items", memory.count())
                     for page in _batches(stored_items(memory, namespaces), batch_size):
-                        report.items_copied += write_changed(into, [_write_of(item) for item in page])
+                        report.items_copied += write_changed(into, [ItemCopy.of(item) for item in page])
                         addresses += [(item.namespace, item.key) for item in page]
                         advance(len(page))
     report.items = len(addresses)
