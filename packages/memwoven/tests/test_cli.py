@@ -9,6 +9,7 @@ import ast
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -28,7 +29,7 @@ from memwoven.cli._demo import ADAPTERS, SESSION, TURNS, core_message
 from memwoven.cli._stores import Failure, Store
 from memwoven.cli._transfer import FORMAT, VERSION, dump_record, export_records, import_records, migrate
 from memwoven.contracts import CollectionInfo
-from memwoven.urls import open_chat_memory, open_vector_memory, vector_collections
+from memwoven.urls import open_chat_memory, open_item_memory, open_vector_memory, vector_collections
 from memwoven_test_support import postgres_url
 
 KINDS = ("sqlite", "postgresql")
@@ -97,6 +98,39 @@ def test_reading_commands(store: str, tmp_path: Path) -> None:
     assert missing.failed_with("no session 'no such session'")
     assert unknown.failed_with("no vector collection 'nope'")
     assert "dots, notes" in unknown.stderr
+
+
+def test_reading_a_directory_writes_nothing(tmp_path: Path) -> None:
+    """Reading commands on file:// write nothing, lock files included (those are the writers'): not in a directory
+    whose lock files are gone (copied, restored), nor in an empty one."""
+    full, empty = tmp_path / "full", tmp_path / "empty"
+    seed(f"file://{full}")
+    with open_item_memory(f"file://{full}") as items:
+        items.put(("users", "u1"), "profile", {"name": "Alice"})
+    shutil.rmtree(full / ".locks")
+    for lock in full.rglob("*lock"):
+        lock.unlink()
+    empty.mkdir()
+
+    def tree() -> dict[str, int]:
+        return {str(path): path.stat().st_mtime_ns for path in [tmp_path, *tmp_path.rglob("*")]}
+
+    before = tree()
+    url = f"file://{full}"
+    results = memwoven_all(
+        ("export", url),
+        ("export", f"file://{empty}"),
+        ("sessions", "list", url),
+        ("sessions", "show", url, "trip/1"),
+        ("vectors", "stats", url),
+        ("vectors", "search", url, "tea", "-c", "notes"),
+        ("items", "list", url),
+        ("items", "show", url, "users/u1", "profile"),
+        ("migrate", url, f"sqlite:///{tmp_path}/never.db", "--dry-run"),
+    )
+    for result in results:
+        assert result.returncode == 0, (result.args, result.stderr)
+    assert tree() == before
 
 
 def test_sessions_delete(store: str) -> None:

@@ -203,9 +203,9 @@ class FileChatMemory(ChatMemory):
         lock_timeout = check_lock_timeout(lock_timeout)
         self.ttl = check_ttl(ttl)
         self.directory = Path(directory).absolute()
-        self._locks = self.directory / _LOCKS
+        self._locks = self.directory / _LOCKS  # made by the first writer: reading writes nothing
         try:
-            self._locks.mkdir(parents=True, exist_ok=True)
+            self.directory.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
             raise InvalidInputError(f"{self.directory} is not a directory") from None
         self.lock_timeout = lock_timeout
@@ -343,6 +343,7 @@ class FileChatMemory(ChatMemory):
 
     def _writing(self, session_id: str, path: Path) -> AbstractContextManager[None]:
         lock_path = self._locks / (path.name.removesuffix(_SUFFIX) + ".lock")
+        self._locks.mkdir(exist_ok=True)
         return write_lock(lock_path, self.lock_timeout, f"session {short(session_id)}")
 
     def _read(self, session_id: str, path: Path) -> _Snapshot | None:

@@ -170,9 +170,11 @@ class FileVectorMemory(VectorMemoryBase):
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
             raise InvalidInputError(f"{self.path.parent} is not a directory") from None
-        with self._guard, self._writing():
-            if self._refresh() is None or (self._requested is not None and self._stored_dimension is None):
-                self._rewrite(lambda index: None)  # persist the collection with its dimension and metric
+        with self._guard:
+            if self._unpersisted():  # checked first without the lock, whose file only writers make
+                with self._writing():
+                    if self._unpersisted():
+                        self._rewrite(lambda index: None)  # persist the collection with its dimension and metric
 
     def __repr__(self) -> str:
         return f"FileVectorMemory({str(self.path)!r}, dimension={self._index.dimension}, metric={self.metric!r})"
@@ -231,6 +233,10 @@ class FileVectorMemory(VectorMemoryBase):
         with self._guard:
             self._refresh()
             return sorted(self._index.ids)
+
+    def _unpersisted(self) -> bool:
+        """Whether the file lacks the collection or the dimension asked for (caller holds `_guard`)."""
+        return self._refresh() is None or (self._requested is not None and self._stored_dimension is None)
 
     def _writing(self) -> AbstractContextManager[None]:
         return write_lock(self._lock_path, self.lock_timeout, f"vector collection {str(self.path)!r}")
