@@ -182,9 +182,11 @@ class ItemCopy(NamedTuple):
 
     @classmethod
     def of(cls, item: Item) -> ItemCopy:
+        """The copy of a stored item."""
         return cls(item.namespace, item.key, item.value, item.ttl, item.expires_at)
 
     def expired(self, now: datetime) -> bool:
+        """Whether it reads as absent at `now`."""
         return self.expires_at is not None and self.expires_at <= now
 
     def held_by(self, item: Item | None) -> bool:
