@@ -17,6 +17,7 @@ import numpy as np
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from memwoven.backends.sql._packet import check_rows
 from memwoven.backends.sql._pgvector import EmbeddingsTable, jsonb_metadata, norms
 from memwoven.backends.sql._schema import key_of, upsert, upsert_rows
 from memwoven.models import FrozenDict
@@ -27,6 +28,7 @@ __all__ = ["write_documents"]
 _CHUNK = 4096  # rows built and sent at once
 _COPY_MIN = 64  # fewer rows: one upsert statement costs less than the COPY's extra statements
 _VECTOR_COLUMNS = ("collection_key", "doc_key", "doc_id", "content", "metadata", "embedding", "version", "deleted")
+_ROW_FIXED = 512  # a vector row's values but its id, content, metadata and embedding, escaped (`_packet.check_rows`)
 _VECTOR_TYPES = ("text", "text", "text", "text", "text", "bytea", "int8", "bool")
 _EMBEDDING_COLUMNS = ("collection_key", "doc_key", "embedding", "norm", "meta")
 # pgvector's `vector` and PostgreSQL's `jsonb` are sent in their binary forms, built here, as raw bytes
@@ -70,6 +72,12 @@ def write_documents(
         for key, position in zip(keys, order)
     )
     if connection.dialect.name != "postgresql":
+        check_rows(
+            connection,
+            [ids, contents, texts],
+            _ROW_FIXED + 2 * cells.shape[1] * cells.itemsize,
+            lambda i: f"document {ids[i]!r:.200}",
+        )
         upsert_rows(connection, vectors, _VECTOR_COLUMNS, rows, _CHUNK)
     elif len(keys) < _COPY_MIN:
         upsert(connection, vectors, [dict(zip(_VECTOR_COLUMNS, row)) for row in rows])

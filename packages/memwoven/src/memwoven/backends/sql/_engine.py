@@ -83,6 +83,7 @@ _RECONNECTS = 3  # tries of one transaction whose connection turned out closed b
 _DDL_ATTEMPTS = 3  # tries of schema creation (several processes may race to create the same tables)
 _RETRYABLE_SQLSTATES = frozenset({"40001", "40P01"})  # PostgreSQL: serialization failure, deadlock detected
 _MARIADB_CHECK_FAILED = 4025  # ER_CONSTRAINT_FAILED
+_MYSQL_PACKET_TOO_LARGE = 1153  # ER_NET_PACKET_TOO_LARGE: a statement over max_allowed_packet (`_packet`)
 _RETRYABLE_MYSQL_CODES = frozenset({1213, 1020})  # deadlock; MariaDB "record has changed since last read"
 
 
@@ -225,14 +226,19 @@ def _is_transient(error: DBAPIError) -> bool:
     return bool(args) and isinstance(args[0], int) and args[0] in _RETRYABLE_MYSQL_CODES
 
 
+def _mysql_code(error: BaseException) -> object:
+    """The MariaDB/MySQL error code of `error` (a DBAPIError), if it has one."""
+    args: tuple[Any, ...] = getattr(getattr(error, "orig", None), "args", ())
+    return args[0] if args else None
+
+
 def _json_refused(error: BaseException) -> bool:
     """MariaDB refused a value for a JSON column (its CHECK (JSON_VALID(...)) failed: nesting deeper than 32).
 
     Every value memwoven writes there is valid JSON, so this is the only way the check fails; the transaction
     rolled back, so nothing was written.
     """
-    args: tuple[Any, ...] = getattr(getattr(error, "orig", None), "args", ())
-    return bool(args) and args[0] == _MARIADB_CHECK_FAILED
+    return _mysql_code(error) == _MARIADB_CHECK_FAILED
 
 
 def _retry_delay(attempt: int) -> float:
@@ -650,6 +656,10 @@ class Database:
             if _json_refused(error):
                 raise InvalidInputError(
                     f"{self.where} refused the data: MariaDB's JSON type holds at most 32 levels of nesting"
+                ) from None
+            if _mysql_code(error) == _MYSQL_PACKET_TOO_LARGE:  # rows are checked first; this one slipped through
+                raise InvalidInputError(
+                    f"{self.where} refused a statement longer than its max_allowed_packet ({_error_text(error)})"
                 ) from None
             raise BackendUnavailableError(f"database {self.where} is unavailable ({_error_text(error)})") from error
         except DBAPIError as error:

@@ -42,6 +42,7 @@ from memwoven.backends.sql import _driver
 from memwoven.backends.sql._base import SQLBackend, SQLOptions
 from memwoven.backends.sql._driver import OnDriver
 from memwoven.backends.sql._engine import Work
+from memwoven.backends.sql._packet import check_rows
 from memwoven.backends.sql._schema import dialect_insert, insert_ignoring, key_of
 from memwoven.contracts import ChatMemory, History, MessagesIn, check_id, check_ttl, next_version
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
@@ -67,6 +68,7 @@ __all__ = ["SQLChatMemory"]
 logger = logging.getLogger("memwoven.sql")
 
 _MESSAGE_COLUMNS = ("session_key", "seq", "message_key", "chain", "body")
+_MESSAGE_FIXED = 256  # a message row's values but its body, escaped (`_packet.check_rows`)
 _IN_CHUNK = 500  # ids per IN (...) lookup: far below every driver's parameter limit
 
 
@@ -458,6 +460,9 @@ class SQLChatMemory(SQLBackend, ChatMemory):
         """
         if not bodies:
             return chain
+        check_rows(
+            connection, [bodies], _MESSAGE_FIXED, lambda i: f"message {first_seq + i} of session {session_id!r:.200}"
+        )
         rows = []
         for seq, (message, body) in enumerate(zip(messages, bodies), first_seq):
             chain = _chain(chain, body)

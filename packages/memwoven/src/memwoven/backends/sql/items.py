@@ -84,6 +84,7 @@ from memwoven.backends.sql._base import SQLBackend
 from memwoven.backends.sql._driver import MultiRow, OnDriver
 from memwoven.backends.sql._engine import Work
 from memwoven.backends.sql._filters import check_indexed_fields, field_expression, prefilter
+from memwoven.backends.sql._packet import check_rows
 from memwoven.backends.sql._schema import HEAD_CHARS, dialect_insert, has_nul, key_of, upsert, value_jsonb
 from memwoven.contracts import (
     CheckedWrite,
@@ -112,6 +113,7 @@ _WALK_ROWS = 64  # SQLite: rows read in key order for a wide prefix, plus `_WALK
 _WALK_PER_ITEM = 8
 _RECOUNT = 64  # SQLite: listings of a prefix that reuse its counted width before it is counted again
 _COLUMNS = ("namespace", "item_key", "value", "version", "created_ms", "updated_ms", "expires_at_ms", "ttl")
+_ROW_FIXED = 2048  # an item row's values but its value, namespace and key, escaped (`_packet.check_rows`)
 _LISTED = (*_COLUMNS, "address")  # a listing's columns: the row key too, checked against the namespace and key
 
 if TYPE_CHECKING:
@@ -602,6 +604,13 @@ class SQLItemMemory(SQLBackend, ItemMemory):
 
     def _write_locked(self, connection: Connection, prepared: Sequence[_Prepared]) -> dict[str, int]:
         """Write `prepared` after locking their rows and checking every expected version (all or nothing)."""
+        if connection.dialect.name in _MYSQL:  # before the placeholders: they hold the namespaces and keys too
+            check_rows(
+                connection,
+                [[p.text for p in prepared], [p.encoded for p in prepared], [p.key for p in prepared]],
+                _ROW_FIXED,
+                lambda i: f"item {prepared[i].key!r:.200} in {prepared[i].namespace!r:.200}",
+            )
         stored = self._locked(connection, {p.address: (p.encoded, p.key) for p in prepared})
         now = _clock.wall_ms()
         for p in prepared:
