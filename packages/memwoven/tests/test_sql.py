@@ -676,6 +676,27 @@ def test_sqlite_chat_writes_run_past_sqlalchemys_execution(tmp_path: Path) -> No
         assert fresh.load("s") == [turn(i) for i in range(4)]
 
 
+@pytest.mark.parametrize("many", [False, True], ids=["rows", "execute_many"])
+def test_a_statement_on_an_invalidated_driver_connection_goes_to_sqlalchemy(
+    tmp_path: Path, many: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`_driver` sends a statement whose driver connection was invalidated earlier in the transaction through
+    SQLAlchemy, which raises its own error (not an AttributeError of a missing cursor)."""
+    engine = sa.create_engine(f"sqlite:///{tmp_path / 'x.db'}")
+    try:
+        with pytest.raises(sa.exc.SQLAlchemyError), engine.begin() as connection:  # noqa: PT012
+            connection.exec_driver_sql("SELECT 1")
+            connection.connection.invalidate()
+            caplog.set_level(logging.DEBUG, logger="memwoven.sql")
+            if many:
+                _driver.execute_many(connection, "SELECT ?", [(1,), (2,)])
+            else:
+                list(_driver.rows(connection, "SELECT ?", (1,)))
+        assert "executing through SQLAlchemy" in caplog.text
+    finally:
+        engine.dispose()
+
+
 def test_appends_and_saves_with_ids_cost_what_changed(place: Place, monkeypatch: pytest.MonkeyPatch) -> None:
     """A retried append writes nothing; a save or append of ids looks up only those ids, never the history."""
     history = _with_ids([turn(i) for i in range(200)])

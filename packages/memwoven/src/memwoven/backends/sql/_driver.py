@@ -11,6 +11,7 @@ error translation (`memwoven.backends.sql._engine`) see no difference. (They are
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Generic, NamedTuple, TypeVar, cast
 
@@ -22,6 +23,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 __all__ = ["DriverSQL", "MultiRow", "OnDriver", "driver_errors", "execute_many", "rows"]
 
 _S = TypeVar("_S", bound=sa.Executable)
+logger = logging.getLogger("memwoven.sql")
 
 
 class driver_errors:
@@ -63,10 +65,8 @@ def rows(
     `binary`, on psycopg 3's own cursor with results in binary format (a bytea column as its bytes, no base64 to
     make and read)."""
     dbapi_connection = connection.connection.dbapi_connection
-    if dbapi_connection is None:  # invalidated earlier in this transaction: let SQLAlchemy raise as it does
-        yield from connection.exec_driver_sql(
-            text, parameters if isinstance(parameters, Mapping) else tuple(parameters)
-        )
+    if dbapi_connection is None:
+        yield from _through_sqlalchemy(connection, text, parameters)
         return
     with driver_errors(connection, text, parameters):
         if binary:
@@ -94,7 +94,7 @@ def execute_many(connection: Connection, text: str, parameters: Sequence[Sequenc
     connection was invalidated earlier in the transaction."""
     dbapi_connection = connection.connection.dbapi_connection
     if dbapi_connection is None:
-        connection.exec_driver_sql(text, [tuple(row) for row in parameters])
+        _through_sqlalchemy(connection, text, parameters, many=True)
         return
     with driver_errors(connection, text, parameters):
         cursor = dbapi_connection.cursor()
@@ -102,6 +102,19 @@ def execute_many(connection: Connection, text: str, parameters: Sequence[Sequenc
             cursor.executemany(text, parameters)
         finally:
             cursor.close()
+
+
+def _through_sqlalchemy(
+    connection: Connection, text: str, parameters: Any, *, many: bool = False
+) -> Iterable[Sequence[Any]]:
+    """`rows` (or, `many`, `execute_many`) where the driver connection was invalidated earlier in this transaction:
+    the statement goes through SQLAlchemy's ``exec_driver_sql``, which raises as SQLAlchemy does for such a
+    connection. Its rows (none for `many`)."""
+    logger.debug("the driver connection was invalidated earlier in this transaction; executing through SQLAlchemy")
+    if many:
+        connection.exec_driver_sql(text, [tuple(row) for row in parameters])
+        return ()
+    return connection.exec_driver_sql(text, parameters if isinstance(parameters, Mapping) else tuple(parameters))
 
 
 async def _binary_rows(driver: Any, text: str, parameters: Any) -> list[Any]:
