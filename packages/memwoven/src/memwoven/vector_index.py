@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import TypeAdapter, ValidationError
 
 from memwoven._columns import Columns
 from memwoven._steps import Call, Steps, async_twin, twins
@@ -141,6 +142,7 @@ _MAX_SQUARED_NORM = np.float32(np.finfo(np.float32).max / 2)
 _SMALL_SQUARE = 2.0**-100  # float32 sums of squares below this are summed again in float64
 _MIN_NORM = 1e-37  # a shorter vector has no direction: the inverse of its norm is beyond float32
 _EMPTY = FrozenDict()  # the metadata of every row stored without any: one object, shared
+_REALS: TypeAdapter[list[float]] = TypeAdapter(list[float])  # a `VectorDocument` embedding's values
 
 
 def _column(values: Iterable[Any] | None, count: int, what: str, default: Any) -> list[Any]:
@@ -226,12 +228,35 @@ def as_matrix(vectors: Any, dimension: int | None, metric: Metric) -> Matrix:
     return _checked_matrix(vectors, dimension, metric)[0]
 
 
+def _numbers(vectors: Any) -> npt.NDArray[Any]:
+    """Embeddings as an array of real numbers, refusing what `store` refuses: complex numbers, dates, durations,
+    records and masked arrays (numpy would drop the imaginary part or the mask); an object array's values are
+    validated one by one as a `VectorDocument`'s embedding is."""
+    if isinstance(vectors, np.ma.MaskedArray):
+        raise InvalidInputError("embeddings cannot be a masked array: fill its masked values first")
+    try:
+        array = np.asarray(vectors)
+    except (TypeError, ValueError) as error:
+        raise InvalidInputError(f"embeddings must be equal-length lists of numbers ({error})") from None
+    if array.dtype.kind in "cmMV":
+        raise InvalidInputError(f"embeddings must be real numbers, not {array.dtype}")
+    if array.dtype.kind != "O":
+        return array
+    try:
+        values = _REALS.validate_python(array.ravel().tolist())
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise InvalidInputError(f"embeddings must be numbers: {first['msg']}, got {first['input']!r:.80}") from None
+    return np.array(values, dtype=np.float64).reshape(array.shape)
+
+
 def _checked_matrix(vectors: Any, dimension: int | None, metric: Metric) -> tuple[Matrix, Squares]:
     """`as_matrix`, and the squared norm of each row it computed to check them."""
+    numbers = _numbers(vectors)
     try:
         with np.errstate(over="ignore"):  # values beyond float32 become inf and are rejected below
-            matrix = np.asarray(vectors, dtype=np.float32)
-    except (TypeError, ValueError) as error:
+            matrix = np.asarray(numbers, dtype=np.float32)
+    except ValueError as error:  # strings that are not numbers
         raise InvalidInputError(f"embeddings must be equal-length lists of numbers ({error})") from None
     if matrix.ndim == 1:
         matrix = matrix.reshape(1, -1)

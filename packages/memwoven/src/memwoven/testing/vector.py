@@ -158,7 +158,7 @@ class VectorMemoryContract(StorageHooks[VectorMemory]):
         with pytest.raises(DimensionMismatchError):
             memory.store([doc("b", [1.0, 2.0])])
 
-    @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, 1e39])
+    @pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, 1e39, 10**400])  # 10**400: beyond floats
     def test_vm2_non_finite_values_are_rejected_before_writing(self, memory: Driver, bad: float) -> None:
         memory.store([doc("a", axis(0))])
         vector = axis(1)
@@ -502,6 +502,28 @@ class VectorMemoryContract(StorageHooks[VectorMemory]):
                 arguments.pop("ids"), np.asarray(arguments.pop("embeddings"), dtype=np.float64), **arguments
             )
         assert memory.ids() == ["kept"]
+
+    @pytest.mark.parametrize(
+        "rows",
+        [
+            np.array([axis(0), axis(1)]) + 1j,  # numpy would drop the imaginary part
+            np.array([axis(0), axis(1)]).astype("m8[s]"),
+            np.array([axis(0), axis(1)]).astype("M8[s]"),
+            np.ma.masked_array([axis(0), axis(1)], mask=[[False] * DIMENSION, [True] + [False] * (DIMENSION - 1)]),
+            np.array([axis(0), [None, *axis(1)[1:]]], dtype=object),
+            [axis(0), [10**400, *axis(1)[1:]]],  # beyond floats
+        ],
+        ids=["complex", "timedelta", "datetime", "masked", "object None", "huge int"],
+    )
+    def test_store_arrays_and_search_refuse_the_embeddings_store_refuses(self, memory: Driver, rows: Any) -> None:
+        self._columnar(memory)
+        with pytest.raises(InvalidInputError):
+            memory.store([{"id": f"d{i}", "embedding": row} for i, row in enumerate(rows)])
+        with pytest.raises(InvalidInputError):
+            memory.store_arrays(["d0", "d1"], rows)
+        with pytest.raises(InvalidInputError):
+            memory.search(rows[1])
+        assert memory.count() == 0
 
     # A second object over the same storage ------------------------------------------------------------------
 
