@@ -103,15 +103,12 @@ class DocumentBatch:
         and one shared empty object, so no per-row object is built beyond the ids."""
         id_list = check_ids(ids.tolist() if isinstance(ids, np.ndarray) else ids)
         count = len(id_list)
-        try:
-            two_dimensional = np.ndim(embeddings) == 2
-        except ValueError:  # a ragged list
-            two_dimensional = False
-        if not two_dimensional and (count or np.size(embeddings)):
+        numbers = _numbers(embeddings)
+        if numbers.ndim != 2 and (count or numbers.size):
             raise InvalidInputError("embeddings must be an (n, dimension) array: one row per id")
-        vectors, squares = _checked_matrix(embeddings, dimension, metric) if count else (None, None)
-        if vectors is not None and vectors.shape[0] != count:
-            raise InvalidInputError(f"{count} ids but {vectors.shape[0]} embeddings")
+        if numbers.ndim == 2 and len(numbers) != count:
+            raise InvalidInputError(f"{count} ids but {len(numbers)} embeddings")
+        vectors, squares = _checked_matrix(numbers, dimension, metric) if count else (None, None)
         content_list = _column(contents, count, "contents", "")
         if contents is not None and not all(isinstance(content, str) for content in content_list):
             raise InvalidInputError("contents must be strings")

@@ -482,6 +482,7 @@ class VectorMemoryContract(StorageHooks[VectorMemory]):
             {"embeddings": [1.0] * DIMENSION},  # not 2-D
             {"embeddings": [[[1.0] * DIMENSION]] * 2},
             {"embeddings": [[1.0] * DIMENSION] * 3},  # more rows than ids
+            {"ids": []},  # rows without ids
             {"ids": ["ok", ""]},
             {"ids": ["ok", "nul\x00"]},
             {"ids": ["ok", 7]},
