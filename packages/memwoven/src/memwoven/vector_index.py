@@ -389,18 +389,23 @@ class VectorIndex:
         return self._matrix[: len(self.ids)]
 
     def prepare(self, documents: DocumentsIn) -> DocumentBatch:
-        """Validate documents against this index (ids, dimension, finiteness) without changing anything."""
+        """Validate documents against this index (ids, dimension, finiteness) without changing anything: every
+        document, those a later one of the same id replaces too (as `DocumentBatch.of_arrays`)."""
         docs = coerce_documents(documents)
+        if not docs:
+            return DocumentBatch([], [], [], np.empty((0, self.dimension or 0), dtype=np.float32))
         latest: dict[str, int] = {}
         for position, doc in enumerate(docs):
             latest[check_id(doc.id, "document id")] = position
-        unique = [docs[position] for position in latest.values()]
-        vectors = as_matrix(_stack([doc.embedding for doc in unique]), self.dimension, self.metric) if unique else None
+        vectors = as_matrix(_stack([doc.embedding for doc in docs]), self.dimension, self.metric)
+        if len(latest) < len(docs):
+            docs = [docs[position] for position in latest.values()]
+            vectors = vectors[list(latest.values())]
         return DocumentBatch(
-            ids=[doc.id for doc in unique],
-            contents=[doc.content for doc in unique],
-            metadata=[doc.metadata for doc in unique],  # type: ignore[misc]
-            vectors=vectors if vectors is not None else np.empty((0, self.dimension or 0), dtype=np.float32),
+            ids=[doc.id for doc in docs],
+            contents=[doc.content for doc in docs],
+            metadata=[doc.metadata for doc in docs],  # type: ignore[misc]
+            vectors=vectors,
         )
 
     def upsert(self, batch: DocumentBatch) -> None:

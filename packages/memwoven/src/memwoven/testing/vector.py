@@ -132,6 +132,25 @@ class VectorMemoryContract(StorageHooks[VectorMemory]):
         assert memory.count() == 1
         assert memory.get(["a"])[0].metadata == {"v": 3}
 
+    @pytest.mark.parametrize(
+        "replaced",
+        [[0.0] * DIMENSION, [1e39, *axis(0)[1:]], [1e19] * DIMENSION],  # no cosine; beyond float32; norm too large
+        ids=["zero", "beyond float32", "huge norm"],
+    )
+    @pytest.mark.parametrize("how", ["list", "iterator", "arrays"])
+    def test_vm1_a_replaced_duplicate_is_validated_too(self, memory: Driver, replaced: list[float], how: str) -> None:
+        documents = [{"id": "a", "embedding": replaced}, {"id": "a", "embedding": axis(0)}]
+        if how == "arrays":
+            self._columnar(memory)
+        writes = {
+            "list": lambda: memory.store(documents),
+            "iterator": lambda: memory.store(iter(documents)),
+            "arrays": lambda: memory.store_arrays(["a", "a"], [replaced, axis(0)]),
+        }
+        with pytest.raises(InvalidInputError):
+            writes[how]()
+        assert memory.count() == 0
+
     def test_vm1_plain_dicts_are_accepted(self, memory: Driver) -> None:
         memory.store([{"id": "a", "content": "hello", "embedding": axis(0), "metadata": {"k": "v"}}])
         assert memory.get(["a"])[0].content == "hello"
