@@ -16,7 +16,7 @@ import pytest
 from process_support import process_context, start
 from sql_support import sql_place
 
-from memwoven._vector_cache import CachedIndex, CacheFile, writing
+from memwoven._vector_cache import CachedIndex, CacheFile, CacheWriter, writing
 from memwoven.backends.sql import SQLVectorMemory
 from memwoven.contracts import VectorMemory
 from memwoven.errors import InvalidInputError
@@ -298,6 +298,25 @@ def test_a_file_of_the_earlier_format_is_removed_when_a_file_is_written(
         assert reader.count() == 300  # read from the table, its file written
     assert not legacy.exists()
     assert len(_files(cache)) == 1
+
+
+def test_a_dead_writers_temporary_file_is_removed_when_a_file_is_written(
+    where: tuple[str, str], filled: tuple[np.ndarray, Path]
+) -> None:
+    _, cache = filled
+    (path,) = cache.glob("*.mwvc")
+    identity = path.name.split(".")[0]
+    dead, elsewhere = CacheWriter(cache, identity, 8, "cosine"), CacheWriter(cache, "f" * 40, 8, "cosine")
+    dead.add(["x"], [""], ["{}"], np.ones((1, 8), np.float32))
+    dead._file.close()  # killed while writing: neither committed nor aborted
+    path.unlink()
+    try:
+        with _open(where, cache) as reader:
+            assert reader.count() == 300  # read from the table, its file written
+        assert not dead._path.exists()
+        assert elsewhere._path.exists()  # another collection's, maybe being written now
+    finally:
+        elsewhere.abort()
 
 
 def test_a_file_the_database_cannot_record_still_serves_its_process(

@@ -84,6 +84,11 @@ def id_hashes(ids: Sequence[str]) -> npt.NDArray[np.uint64]:
     return np.frombuffer(digests, dtype=">u8").astype(np.uint64)
 
 
+def _temporary(identity: str) -> str:
+    """The name prefix of a collection's files being written."""
+    return f".tmp-{identity}-"
+
+
 def _padding(size: int) -> int:
     return -size % _ALIGN
 
@@ -95,7 +100,7 @@ class CacheWriter:
     def __init__(self, directory: Path, identity: str, dimension: int, metric: Metric) -> None:
         self.directory, self.identity, self.dimension, self.metric = directory, identity, dimension, metric
         directory.mkdir(parents=True, exist_ok=True)
-        descriptor, name = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=_SUFFIX)
+        descriptor, name = tempfile.mkstemp(dir=directory, prefix=_temporary(identity), suffix=_SUFFIX)
         self._path = Path(name)
         self._file: BinaryIO = os.fdopen(descriptor, "w+b")
         self._file.write(bytes(_HEADER))
@@ -138,7 +143,8 @@ class CacheWriter:
     def commit(self, generation: int, version: int, stamp: str) -> Path:
         """Finish the file as the collection's state at (`generation`, `version`), named by `stamp` (hex, which
         the database records for it: `newest`), fsync it and rename it into place; older files of the collection
-        are removed. Returns its path."""
+        are removed, and so are its other temporary files: the writer holds `writing`, so those are left by
+        writers that died. Returns its path."""
         count = self._count
         matrix = [_HEADER, count * self.dimension * 4, self._matrix_hash.intdigest()]
         sections: dict[str, list[int]] = {"matrix": matrix}
@@ -189,6 +195,9 @@ class CacheWriter:
             if older[:2] < (generation, version) or not older[2]:
                 with contextlib.suppress(OSError):  # another process may have removed it first
                     older[3].unlink()
+        for stale in self.directory.glob(f"{_temporary(self.identity)}*{_SUFFIX}"):
+            with contextlib.suppress(OSError):
+                stale.unlink()
         return path
 
     def abort(self) -> None:
