@@ -52,6 +52,7 @@ __all__ = [
     "inverse_norms",
     "rank",
     "require_utf8",
+    "rounding_margin",
     "store_columns",
 ]
 
@@ -721,6 +722,16 @@ def exact_scores(vectors: Matrix, query: Matrix, metric: Metric) -> Matrix:
     """The score of each row of `vectors` for `query`, exactly as an index computes it (for backends rescoring
     what their server found: its own arithmetic may score identical vectors apart)."""
     return _scores(vectors, inverse_norms(vectors), query, None, metric)
+
+
+def rounding_margin(metric: Metric, dimension: int, query_norm: float, max_norm: float) -> float:
+    """A bound on |a server's score - `exact_scores`| of one row, for a query of norm `query_norm` and rows of norm
+    at most `max_norm` (float32 sums of `dimension` products, each side's rounding error bounded by
+    dimension * 2**-24 of the product of the norms, doubled for safety)."""
+    relative = 8.0 * (dimension + 2) * 2.0**-24 + 1e-6
+    if metric == "cosine":
+        return relative
+    return relative * max(query_norm, 1e-30) * max(max_norm, 1e-30) + 1e-30
 
 
 def _scores(matrix: Matrix, inverse_norms: Matrix, query: Matrix, rows: Rows | None, metric: Metric) -> Matrix:

@@ -6,13 +6,13 @@ document's embedding as a pgvector ``vector``, its norm, and its metadata as ``j
 an escaped NUL, which ``jsonb`` cannot), for the database to search.
 
 A search is exact: the database orders the collection's rows by pgvector's distance (``<=>`` for cosine, ``<#>`` for
-dot) and returns them a page at a time; the rows read are then scored again in float32 by `VectorIndex`, the same
-code client-side search runs, so scores, the exclusive threshold, ties (by id) and filters are exactly those of
-client-side search. pgvector's float arithmetic differs from numpy's by at most `margin` (a bound on the rounding
-error of both dot products), so paging stops only once no unread row can score within reach of the k-th match, and
-the threshold is pushed into SQL widened by the same margin. Filters are applied in Python (`memwoven.filters`, the
-one definition); their top-level equality and ``$in`` parts on plain keys become a ``jsonb`` containment
-pre-selection (a superset of the matches), which a GIN index answers.
+dot) and returns them a page at a time; the rows read are then scored again in float32 by `VectorIndex`, the same code
+client-side search runs, so scores, the exclusive threshold, ties (by id) and filters are exactly those of client-side
+search. pgvector's float arithmetic differs from numpy's by at most `rounding_margin` (a bound on the rounding error of
+both dot products), so paging stops only once no unread row can score within reach of the k-th match, and the threshold
+is pushed into SQL widened by the same margin. Filters are applied in Python (`memwoven.filters`, the one definition);
+their top-level equality and ``$in`` parts on plain keys become a ``jsonb`` containment pre-selection (a superset of the
+matches), which a GIN index answers.
 
 With ``index="hnsw"`` a search is approximate: each collection gets its own partial HNSW index on
 ``embedding::vector(d)`` (``WHERE collection_key = ...``: the table is shared by every collection of the prefix, and
@@ -44,7 +44,7 @@ from memwoven._cache import LRUCache
 from memwoven.backends.sql import _driver
 from memwoven.backends.sql._schema import KEY, Tables
 from memwoven.contracts import Metric
-from memwoven.vector_index import DocumentBatch, Matrix, SearchQuery
+from memwoven.vector_index import DocumentBatch, Matrix, SearchQuery, rounding_margin
 
 __all__ = [
     "HNSW_MAX_DIMENSION",
@@ -65,7 +65,6 @@ __all__ = [
 
 _FIRST_PAGE = 64  # rows of the first page (at least 4 * top_k); each next page doubles
 _PAGE_LIMIT = 65536
-_UNIT_ROUNDING = 2.0**-24
 HNSW_MAX_DIMENSION = 2000
 """The most dimensions pgvector indexes in a ``vector`` column."""
 _ITERATIVE_SCANS = (0, 8, 0)  # the pgvector version that added hnsw.iterative_scan
@@ -284,15 +283,6 @@ def _plain_scalar(value: Any) -> bool:
     return isinstance(value, float) and math.isfinite(value)
 
 
-def margin(metric: Metric, dimension: int, query_norm: float, max_norm: float) -> float:
-    """A bound on |pgvector's score - numpy's float32 score| of one row (float32 sums of `dimension` products,
-    each side's rounding error bounded by dimension * 2**-24 of the product of the norms, doubled for safety)."""
-    relative = 8.0 * (dimension + 2) * _UNIT_ROUNDING + 1e-6
-    if metric == "cosine":
-        return relative
-    return relative * max(query_norm, 1e-30) * max(max_norm, 1e-30) + 1e-30
-
-
 @dataclass(frozen=True)
 class Search:
     """What a server search reads: the embeddings and documents tables, the collection's key and metric, the query
@@ -330,7 +320,7 @@ def candidates(connection: Connection, search: Search) -> list[DocumentBatch]:
         distance = e.c.embedding.max_inner_product(values)  # minus the dot product
         found = connection.execute(sa.select(sa.func.max(e.c.norm)).where(e.c.collection_key == collection_key))
         max_norm = float(found.scalar() or 0.0)
-    slack = margin(metric, dimension, query_norm, max_norm)
+    slack = rounding_margin(metric, dimension, query_norm, max_norm)
     distance = distance.label("distance")
     conditions: list[Any] = [e.c.collection_key == collection_key, *_preselection(e, query)]
     if query.threshold is not None:
@@ -399,7 +389,7 @@ def approximate_candidates(connection: Connection, search: Search, hnsw: Hnsw, i
         # (near ties within rounding are left to approximation, or a second page would be the rule on dense data).
         if len(matched) >= query.top_k and farthest > sorted(matched)[query.top_k - 1]:
             return batches  # the index scan goes outwards: what it has not read yet is farther (approximately)
-        slack = margin(metric, len(vector), query_norm, max_norm)
+        slack = rounding_margin(metric, len(vector), query_norm, max_norm)
         if query.threshold is not None and min(distance for distance, _, _ in rows) >= (
             _distance_bound(metric, query.threshold) + slack
         ):
