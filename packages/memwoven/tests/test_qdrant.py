@@ -171,6 +171,17 @@ def test_cosine_embeddings_come_back_as_stored(memory: QdrantVectorMemory) -> No
     assert memory.search(vector, top_k=1)[0].document.embedding == pytest.approx(vector, rel=1e-6)
 
 
+def test_cosine_embeddings_come_back_as_stored_from_a_reopened_directory(tmp_path: Path) -> None:
+    url = f"qdrant+local://{tmp_path}"
+    with QdrantVectorMemory(url, collection="docs") as memory:
+        memory.store([doc("a", 3.0, 4.0), doc("b", 0.0, 10.0)])
+    with QdrantVectorMemory(url, collection="docs") as reopened:  # local mode reloads the vectors un-normalized
+        expected = [3.0, 4.0, 0.0, 10.0]
+        assert [x for d in reopened.get(["a", "b"]) for x in d.embedding] == pytest.approx(expected, rel=1e-6)
+        reopened.search([1.0, 0.0], top_k=1)  # which normalizes them in place
+        assert [x for d in reopened.get(["a", "b"]) for x in d.embedding] == pytest.approx(expected, rel=1e-6)
+
+
 def test_ties_beyond_the_first_page_are_broken_by_id(memory: QdrantVectorMemory) -> None:
     ids = [f"t{i:02d}" for i in range(40)]
     random.Random(7).shuffle(ids)

@@ -3,7 +3,8 @@ memory (`qdrant+memory://`), all through one class.
 
 Any string id maps deterministically to a UUID point id (uuid5 of a fixed namespace and the id); the payload keeps
 ``{"id", "content", "metadata"}`` and, for cosine collections, the embedding's ``norm``: Qdrant stores cosine
-vectors normalized, so the original embedding is rebuilt from the unit vector and the norm (to float32 precision).
+vectors normalized (local mode reloads them from disk as given), so the original embedding is rebuilt as v / |v| times
+the norm (to float32 precision).
 
 Filters are translated into Qdrant filters that are implied by the memwoven filter (never stricter), then every
 hit is checked exactly with `memwoven.filters`: Qdrant's conditions match array elements and compare numbers across
@@ -359,7 +360,9 @@ class QdrantVectorMemory(VectorMemoryBase):
             and len(vector) == self._dimension
         ):
             raise CorruptMemoryError(f"collection {self.collection!r}: point {point.id} is not a memwoven document")
-        embedding = np.asarray(vector, dtype=np.float64) * norm
+        embedding = np.asarray(vector, dtype=np.float64)
+        if self.metric == "cosine":  # unit length as Qdrant keeps it, or as given when local mode reloads it from disk
+            embedding *= norm / np.linalg.norm(embedding)
         return VectorDocument.model_construct(
             id=doc_id,
             content=content,
