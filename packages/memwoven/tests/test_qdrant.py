@@ -292,6 +292,32 @@ def test_foreign_points_are_reported_as_corrupt(memory: QdrantVectorMemory) -> N
         memory.search([0.0, 1.0])
 
 
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"id": "b", "content": "", "metadata": {}, "norm": 5.0},  # another document's id: not this point's
+        {"id": "a", "content": "", "metadata": {}},  # cosine without its norm
+        {"id": "a", "content": "", "metadata": {}, "norm": float("nan")},
+        {"id": "a", "content": "", "metadata": {}, "norm": True},
+        {"id": "a", "content": "", "metadata": {}, "norm": -5.0},
+        {"id": "a", "content": "", "metadata": {}, "norm": 1e300},
+        {"id": "a", "content": "", "metadata": {"k": float("nan")}, "norm": 5.0},
+    ],
+)
+def test_damaged_points_are_reported_as_corrupt(memory: QdrantVectorMemory, payload: dict[str, Any]) -> None:
+    memory.store([doc("a", 3.0, 4.0), doc("b", 1.0, 0.0)])
+    point = models.PointStruct(id=point_id("a"), vector=[3.0, 4.0], payload=payload)
+    memory.client.upsert(memory.collection, points=[point])
+    with pytest.raises(CorruptMemoryError, match=point_id("a")):
+        memory.get(["a"])
+    with pytest.raises(CorruptMemoryError, match=point_id("a")):
+        memory.search([1.0, 0.0], top_k=5)
+    assert memory.get(["b"]) == [doc("b", 1.0, 0.0)]
+    if payload["id"] != "a":
+        with pytest.raises(CorruptMemoryError, match=point_id("a")):
+            memory.ids()
+
+
 def test_large_stores_are_batched(memory: QdrantVectorMemory, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
     upsert = memory.client.upsert

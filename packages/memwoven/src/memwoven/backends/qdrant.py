@@ -31,7 +31,7 @@ import uuid
 import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import httpx
@@ -330,8 +330,8 @@ class QdrantVectorMemory(VectorMemoryBase):
             points, offset = yield _Call("scroll", {**request, "with_payload": ["id"], "with_vectors": False})
             for point in points:
                 doc_id = (point.payload or {}).get("id")
-                if not isinstance(doc_id, str):
-                    raise CorruptMemoryError(f"collection {self.collection!r}: point {point.id} has no string id")
+                if not _is_own_id(doc_id, point):
+                    raise CorruptMemoryError(f"collection {self.collection!r}: point {point.id} has no id of its own")
                 ids.append(doc_id)
             if offset is None:
                 return sorted(ids)
@@ -350,24 +350,32 @@ class QdrantVectorMemory(VectorMemoryBase):
         """The document a point holds, raising `CorruptMemoryError` if it is not one memwoven wrote."""
         payload, vector = point.payload or {}, point.vector
         doc_id, content, metadata = payload.get("id"), payload.get("content"), payload.get("metadata")
-        norm = payload.get("norm", 1.0) if self.metric == "cosine" else 1.0
+        norm = payload.get("norm") if self.metric == "cosine" else 1.0
+        corrupt = CorruptMemoryError(f"collection {self.collection!r}: point {point.id} is not a memwoven document")
         if not (
-            isinstance(doc_id, str)
+            _is_own_id(doc_id, point)
             and isinstance(content, str)
             and isinstance(metadata, dict)
             and isinstance(norm, (int, float))
+            and not isinstance(norm, bool)
+            and 0.0 < norm < math.inf
             and isinstance(vector, list)
             and len(vector) == self._dimension
         ):
-            raise CorruptMemoryError(f"collection {self.collection!r}: point {point.id} is not a memwoven document")
+            raise corrupt
         embedding = np.asarray(vector, dtype=np.float64)
-        if self.metric == "cosine":  # unit length as Qdrant keeps it, or as given when local mode reloads it from disk
-            embedding *= norm / np.linalg.norm(embedding)
+        with np.errstate(all="ignore"):  # a damaged vector (zero, huge) is refused below
+            if self.metric == "cosine":  # unit length as Qdrant keeps it, or as given when local mode reloads it
+                embedding *= norm / np.linalg.norm(embedding)
+            values = embedding.astype(np.float32)
+        if not np.isfinite(values).all():
+            raise corrupt
+        try:
+            frozen = freeze_json(metadata)
+        except (ValueError, RecursionError):
+            raise corrupt from None
         return VectorDocument.model_construct(
-            id=doc_id,
-            content=content,
-            embedding=FrozenList(embedding.astype(np.float32).tolist()),
-            metadata=freeze_json(metadata),
+            id=doc_id, content=content, embedding=FrozenList(values.tolist()), metadata=frozen
         )
 
     # Drivers ------------------------------------------------------------------------------------------------
@@ -433,6 +441,11 @@ def _slackened(threshold: float) -> float:
     """A threshold a little below `threshold`, for Qdrant's own (inclusive) test: the exact one is applied to its
     answers afterwards. An infinite threshold stays as it is."""
     return float(threshold - _slack(threshold)) if math.isfinite(threshold) else float(threshold)
+
+
+def _is_own_id(doc_id: object, point: models.ScoredPoint | models.Record) -> TypeGuard[str]:
+    """Whether `doc_id` is a string whose point id is this point's (not another document's payload)."""
+    return isinstance(doc_id, str) and point_id(doc_id) == str(point.id)
 
 
 def _unavailable(error: Exception, where: str) -> BackendUnavailableError | None:
