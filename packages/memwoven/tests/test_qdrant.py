@@ -9,9 +9,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from qdrant_client import AsyncQdrantClient, QdrantClient, models
 
+from memwoven.backends import qdrant as qdrant_backend
 from memwoven.backends.memory import InMemoryVectorMemory
 from memwoven.backends.qdrant import QdrantVectorMemory, point_id, translate_filter
 from memwoven.contracts import Metric, VectorMemory
@@ -270,6 +272,48 @@ def test_random_operations_match_the_in_memory_backend(memory: QdrantVectorMemor
         assert [h.document.id for h in actual] == [h.document.id for h in expected], step
         assert [h.score for h in actual] == pytest.approx([h.score for h in expected], abs=1e-6)
         assert memory.count() == model.count()
+
+
+_CANCELLING = [doc("cancel", 16777216.0, 3.0, -16777216.0), doc("b1", 3.5, 0.0, 0.0), doc("b2", 3.4, 0.0, 0.0)]
+
+
+@pytest.mark.parametrize("norms", ["engine", "ordered", "ordered-legacy", "scan"])
+def test_dot_searches_allow_for_qdrants_rounding_by_the_largest_norm(
+    norms: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Qdrant scores "cancel" 3.0 for [1, 1, 1] (its terms cancel in float32), memwoven 4.0
+    reference = InMemoryVectorMemory(metric="dot")
+    reference.store(_CANCELLING)
+    with QdrantVectorMemory("qdrant+memory://", metric="dot") as memory:
+        memory.store(_CANCELLING)
+        if norms != "engine":  # as on a server: the norms come from the payloads, or from every vector
+            monkeypatch.setattr(qdrant_backend, "_largest_norm", lambda client, collection: None)
+        if norms == "ordered-legacy":  # written without its norm, as memwoven did for dot before
+            payload = {"id": "cancel", "content": "text cancel", "metadata": {}}
+            point = models.PointStruct(id=point_id("cancel"), vector=list(_CANCELLING[0].embedding), payload=payload)
+            memory.client.upsert(memory.collection, points=[point])
+        if norms == "scan":  # a server without a float index on the norm
+            memory._norms_ordered = False
+        for options in ({"top_k": 1}, {"top_k": 5, "threshold": 3.75}, {"top_k": 2, "threshold": 3.45}):
+            expected = [(h.document.id, h.score) for h in reference.search([1.0, 1.0, 1.0], **options)]
+            assert [(h.document.id, h.score) for h in memory.search([1.0, 1.0, 1.0], **options)] == expected
+
+
+def test_dot_searches_of_random_embeddings_match_the_in_memory_backend() -> None:
+    rng = np.random.default_rng(5)
+    vectors = rng.standard_normal((400, 384)).astype(np.float32) * rng.uniform(0.5, 30.0, (400, 1)).astype(np.float32)
+    documents = [doc(f"d{i:03d}", *row) for i, row in enumerate(vectors.tolist())]
+    reference = InMemoryVectorMemory(metric="dot")
+    reference.store(documents)
+    with QdrantVectorMemory("qdrant+memory://", metric="dot") as memory:
+        memory.store(documents)
+        for query in rng.standard_normal((10, 384)).tolist():
+            expected = reference.search(query, top_k=5)
+            assert memory.search(query, top_k=5) == expected
+            threshold = expected[2].score
+            assert memory.search(query, top_k=5, threshold=threshold) == reference.search(
+                query, top_k=5, threshold=threshold
+            )
 
 
 def test_payload_indexes_are_created_on_request(memory: QdrantVectorMemory) -> None:

@@ -2,15 +2,17 @@
 memory (`qdrant+memory://`), all through one class.
 
 Any string id maps deterministically to a UUID point id (uuid5 of a fixed namespace and the id); the payload keeps
-``{"id", "content", "metadata"}`` and, for cosine collections, the embedding's ``norm``: Qdrant stores cosine
-vectors normalized (local mode reloads them from disk as given), so the original embedding is rebuilt as v / |v| times
-the norm (to float32 precision).
+``{"id", "content", "metadata", "norm"}`` (the embedding's norm): Qdrant stores cosine vectors normalized (local mode
+reloads them from disk as given), so the original embedding is rebuilt as v / |v| times the norm (to float32
+precision); a dot search bounds its rounding with the largest norm.
 
 Filters are translated into Qdrant filters that are implied by the memwoven filter (never stricter), then every
 hit is checked exactly with `memwoven.filters`: Qdrant's conditions match array elements and compare numbers across
 int/float, which the core language does not, so a translation alone cannot be exact. Search over-fetches until the
 top k (and every hit tied with the k-th) is settled, then sorts by score descending and id. The threshold is
-exclusive, checked after Qdrant's inclusive `score_threshold`.
+exclusive, checked after Qdrant's inclusive `score_threshold`. Qdrant's float32 scores lie within `rounding_margin`
+of memwoven's, which for dot scales with the largest stored norm (`_max_norm_steps`), so both the fetch-more rule
+and the threshold given to Qdrant allow for it.
 
 Each operation is a generator yielding I/O-free `_Call`s (a client method and its arguments), so one body serves
 `_run` (the sync `QdrantClient`) and `_arun` (a native `AsyncQdrantClient`): `twins` makes each public method and its
@@ -23,13 +25,14 @@ client, whose calls are serialized by a lock.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import itertools
 import math
 import threading
 import uuid
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -38,6 +41,7 @@ import httpx
 import numpy as np
 from qdrant_client import AsyncQdrantClient, QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+from qdrant_client.local.async_qdrant_local import AsyncQdrantLocal
 from qdrant_client.local.qdrant_local import QdrantLocal
 
 from memwoven._redact import redact_url
@@ -55,6 +59,7 @@ from memwoven.vector_index import (
     check_metric,
     check_stored_dimension,
     exact_scores,
+    rounding_margin,
 )
 
 __all__ = ["QdrantVectorMemory", "list_collections", "point_id", "translate_filter"]
@@ -64,6 +69,8 @@ _NAMESPACE = uuid.UUID("8a0f6f4e-3c55-5a8e-9a4b-6d656d776561")  # fixed forever:
 _DISTANCES: dict[str, models.Distance] = {"cosine": models.Distance.COSINE, "dot": models.Distance.DOT}
 _LOCAL_LOCKS: weakref.WeakKeyDictionary[QdrantClient, threading.Lock] = weakref.WeakKeyDictionary()
 _LOCAL_LOCKS_GUARD = threading.Lock()
+# the points whose payload holds no norm Qdrant can order by (none, or not a number >= 0)
+_UNSIZED = models.Filter(must_not=[models.FieldCondition(key="norm", range=models.Range(gte=0.0))])
 
 
 def point_id(doc_id: str) -> str:
@@ -84,6 +91,14 @@ class _Call:
 
     method: str
     kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _Engine:
+    """Read the dense vectors of a collection of an embedded (local-mode) client: `largest_norm` of them, or None
+    for a server (run under the local-mode lock, as a `_Call` is)."""
+
+    collection: str
 
 
 class QdrantVectorMemory(VectorMemoryBase):
@@ -119,6 +134,7 @@ class QdrantVectorMemory(VectorMemoryBase):
         self._batch_size = batch_size
         self._search_params = models.SearchParams(exact=True) if exact else None
         self._ready = False  # the collection is known to exist with this memory's dimension and metric
+        self._norms_ordered = False  # Qdrant can order the points by their payload's norm (see `_max_norm_steps`)
         if isinstance(location_or_client, str):
             self._url = redact_url(location_or_client)
             self.client, self._async_client = _clients_from_location(location_or_client, client_options)
@@ -155,6 +171,10 @@ class QdrantVectorMemory(VectorMemoryBase):
             except Exception:
                 if not (yield _Call("collection_exists", {"collection_name": name})):
                     raise
+            else:
+                if self.metric == "dot" and self._local_lock is None:  # a server orders by indexed fields only
+                    index = {"field_name": "norm", "field_schema": models.PayloadSchemaType.FLOAT, "wait": True}
+                    yield _Call("create_payload_index", {"collection_name": name, **index})
         info = yield _Call("get_collection", {"collection_name": name})
         params = info.config.params.vectors
         if not isinstance(params, models.VectorParams):
@@ -163,6 +183,10 @@ class QdrantVectorMemory(VectorMemoryBase):
             raise InvalidInputError(f"collection {name!r} uses the {params.distance.value} distance, not {self.metric}")
         check_stored_dimension(params.size, self._dimension, f"collection {name!r}")
         self._dimension = params.size
+        norm_index = (info.payload_schema or {}).get("norm")
+        self._norms_ordered = self._local_lock is not None or (
+            norm_index is not None and norm_index.data_type == models.PayloadSchemaType.FLOAT
+        )
         self._ready = True
         return True
 
@@ -201,8 +225,8 @@ class QdrantVectorMemory(VectorMemoryBase):
                 f"embedding has dimension {dimension}, the collection {self.collection!r} has {self._dimension}"
             )
         count = len(batch.ids)
-        # Qdrant keeps cosine vectors normalized: the norm in the payload rebuilds the embedding
-        norms = np.linalg.norm(batch.vectors.astype(np.float64), axis=1).tolist() if self.metric == "cosine" else None
+        # Qdrant keeps cosine vectors normalized: the norm rebuilds them; a dot search bounds its rounding with it
+        norms = np.linalg.norm(batch.vectors.astype(np.float64), axis=1).tolist()
         for start in range(0, count, self._batch_size):
             end = min(start + self._batch_size, count)
             points = []
@@ -210,9 +234,12 @@ class QdrantVectorMemory(VectorMemoryBase):
             # them having been checked; the metadata thawed to plain dicts and lists, which the client serializes
             # or deep-copies
             for row, (doc_id, vector) in enumerate(zip(batch.ids[start:end], batch.vectors[start:end].tolist()), start):
-                payload = {"id": doc_id, "content": batch.contents[row], "metadata": thaw(batch.metadata[row])}
-                if norms is not None:
-                    payload["norm"] = norms[row]
+                payload = {
+                    "id": doc_id,
+                    "content": batch.contents[row],
+                    "metadata": thaw(batch.metadata[row]),
+                    "norm": norms[row],
+                }
                 points.append(models.PointStruct.model_construct(id=point_id(doc_id), vector=vector, payload=payload))
             yield _Call("upsert", {"collection_name": self.collection, "points": points, "wait": True})
 
@@ -249,11 +276,14 @@ class QdrantVectorMemory(VectorMemoryBase):
         prefilter = translate_filter(filter) if filter is not None else True
         if prefilter is False:
             return []
+        # Qdrant's own float32 scores lie within `slack` of the exact ones (for dot, in proportion to the norms)
+        max_norm = (yield from self._max_norm_steps()) if self.metric == "dot" else 1.0
+        slack = rounding_margin(self.metric, len(vector), float(np.linalg.norm(vector.astype(np.float64))), max_norm)
         request: dict[str, Any] = {
             "collection_name": self.collection,
             "query": vector.tolist(),
             "query_filter": None if prefilter is True else as_filter(prefilter),
-            "score_threshold": None if threshold is None else _slackened(threshold),
+            "score_threshold": None if threshold is None else float(threshold - slack),  # Qdrant's is inclusive
             "search_params": self._search_params,
             "with_payload": True,
             "with_vectors": True,
@@ -274,10 +304,36 @@ class QdrantVectorMemory(VectorMemoryBase):
             if len(points) < limit:  # nothing more to fetch
                 break
             lowest = self._score(min(p.score for p in points))  # Qdrant's, a little off the exact scores
-            if len(hits) >= top_k and lowest + _slack(lowest) < hits[top_k - 1][0]:
+            if len(hits) >= top_k and lowest + slack < hits[top_k - 1][0]:
                 break  # nothing unseen can beat or tie the k-th hit
             limit *= 4
         return [ScoredDocument.model_construct(document=doc, score=score) for score, doc in hits[:top_k]]
+
+    def _max_norm_steps(self) -> Steps[float]:
+        """An upper bound on the embedding norms in the collection: in local mode, from the engine's own vectors;
+        on a server, the largest payload `norm`, read by ordering on it where the server can (a float index on
+        `norm`), and the norm of each point without a usable one (written before memwoven stored it for dot) or,
+        if the server cannot order, of every point, read whole."""
+        engine = yield _Engine(self.collection)
+        if engine is not None:
+            return float(engine)
+        largest, unsized = 0.0, None
+        if self._norms_ordered:
+            order = models.OrderBy(key="norm", direction=models.Direction.DESC)
+            request = {"collection_name": self.collection, "limit": 1, "order_by": order, "with_payload": False}
+            top, _ = yield _Call("scroll", request)
+            largest = float(top[0].order_value) if top else 0.0
+            unsized = _UNSIZED
+        offset: Any = None
+        while True:
+            request = {"collection_name": self.collection, "scroll_filter": unsized, "limit": 1000, "offset": offset}
+            points, offset = yield _Call("scroll", {**request, "with_payload": False, "with_vectors": True})
+            for point in points:
+                if not isinstance(point.vector, list):
+                    raise CorruptMemoryError(f"collection {self.collection!r}: point {point.id} has no vector")
+                largest = max(largest, float(np.linalg.norm(np.asarray(point.vector, dtype=np.float64))))
+            if offset is None:
+                return largest
 
     def _score(self, score: float) -> float:
         return min(1.0, max(-1.0, score)) if self.metric == "cosine" else score
@@ -385,21 +441,27 @@ class QdrantVectorMemory(VectorMemoryBase):
             return run(steps, self._step)  # a failed call is thrown into the steps, which may handle it
 
     def _step(self, step: Any) -> Any:
-        """Execute a step from sync code: a `_Call` on the sync client (under the local-mode lock), or any other."""
-        if not isinstance(step, _Call):
+        """Execute a step from sync code: a `_Call` or `_Engine` on the sync client (under the local-mode lock), or
+        any other."""
+        if isinstance(step, _Engine):
+            call: Callable[[], Any] = functools.partial(_largest_norm, self.client, step.collection)
+        elif isinstance(step, _Call):
+            call = functools.partial(getattr(self.client, step.method), **step.kwargs)
+        else:
             return execute(step)
-        method = getattr(self.client, step.method)
         if self._local_lock is None:
-            return method(**step.kwargs)
+            return call()
         with self._local_lock:
-            return method(**step.kwargs)
+            return call()
 
     async def _arun(self, steps: Steps[_T]) -> _T:
         client = self._async_client
         if client is None:  # local mode, or no async client given: the sync steps off the event loop
             return await self._off_loop(self._run, steps)
 
-        async def step(op: Any) -> Any:  # a `_Call` on the async client, or any other step
+        async def step(op: Any) -> Any:  # a `_Call` or `_Engine` on the async client, or any other step
+            if isinstance(op, _Engine):
+                return _largest_norm(client, op.collection)
             return await getattr(client, op.method)(**op.kwargs) if isinstance(op, _Call) else await aexecute(op)
 
         with self._errors():
@@ -432,15 +494,18 @@ class QdrantVectorMemory(VectorMemoryBase):
         self.close()
 
 
-def _slack(score: float) -> float:
-    """How far Qdrant's own (float-rounded) score of a point may lie from its exact score, at most."""
-    return 1e-6 * max(1.0, abs(score))
-
-
-def _slackened(threshold: float) -> float:
-    """A threshold a little below `threshold`, for Qdrant's own (inclusive) test: the exact one is applied to its
-    answers afterwards. An infinite threshold stays as it is."""
-    return float(threshold - _slack(threshold)) if math.isfinite(threshold) else float(threshold)
+def _largest_norm(client: QdrantClient | AsyncQdrantClient, collection: str) -> float | None:
+    """The largest norm of a local-mode collection's vectors (deleted and spare rows included), or None if the
+    client is no embedded engine holding it (a server)."""
+    engine = getattr(client, "_client", None)
+    if not isinstance(engine, (QdrantLocal, AsyncQdrantLocal)):
+        return None
+    vectors = getattr(engine.collections.get(collection), "vectors", {}).get("")
+    if not isinstance(vectors, np.ndarray) or vectors.ndim != 2:
+        return None
+    if not len(vectors):
+        return 0.0
+    return float(np.sqrt(np.einsum("ij,ij->i", vectors, vectors, dtype=np.float64).max()))
 
 
 def _is_own_id(doc_id: object, point: models.ScoredPoint | models.Record) -> TypeGuard[str]:
