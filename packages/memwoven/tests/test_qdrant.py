@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from qdrant_client import AsyncQdrantClient, QdrantClient, models
@@ -360,6 +361,30 @@ def test_damaged_points_are_reported_as_corrupt(memory: QdrantVectorMemory, payl
     if payload["id"] != "a":
         with pytest.raises(CorruptMemoryError, match=point_id("a")):
             memory.ids()
+
+
+def test_a_lone_surrogate_is_refused_before_any_write() -> None:
+    local = QdrantClient(":memory:")
+    local.create_collection("c", vectors_config=models.VectorParams(size=2, distance=models.Distance.COSINE))
+    info = local.get_collection("c").model_dump(mode="json")
+    writes: list[bytes] = []
+
+    def server(request: httpx.Request) -> httpx.Response:  # a fake REST server holding collection "c"
+        if request.url.path.endswith("/exists"):
+            return httpx.Response(200, json={"result": {"exists": True}, "status": "ok", "time": 0})
+        if request.method == "GET" and request.url.path == "/collections/c":
+            return httpx.Response(200, json={"result": info, "status": "ok", "time": 0})
+        writes.append(request.content)
+        return httpx.Response(200, json={"result": {"operation_id": 1, "status": "completed"}, "status": "ok"})
+
+    client = QdrantClient(url="http://fake:6333", check_compatibility=False)
+    client._client.openapi_client.client._client = httpx.Client(transport=httpx.MockTransport(server))
+    memory = QdrantVectorMemory(client, collection="c", batch_size=1)
+    for bad in (doc("bad", 0.0, 1.0).model_copy(update={"content": "x\ud800y"}), doc("bad", 0.0, 1.0, k="\udfff")):
+        with pytest.raises(InvalidInputError, match="surrogate"):
+            memory.store([doc("good", 1.0, 0.0), bad])
+    assert writes == []
+    client.close()
 
 
 def test_large_stores_are_batched(memory: QdrantVectorMemory, monkeypatch: pytest.MonkeyPatch) -> None:
