@@ -16,7 +16,7 @@ from qdrant_client import AsyncQdrantClient, QdrantClient, models
 
 from memwoven.backends import qdrant as qdrant_backend
 from memwoven.backends.memory import InMemoryVectorMemory
-from memwoven.backends.qdrant import QdrantVectorMemory, point_id, translate_filter
+from memwoven.backends.qdrant import QdrantVectorMemory, list_collections, point_id, translate_filter
 from memwoven.contracts import Metric, VectorMemory
 from memwoven.errors import BackendUnavailableError, CorruptMemoryError, DimensionMismatchError, InvalidInputError
 from memwoven.filters import compile_filter
@@ -384,6 +384,33 @@ def test_a_lone_surrogate_is_refused_before_any_write() -> None:
         with pytest.raises(InvalidInputError, match="surrogate"):
             memory.store([doc("good", 1.0, 0.0), bad])
     assert writes == []
+    client.close()
+
+
+@pytest.mark.parametrize(
+    "vectors",
+    [
+        models.VectorParams(
+            size=2,
+            distance=models.Distance.COSINE,
+            multivector_config=models.MultiVectorConfig(comparator=models.MultiVectorComparator.MAX_SIM),
+        ),
+        models.VectorParams(size=2, distance=models.Distance.COSINE, datatype=models.Datatype.FLOAT16),
+        models.VectorParams(size=2, distance=models.Distance.COSINE, datatype=models.Datatype.UINT8),
+        {"named": models.VectorParams(size=2, distance=models.Distance.COSINE)},
+    ],
+)
+def test_collections_of_other_vectors_are_refused_and_not_listed(vectors: Any) -> None:
+    client = QdrantClient(":memory:")
+    client.create_collection("foreign", vectors_config=vectors)
+    client.create_collection("ours", vectors_config=models.VectorParams(size=2, distance=models.Distance.COSINE))
+    assert [c.name for c in list_collections(client)] == ["ours"]
+    with pytest.raises(InvalidInputError, match="'foreign'"):
+        QdrantVectorMemory(client, collection="foreign", dimension=2)
+    memory = QdrantVectorMemory(client, collection="foreign")
+    for read in (memory.count, lambda: memory.search([1.0, 0.0]), lambda: memory.store([doc("a", 1.0, 0.0)])):
+        with pytest.raises(InvalidInputError, match="'foreign'"):
+            read()
     client.close()
 
 

@@ -180,6 +180,8 @@ class QdrantVectorMemory(VectorMemoryBase):
         params = info.config.params.vectors
         if not isinstance(params, models.VectorParams):
             raise InvalidInputError(f"collection {name!r} has named vectors; memwoven uses one unnamed vector")
+        if (refusal := _foreign(params)) is not None:
+            raise InvalidInputError(f"collection {name!r} {refusal}")
         if params.distance != _DISTANCES[self.metric]:
             raise InvalidInputError(f"collection {name!r} uses the {params.distance.value} distance, not {self.metric}")
         check_stored_dimension(params.size, self._dimension, f"collection {name!r}")
@@ -510,6 +512,15 @@ def _largest_norm(client: QdrantClient | AsyncQdrantClient, collection: str) -> 
     return float(np.sqrt(np.einsum("ij,ij->i", vectors, vectors, dtype=np.float64).max()))
 
 
+def _foreign(params: models.VectorParams) -> str | None:
+    """Why a collection's vectors are not the kind memwoven stores (float32, one vector a point), or None."""
+    if params.multivector_config is not None:
+        return "holds multivectors; memwoven uses one vector a point"
+    if params.datatype not in (None, models.Datatype.FLOAT32):
+        return f"stores {params.datatype.value} vectors; memwoven uses float32"
+    return None
+
+
 def _is_own_id(doc_id: object, point: models.ScoredPoint | models.Record) -> TypeGuard[str]:
     """Whether `doc_id` is a string whose point id is this point's (not another document's payload)."""
     return isinstance(doc_id, str) and point_id(doc_id) == str(point.id)
@@ -542,7 +553,7 @@ def list_collections(location_or_client: str | QdrantClient, **client_options: A
         with lock if lock is not None else contextlib.nullcontext():
             for name in sorted(c.name for c in client.get_collections().collections):
                 params = client.get_collection(name).config.params.vectors if is_collection_name(name) else None
-                if isinstance(params, models.VectorParams) and params.distance in metrics:
+                if isinstance(params, models.VectorParams) and _foreign(params) is None and params.distance in metrics:
                     found.append(CollectionInfo(name, metrics[params.distance], params.size))
     except Exception as error:
         failure = _unavailable(error, where)
