@@ -50,11 +50,13 @@ SERVER_URLS = [
     ("postgresql", f"postgresql://me:{PASSWORD}@127.0.0.1:{PORT}/db", True),
     ("postgresql-encoded", f"postgresql://me:{ENCODED}@127.0.0.1:{PORT}/db", True),
     ("postgresql-query", f"postgresql://me@127.0.0.1:{PORT}/db?sslmode=disable&password={PASSWORD}", True),
+    ("postgresql-query-hash", f"postgresql://me@127.0.0.1:{PORT}/db?password=ab#{PASSWORD}", True),  # one password
     ("mysql", f"mysql://root:{PASSWORD}@127.0.0.1:{PORT}/db", True),
     ("mariadb-encoded", f"mariadb://root:{ENCODED}@127.0.0.1:{PORT}/db?table_prefix=app_", True),
     ("redis", f"redis://:{PASSWORD}@127.0.0.1:{PORT}/0", True),
     ("redis-user", f"redis://me:{ENCODED}@127.0.0.1:{PORT}/0?prefix=app", True),
     ("redis-query", f"redis://127.0.0.1:{PORT}/0?password={PASSWORD}", True),
+    ("redis-user-equals", f"redis://me:a=b@{PASSWORD}@127.0.0.1:{PORT}/0", True),  # redis-py: all before the last @
     ("rediss", f"rediss://:{PASSWORD}@127.0.0.1:{PORT}/0", True),
     ("qdrant", f"qdrant://:{PASSWORD}@127.0.0.1:{PORT}", False),
     ("qdrant-query", f"qdrant://127.0.0.1:{PORT}?api_key={PASSWORD}", False),
@@ -145,6 +147,10 @@ def test_urls_refused_at_opening_never_show_the_password(url: str) -> None:
         ("sqlite:///relative/path.db", "sqlite:///relative/path.db"),
         ("file:relative/dir", "file:relative/dir"),
         ("memory://", "memory://"),
+        ("redis://me:a=b@pw@h:6379/0", "redis://me:***@h:6379/0"),  # urllib's user info ends at the last '@'
+        ("postgresql://me@h/db?password=ab#pw&x=1", "postgresql://me@h/db?password=***&x=1"),  # '#' is in the value
+        ("postgresql://me@h/db?pass%77ord=pw", "postgresql://me@h/db?pass%77ord=***"),  # the name as drivers decode it
+        ("postgresql://me@h/db?a=b?password=pw", "postgresql://me@h/db?a=b?password=***"),
     ],
 )
 def test_redact_url(url: str, shown: str) -> None:
@@ -160,6 +166,8 @@ def test_redact_url_takes_sqlalchemy_urls_and_redact_text_hides_pieces() -> None
         "Port could not be cast to integer value as '***'"
     )
     assert redact_text("nothing secret here", "redis://h/0") == "nothing secret here"
+    hashed = f"postgresql://me@h/db?password=ab#{PASSWORD}"
+    assert redact_text(f"database h refused 'ab#{PASSWORD}'", hashed) == "database h refused '***'"
 
 
 CLI_CALLS = [

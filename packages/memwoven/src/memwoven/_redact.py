@@ -11,21 +11,23 @@ if TYPE_CHECKING:
 
 __all__ = ["redact_text", "redact_url"]
 
-_SECRET_QUERY = re.compile(
-    r"([?&;](?:password|passwd|pwd|pass|sslpassword|secret|token|auth|api[_-]?key|access[_-]?key)=)([^&;#]*)",
-    re.IGNORECASE,
+_SECRET_NAME = re.compile(
+    r"password|passwd|pwd|pass|sslpassword|secret|token|auth|api[_-]?key|access[_-]?key", re.IGNORECASE
 )
+# A value runs to the next '&' or ';', through any '#': SQLAlchemy sends `?password=ab#cd` as "ab#cd".
+_QUERY_PARAMETER = re.compile(r"(?<=[?&;])([^?&;=#]*)=(?=([^&;]*))")
 
 
 def _secret_spans(text: str) -> list[tuple[int, int]]:
-    """Where a URL holds secrets: the password of its user info, and the values of password-like parameters.
+    """Where a URL holds secrets: the password of its user info, and the values of password-like parameters
+    (their names percent-decoded, as the drivers read them).
 
     The password runs from the first ':' of the user info to an '@'. Parsers disagree on which '@' when the
-    password holds an unencoded '@', '/' or '?' (SQLAlchemy takes the first '@', urllib the last one before the
-    path), so the span runs to the last '@' not preceded by a query's '=': redacting a little too much is
-    harmless, printing a password is not.
+    password holds an unencoded '@', '/', '?' or '=' (SQLAlchemy takes the first '@', urllib the last one before
+    the path), so the span runs to the last of the '@'s either may take: redacting a little too much is harmless,
+    printing a password is not.
     """
-    spans = [match.span(2) for match in _SECRET_QUERY.finditer(text)]
+    spans = [match.span(2) for match in _QUERY_PARAMETER.finditer(text) if _SECRET_NAME.fullmatch(unquote(match[1]))]
     scheme_end = text.find("://")
     if scheme_end < 0:
         return spans
@@ -36,15 +38,22 @@ def _secret_spans(text: str) -> list[tuple[int, int]]:
         return spans
     equals = text.find("=", start)
     last_at = text.rfind("@", start, equals if equals >= 0 else len(text))
-    return [(colon + 1, max(first_at, last_at)), *spans]
+    netloc_end = min((found for found in (text.find(c, start) for c in "/?#") if found >= 0), default=len(text))
+    urllib_at = text.rfind("@", start, netloc_end)  # where urllib (redis-py, Qdrant) ends the user info
+    return [(colon + 1, max(first_at, last_at, urllib_at)), *spans]
 
 
 def redact_url(url: str | URL) -> str:
     """The URL with any password (in its user info or in a query parameter like ?password=) replaced by ***."""
     text = _text(url)
-    for begin, end in sorted(_secret_spans(text), reverse=True):
-        if end > begin:
-            text = text[:begin] + "***" + text[end:]
+    merged: list[tuple[int, int]] = []
+    for begin, end in sorted(span for span in _secret_spans(text) if span[1] > span[0]):
+        if merged and begin <= merged[-1][1]:  # overlapping spans are one secret
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((begin, end))
+    for begin, end in reversed(merged):
+        text = text[:begin] + "***" + text[end:]
     return text
 
 
