@@ -158,3 +158,15 @@ def test_a_mariadb_url_with_a_charset_short_of_utf8mb4_is_refused(charset: str) 
     driver's own error, or stored mangled text outside strict SQL modes. Refused before connecting."""
     with pytest.raises(InvalidInputError, match="utf8mb4"):
         open_chat_memory(f"mysql://root@127.0.0.1:1/test?charset={charset}")
+
+
+@pytest.mark.parametrize("password", ["pw", "p@ss/w:rd#1"])
+def test_a_sqlalchemy_url_object_for_redis_keeps_its_password(password: str) -> None:
+    """str() of a SQLAlchemy `URL` prints the password as ***: the client authenticated with that."""
+    from sqlalchemy.engine import URL
+
+    url = URL.create("redis", password=password, host="127.0.0.1", port=1, database="0", query={"prefix": "mw_obj"})
+    with open_chat_memory(url) as chat:  # made, not connected
+        assert chat._client.connection_pool.connection_kwargs["password"] == password
+        assert "prefix='mw_obj'" in repr(chat)
+        assert password not in repr(chat)

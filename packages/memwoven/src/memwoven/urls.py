@@ -94,7 +94,11 @@ def _resolve(url: str | URL | None, variable: str) -> tuple[str, str | URL]:
     else:
         where = f"URL {redact_url(url)!r}"
     if isinstance(url, URL):
-        return url.get_backend_name(), url
+        if _kind(url.get_backend_name()) == "sql":
+            return url.get_backend_name(), url
+        if url.password is not None and url.username is None:  # else SQLAlchemy renders no password at all
+            url = url.set(username="")
+        url = url.render_as_string(hide_password=False)  # str(url) would hand the backend "***" as the password
     if not isinstance(url, str):
         raise InvalidInputError(f"a memory URL must be a string, got {type(url).__name__}")
     try:
