@@ -144,6 +144,9 @@ def test_redis_and_qdrant_urls(tmp_path: Path) -> None:
         "sqlite:///{dir}/x.db?schema=&table_prefix=a_",
         "postgresql://me@127.0.0.1:1/db?table_prefix=",
         "redis://127.0.0.1:1/0?prefix=",
+        "postgresql://me:p#w@127.0.0.1:1/db?table_prefix=",  # SQLAlchemy's password 'p#w', urllib's fragment
+        "postgresql://me:p?w@127.0.0.1:1/db?table_prefix=",
+        "mysql://root:p#w@127.0.0.1:1/db?table_prefix=&charset=utf8mb4",
     ],
 )
 def test_an_empty_url_option_is_refused_never_the_default(url: str, tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 from importlib import import_module
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,8 @@ ITEM_BACKENDS = {
 }
 """The kind of URL (`BACKENDS`) -> the ``module:class`` of its `ItemMemory`. The class takes the URL's location
 first (none for memory, the directory for file, the URL for SQL and Redis), then the options."""
+_SQL_USER_INFO = re.compile(r"[\w+]+://(?:[^:/]*(?::[^@]*)?@)?")
+"""The scheme and user info of an SQL URL, as SQLAlchemy's `make_url` matches them."""
 _EXAMPLES = (
     "memory://, file:///path/to/dir, sqlite:///memwoven.db, postgresql://user@host/db, mysql://user@host/db, "
     "redis://host:6379/0, qdrant+local:///path/to/dir (vectors only)"
@@ -133,8 +136,8 @@ def _with_url_options(
             value = parsed.query.get(name)
             if value is not None:
                 found[name] = value
-        if isinstance(url, str):  # SQLAlchemy drops a blank parameter: look for one in the text
-            blank = parse_qsl(urlsplit(url).query, keep_blank_values=True)
+        if isinstance(url, str):  # SQLAlchemy drops a blank parameter: look for one in the query it reads
+            blank = parse_qsl(_sql_query(url), keep_blank_values=True)
             found.update({key: "" for key, value in blank if key in names and not value})
         url = parsed.difference_update_query(names) if found else url
     elif names:
@@ -157,6 +160,13 @@ def _with_url_options(
                 raise InvalidInputError(f"{name} must be a whole number in the URL {redact_url(url)!r}, got {value!r}")
             found[name] = int(value)
     return url, {**options, **found}
+
+
+def _sql_query(url: str) -> str:
+    """The query string of an SQL URL as SQLAlchemy reads it: after the first '?' that follows the user info (where
+    a password may hold an unencoded '?' or '#', which `urlsplit` takes for the query or the fragment)."""
+    user_info = _SQL_USER_INFO.match(url)
+    return url[user_info.end() if user_info else 0 :].partition("?")[2]
 
 
 def _file_path(url: str) -> Path:
