@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,10 @@ from memwoven.urls import (
     CHAT_URL_VARIABLE,
     VECTOR_URL_VARIABLE,
     open_chat_memory,
+    open_item_memory,
     open_vector_memory,
     redact_url,
+    vector_collections,
 )
 
 
@@ -173,3 +176,36 @@ def test_a_sqlalchemy_url_object_for_redis_keeps_its_password(password: str) -> 
         assert chat._client.connection_pool.connection_kwargs["password"] == password
         assert "prefix='mw_obj'" in repr(chat)
         assert password not in repr(chat)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "file://{dir}/tenant#1",  # was the directory 'tenant', as '#2' was
+        "file://{dir}/chats?prefix=b",  # was 'chats', as '?prefix=a' was
+        "memory://?prefix=a",
+        "qdrant+local://{dir}/q#1",
+        "qdrant+memory://?prefix=a",
+        "qdrant://127.0.0.1:1?api_key=k",  # was dropped: the client went without its key
+    ],
+)
+def test_urls_that_take_no_options_refuse_a_query_or_fragment(url: str, tmp_path: Path) -> None:
+    url = url.format(dir=tmp_path)
+    openers = [lambda u: open_vector_memory(u, dimension=2), vector_collections]
+    if not url.startswith("qdrant"):
+        openers += [open_chat_memory, open_item_memory]
+    for opener in openers:
+        with pytest.raises(InvalidInputError, match="no query string or fragment"):
+            opener(url)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_file_urls_name_distinct_paths_byte_for_byte(tmp_path: Path) -> None:
+    with open_chat_memory(f"file://{tmp_path}/%ff") as ff, open_chat_memory(f"file://{tmp_path}/%fe") as fe:
+        assert ff.directory != fe.directory  # both were U+FFFD
+        assert os.fsencode(ff.directory.name) == b"\xff"
+    with open_chat_memory(f"file://{tmp_path}/a%3Fb%23c") as encoded:
+        assert encoded.directory.name == "a?b#c"
+    for opener in (open_chat_memory, open_item_memory, vector_collections):
+        with pytest.raises(InvalidInputError, match="NUL"):
+            opener(f"file://{tmp_path}/a%00b")

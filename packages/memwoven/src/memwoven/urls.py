@@ -128,6 +128,14 @@ def _with_url_options(
     """Move the backend options found in the URL's query string (`URL_OPTIONS`, and `VECTOR_URL_OPTIONS` for a
     vector memory's URL) into `options`."""
     kind = _kind(scheme)
+    if kind not in URL_OPTIONS:  # no driver reads these URLs' query: a parameter would be dropped unseen
+        parts = urlsplit(str(url))
+        if parts.query or parts.fragment:
+            raise InvalidInputError(
+                f"{kind} URLs take no query string or fragment, got {redact_url(url)!r}; pass options as keyword "
+                "arguments, and percent-encode a '?' or '#' of a path (%3F, %23)"
+            )
+        return url, options
     names = URL_OPTIONS.get(kind, ()) + (VECTOR_URL_OPTIONS.get(kind, ()) if vector else ())
     found: dict[str, Any] = {}
     if kind == "sql":
@@ -170,13 +178,16 @@ def _sql_query(url: str) -> str:
 
 
 def _file_path(url: str) -> Path:
+    """The local directory a file URL names."""
     parts = urlsplit(url)
     if parts.netloc not in ("", "localhost"):
         host = parts.netloc.rpartition("@")[2]  # never the user info: it may hold a password
         raise InvalidInputError(f"file URLs name a local path (file:///abs/path), got host {host!r}")
-    path = unquote(parts.path)
+    path = unquote(parts.path, errors="surrogateescape")  # byte for byte: %ff and %fe name distinct files
     if not path:
         raise InvalidInputError("a file URL needs a path, e.g. file:///var/lib/memwoven")
+    if "\0" in path:
+        raise InvalidInputError("a file URL's path holds a NUL (%00), which no file name may")
     return Path(path)
 
 

@@ -598,6 +598,11 @@ def _clients_from_location(location: str, options: dict[str, Any]) -> tuple[Qdra
     """The sync client (and, for a server, the async client) for a `qdrant...://` URL."""
     parts = urlsplit(location)
     scheme = parts.scheme.lower()
+    if parts.query or parts.fragment:  # read by no one: ?api_key= would leave the client without its key
+        raise InvalidInputError(
+            f"Qdrant URLs take no query string or fragment, got {redact_url(location)!r}; pass client options as "
+            "keyword arguments (api_key=, timeout=, ...) or the API key as the password (qdrant://:KEY@host)"
+        )
     if scheme == "qdrant+memory":
         return QdrantClient(location=":memory:", **options), None
     if scheme == "qdrant+local":

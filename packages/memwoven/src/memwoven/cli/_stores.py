@@ -8,7 +8,6 @@ from contextlib import AbstractContextManager, closing, contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 from sqlalchemy.engine import make_url
 
@@ -18,6 +17,7 @@ from memwoven.history import encode_message
 from memwoven.models import Message
 from memwoven.urls import (
     SQL_SCHEMES,
+    _file_path,
     _resolve,
     item_memory_class,
     open_chat_memory,
@@ -79,7 +79,7 @@ class Store:
             if database and not Path(database).exists():
                 raise Failure(f"no SQLite database at {self.shown} (the file {database!r} does not exist)")
         elif scheme == "file":
-            path = Path(unquote(urlsplit(self.url).path))
+            path = _file_path(self.url)
             if not path.is_dir():
                 raise Failure(f"no memwoven directory at {self.shown} ({str(path)!r} is not a directory)")
 
