@@ -566,3 +566,17 @@ def test_an_error_raised_while_ctrl_c_unwinds_is_the_interrupt() -> None:
     assert exited.value.exit_code == 130
     with pytest.raises(BackendUnavailableError), _resumable("migrate"):
         raise BackendUnavailableError("a failure of its own stays a failure")
+
+
+def test_one_url_with_vector_options_serves_the_chat_and_item_commands(tmp_path: Path) -> None:
+    """The CLI opens chat, items and vectors from one URL: a vector option (`?search=server`) reached the chat
+    memory's driver, and `export` died after writing its header."""
+    with place("postgresql", tmp_path) as url:
+        with open_chat_memory(url) as chat:
+            chat.save("trip/1", CONVERSATION)
+        served = f"{url}&search=server&index=hnsw&ef_search=100"
+        exported, listed = memwoven_all(("export", served), ("sessions", "list", served))
+        assert exported.returncode == 0, exported.stderr
+        assert '"type":"end","sessions":1' in exported.stdout
+        assert listed.returncode == 0, listed.stderr
+        assert "trip/1" in listed.stdout

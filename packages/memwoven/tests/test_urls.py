@@ -12,6 +12,7 @@ from memwoven import (
     InMemoryVectorMemory,
     InvalidInputError,
     SQLChatMemory,
+    SQLItemMemory,
     SQLVectorMemory,
 )
 from memwoven.urls import (
@@ -209,3 +210,40 @@ def test_file_urls_name_distinct_paths_byte_for_byte(tmp_path: Path) -> None:
     for opener in (open_chat_memory, open_item_memory, vector_collections):
         with pytest.raises(InvalidInputError, match="NUL"):
             opener(f"file://{tmp_path}/a%00b")
+
+
+@pytest.mark.parametrize(
+    ("url", "name"),
+    [
+        ("sqlite:///{dir}/x.db?prefix=a", "prefix"),  # was ignored: every 'tenant' in one set of tables
+        ("postgresql://me@127.0.0.1:1/db?sslmode=disable&prefix=a", "prefix"),  # was the driver's error at first use
+        ("mysql://root@127.0.0.1:1/db?prefix=", "prefix"),
+        ("redis://127.0.0.1:1/0?table_prefix=a_", "table_prefix"),  # was redis-py's TypeError at first use
+        ("redis://127.0.0.1:1/0?prefix=a&schema=s", "schema"),
+        ("redis://127.0.0.1:1/0?search=server", "search"),
+    ],
+)
+def test_an_option_of_another_kind_of_url_is_refused(url: str, name: str, tmp_path: Path) -> None:
+    url = url.format(dir=tmp_path)
+    for opener in (open_chat_memory, open_item_memory, lambda u: open_vector_memory(u, collection="c")):
+        with pytest.raises(InvalidInputError, match=f"{name} is not an option of"):
+            opener(url)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_chat_or_item_url_may_carry_the_vector_options(tmp_path: Path) -> None:
+    """One URL names a whole store (the CLI's): the vector options are checked, then left out of the chat and item
+    memories (and of the driver's parameters)."""
+    url = f"sqlite:///{tmp_path}/x.db?table_prefix=one_&search=server&index=hnsw&ef_search=100&cache_dir=on"
+    for opener in (open_chat_memory, open_item_memory):
+        with opener(url) as memory:
+            assert isinstance(memory, (SQLChatMemory, SQLItemMemory))
+            assert memory.url == f"sqlite:///{tmp_path}/x.db"
+            assert memory.table_prefix == "one_"
+    for bad, words in [("search=sever", "unknown search"), ("ef_search=x", "whole number"), ("index=hnsw", "needs")]:
+        for opener in (open_chat_memory, open_item_memory):
+            with pytest.raises(InvalidInputError, match=words):
+                opener(f"sqlite:///{tmp_path}/y.db?{bad}")
+    assert not (tmp_path / "y.db").exists()
+    with pytest.raises(InvalidInputError, match="unexpected keyword argument 'search'"):
+        open_item_memory(f"sqlite:///{tmp_path}/y.db", search="server")  # as an argument: not a chat or item option

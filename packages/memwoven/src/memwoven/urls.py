@@ -15,6 +15,9 @@ a vector memory's SQL URL `search` (``postgresql://host/db?search=server``: pgve
 `cache_dir` (``sqlite:///f.db?cache_dir=on``: the index in a file shared by the machine's processes) and
 its index options (``?search=server&index=hnsw&ef_search=100``, also `hnsw_m` and `hnsw_ef_construction`). They
 are taken out of the URL before it reaches the driver; every other query parameter goes to the driver as before.
+A chat or item memory's SQL URL may carry the vector options too (checked, then ignored: one URL names a whole
+store). One kind's option on another kind's URL (``?prefix=`` on SQL, ``?table_prefix=`` on Redis) raises
+`InvalidInputError`, as does a query string or fragment on a memory, file or Qdrant URL, which take none.
 `vector_collections(url)` lists the collections stored at a URL.
 """
 
@@ -66,9 +69,12 @@ BACKENDS = {
 }
 """URL scheme -> the kind of backend that opens it (an SQL scheme may name a driver: ``postgresql+psycopg``)."""
 URL_OPTIONS = {"sql": ("table_prefix", "schema"), "redis": ("prefix",)}
-"""The backend options a URL's query string may carry, per kind of URL."""
+"""The backend options a URL's query string may carry, per kind of URL; the other kinds take no query string."""
 VECTOR_URL_OPTIONS = {"sql": ("search", "cache_dir", "index", "hnsw_m", "hnsw_ef_construction", "ef_search")}
-"""The options a vector memory's URL may carry besides `URL_OPTIONS` (``postgresql://host/db?search=server``)."""
+"""The options a vector memory's URL may carry besides `URL_OPTIONS` (``postgresql://host/db?search=server``); on
+a chat or item memory's URL they are checked, then ignored."""
+_OPTION_NAMES = frozenset(name for names in (*URL_OPTIONS.values(), *VECTOR_URL_OPTIONS.values()) for name in names)
+"""memwoven's own option names: on a URL of a kind that does not take one, refused (never passed to a driver)."""
 INTEGER_URL_OPTIONS = ("hnsw_m", "hnsw_ef_construction", "ef_search")
 """The URL options whose values are whole numbers (passed on as ints)."""
 ITEM_BACKENDS = {
@@ -136,26 +142,29 @@ def _with_url_options(
                 "arguments, and percent-encode a '?' or '#' of a path (%3F, %23)"
             )
         return url, options
-    names = URL_OPTIONS.get(kind, ()) + (VECTOR_URL_OPTIONS.get(kind, ()) if vector else ())
+    taken = URL_OPTIONS[kind] + VECTOR_URL_OPTIONS.get(kind, ())
+    if isinstance(url, URL):
+        pairs = [
+            (key, value)
+            for key, values in url.query.items()
+            for value in ([values] if isinstance(values, str) else values)
+        ]
+    else:
+        pairs = parse_qsl(_sql_query(url) if kind == "sql" else urlsplit(url).query, keep_blank_values=True)
     found: dict[str, Any] = {}
-    if kind == "sql":
-        parsed = make_url(url)
-        for name in names:
-            value = parsed.query.get(name)
-            if value is not None:
-                found[name] = value
-        if isinstance(url, str):  # SQLAlchemy drops a blank parameter: look for one in the query it reads
-            blank = parse_qsl(_sql_query(url), keep_blank_values=True)
-            found.update({key: "" for key, value in blank if key in names and not value})
-        url = parsed.difference_update_query(names) if found else url
-    elif names:
+    for key, value in pairs:
+        if key in taken:
+            found[key] = (found[key], value) if key in found else value
+        elif key in _OPTION_NAMES:  # another kind's option: the driver would drop it, or fail at first use
+            raise InvalidInputError(
+                f"{key} is not an option of {scheme} URLs (they take {', '.join(taken)}), in {redact_url(url)!r}"
+            )
+    if found and kind == "sql":
+        url = make_url(url).difference_update_query(found)
+    elif found:
         parts = urlsplit(str(url))
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        kept = [(key, value) for key, value in query if key not in names]
-        for key, value in query:
-            if key in names:
-                found[key] = (found[key], value) if key in found else value
-        url = urlunsplit(parts._replace(query=urlencode(kept))) if found else url
+        kept = [(key, value) for key, value in parse_qsl(parts.query, keep_blank_values=True) if key not in found]
+        url = urlunsplit(parts._replace(query=urlencode(kept)))
     for name, value in found.items():
         if not isinstance(value, str):
             raise InvalidInputError(f"{name} appears more than once in the URL {redact_url(url)!r}")
@@ -167,7 +176,20 @@ def _with_url_options(
             if not (value.isascii() and value.isdigit()):
                 raise InvalidInputError(f"{name} must be a whole number in the URL {redact_url(url)!r}, got {value!r}")
             found[name] = int(value)
-    return url, {**options, **found}
+    return url, {**options, **(found if vector else _without_vector_options(found))}
+
+
+def _without_vector_options(options: dict[str, Any]) -> dict[str, Any]:
+    """`options` without a vector memory's search options (`VECTOR_URL_OPTIONS`), which are checked first: they say
+    how vectors are searched, not where a store is, so one URL can name a whole store (as the CLI takes it)."""
+    names = VECTOR_URL_OPTIONS["sql"]
+    if any(name in options for name in names):
+        from memwoven.backends.sql._pgvector import check_index_options, check_search_mode
+
+        search = check_search_mode(options.get("search", "client"))
+        index_options = [options.get(name) for name in ("index", "hnsw_m", "hnsw_ef_construction", "ef_search")]
+        check_index_options(search, *index_options)
+    return {name: value for name, value in options.items() if name not in names}
 
 
 def _sql_query(url: str) -> str:
@@ -300,9 +322,7 @@ def vector_collections(url: str | URL | None = None, **options: Any) -> list[Col
     """
     scheme, resolved = _resolve(url, VECTOR_URL_VARIABLE)
     resolved, options = _with_url_options(scheme, resolved, options, vector=True)
-    # where and how searches run (and where their index is cached) does not change which collections are stored
-    for name in VECTOR_URL_OPTIONS["sql"]:
-        options.pop(name, None)
+    options = _without_vector_options(options)
     if scheme == "memory":
         return []
     if scheme == "file":
