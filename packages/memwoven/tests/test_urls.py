@@ -247,3 +247,18 @@ def test_a_chat_or_item_url_may_carry_the_vector_options(tmp_path: Path) -> None
     assert not (tmp_path / "y.db").exists()
     with pytest.raises(InvalidInputError, match="unexpected keyword argument 'search'"):
         open_item_memory(f"sqlite:///{tmp_path}/y.db", search="server")  # as an argument: not a chat or item option
+
+
+def test_an_sqlite_url_takes_no_schema(tmp_path: Path) -> None:
+    """It was accepted, and the first use created the file, then raised a retryable BackendUnavailableError."""
+    url = f"sqlite:///{tmp_path}/x.db"
+    openers = [
+        lambda: open_chat_memory(f"{url}?schema=tenant_a"),
+        lambda: open_item_memory(f"{url}?schema=tenant_a"),
+        lambda: open_vector_memory(f"{url}?schema=tenant_a", dimension=2),
+        lambda: SQLChatMemory(url, schema="tenant_a"),
+    ]
+    for opener in openers:
+        with pytest.raises(InvalidInputError, match="takes no schema"):
+            opener()
+    assert list(tmp_path.iterdir()) == []

@@ -11,6 +11,7 @@ from sqlalchemy.engine import URL, Engine
 from memwoven._steps import Runner, Steps, aexecute, arun, execute, run
 from memwoven.backends.sql._engine import Database, Work
 from memwoven.backends.sql._schema import Tables, check_identifier, create_tables
+from memwoven.errors import InvalidInputError
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -58,6 +59,11 @@ class SQLBackend(Runner):
         self.table_prefix = check_identifier(table_prefix, "table_prefix")
         self.schema = None if schema is None else check_identifier(schema, "schema")
         self._db = Database(url_or_engine, async_engine=async_engine, pool_size=pool_size, pool_timeout=pool_timeout)
+        # On SQLite a schema is an ATTACHed database, which only an Engine passed in can have; from a URL the first
+        # use created the file, then failed as if the database were unavailable.
+        if self.schema is not None and self._db.dialect == "sqlite" and isinstance(url_or_engine, (str, URL)):
+            self._db.close()
+            raise InvalidInputError("an SQLite URL takes no schema (SQLite has none); give each tenant its own file")
         self._tables = Tables.build(self.table_prefix, self.schema)
         self._own_tables: list[sa.Table] = [getattr(self._tables, name) for name in self._table_names]
         self._ready = False
