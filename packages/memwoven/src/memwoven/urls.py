@@ -131,8 +131,9 @@ def _resolve(url: str | URL | None, variable: str) -> tuple[str, str | URL]:
 def _with_url_options(
     scheme: str, url: str | URL, options: dict[str, Any], *, vector: bool = False
 ) -> tuple[str | URL, dict[str, Any]]:
-    """Move the backend options found in the URL's query string (`URL_OPTIONS`, and `VECTOR_URL_OPTIONS` for a
-    vector memory's URL) into `options`."""
+    """Move the backend options found in the URL's query string (`URL_OPTIONS`, `VECTOR_URL_OPTIONS`) into
+    `options`; unless `vector`, the vector ones are checked, then dropped. An option of another kind of URL, or any
+    query on a kind that takes none, raises `InvalidInputError`."""
     kind = _kind(scheme)
     if kind not in URL_OPTIONS:  # no driver reads these URLs' query: a parameter would be dropped unseen
         parts = urlsplit(str(url))
