@@ -12,18 +12,23 @@ standard projection equals the stored one), which makes the round trip exact: ev
 A message written by another framework, or whose standard fields were changed after LangChain wrote it, is built
 from the standard fields instead.
 
-Encoding rule: a message must be JSON all the way down (dicts with string keys, lists, strings, numbers, booleans,
-None; no NaN or infinity). Anything else (bytes, tuples, datetimes, objects, non-string keys) raises
-`InvalidInputError` naming where it is, rather than being silently changed.
+Encoding rule: a message's field values must be JSON all the way down as given (`memwoven.models.check_json`).
+Anything else (bytes, tuples, datetimes, objects, non-string keys) raises `InvalidInputError` naming where it is,
+rather than being silently changed, with one exception: LangChain `Document`s in `artifact`, `additional_kwargs` or
+`response_metadata` (a retriever tool's artifact) are kept in LangChain's own serialization (`dumpd`) and revived by
+`load` (that class only), so they come back as `Document`s.
 """
 
 from __future__ import annotations
 
-import math
+import logging
 import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from langchain_core.documents import Document
+from langchain_core.load import dumpd, load
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -38,7 +43,7 @@ from langchain_core.messages import (
 from pydantic import ValidationError
 
 from memwoven import ImagePart, InvalidInputError, Message, OpaquePart, TextPart
-from memwoven.models import coerce_messages, thaw
+from memwoven.models import check_json, coerce_messages, thaw
 
 __all__ = ["EXTRAS_KEY", "from_core", "from_core_many", "to_core", "to_core_many"]
 
@@ -57,32 +62,15 @@ _CHAT_ROLES = {
     "developer": "developer",
     "tool": "tool",
     "function": "tool",
+    "chatbot": "assistant",  # Cohere's name for the assistant
+    "model": "assistant",  # Gemini's name for the assistant
 }
+_REVIVABLE_FIELDS = ("artifact", "additional_kwargs", "response_metadata")
+_REVIVABLE_CLASSES = (Document,)
+REVIVED_KEY = "revived"
+"""The key, next to `type` and `data` in `extras["langchain"]`, listing the fields kept as `dumpd(value)`."""
+_logger = logging.getLogger(__name__)
 _DATA_URL = re.compile(r"^data:(?P<mime>[^;,]+)(?:;[^,;]*)*;base64,(?P<data>.*)$", re.DOTALL)
-
-
-def check_json(value: Any, where: str) -> None:
-    """Raise `InvalidInputError` unless `value` is plain JSON (see the module docstring)."""
-    if value is None or isinstance(value, (str, bool, int)):
-        return
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise InvalidInputError(f"{where} is {value}, which JSON cannot hold")
-        return
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise InvalidInputError(f"{where} has the non-string key {key!r}; JSON object keys are strings")
-            check_json(item, f"{where}[{key!r}]")
-        return
-    if isinstance(value, list):
-        for position, item in enumerate(value):
-            check_json(item, f"{where}[{position}]")
-        return
-    raise InvalidInputError(
-        f"{where} is a {type(value).__name__}, which JSON cannot hold; convert it to JSON values first "
-        "(e.g. a list for a tuple, base64 text for bytes, an ISO string for a datetime)"
-    )
 
 
 # --- LangChain -> core -------------------------------------------------------------------------------------------
@@ -98,7 +86,13 @@ def _role(message: BaseMessage) -> str:
     if isinstance(message, (ToolMessage, FunctionMessage)):
         return "tool"
     if isinstance(message, ChatMessage):
-        return _CHAT_ROLES.get(message.role.lower(), "user")
+        role = _CHAT_ROLES.get(message.role.lower())
+        if role is None:
+            warnings.warn(
+                f"ChatMessage role {message.role!r} has no memwoven role; other frameworks read it as 'user'",
+                stacklevel=2,
+            )
+        return role or "user"
     raise InvalidInputError(f"a {type(message).__name__} (type {message.type!r}) is not a chat message memwoven stores")
 
 
@@ -158,15 +152,58 @@ def _standard(message: BaseMessage) -> dict[str, Any]:
     return fields
 
 
-def to_core_many(messages: Iterable[BaseMessage]) -> list[Message]:
-    """Convert LangChain messages to core `Message`s (raises `InvalidInputError` for what JSON cannot hold)."""
+def _serialized(value: Any) -> Any:
+    """`dumpd(value)` if that is JSON and `load` revives it equal from `_REVIVABLE_CLASSES` alone, else None."""
+    try:
+        dumped = dumpd(value)
+        check_json(dumped, "dumpd")
+        return dumped if _revived(dumped) == value else None
+    except (InvalidInputError, ValueError, TypeError, NotImplementedError, RecursionError):  # RecursionError: a cycle
+        return None
+
+
+def _revived(dumped: Any) -> Any:
+    return load(dumped, allowed_objects=_REVIVABLE_CLASSES)
+
+
+def _native(message: BaseMessage, where: str) -> dict[str, Any]:
+    """`message_to_dict(message)`, with each field value checked as the message holds it (the dump has already
+    turned models and dataclasses into dicts), revivable fields holding `Document`s kept as `dumpd` of them."""
+    native = message_to_dict(message)
+    revived = []
+    for name in native["data"]:
+        value = getattr(message, name)
+        try:
+            check_json(value, f"{where}[{name!r}]")
+        except InvalidInputError:
+            serialized = _serialized(value) if name in _REVIVABLE_FIELDS else None
+            if serialized is None:
+                raise
+            native["data"][name] = serialized
+            revived.append(name)
+    if revived:
+        native[REVIVED_KEY] = revived
+    return native
+
+
+def to_core_many(messages: Iterable[BaseMessage], *, standard_if_not_json: bool = False) -> list[Message]:
+    """Convert LangChain messages to core `Message`s (raises `InvalidInputError` for what JSON cannot hold).
+
+    `standard_if_not_json` (for read-only views): a message whose LangChain fields JSON cannot hold is kept with
+    its standard fields alone, with a logged warning, instead of raising.
+    """
     records = []
     for position, message in enumerate(messages):
         if not isinstance(message, BaseMessage):
             raise InvalidInputError(f"message {position} is a {type(message).__name__}, not a LangChain BaseMessage")
-        native = message_to_dict(message)
-        check_json(native["data"], f"message {position} ({type(message).__name__})")
-        records.append({**_standard(message), "extras": {EXTRAS_KEY: native}})
+        try:
+            extras = {"extras": {EXTRAS_KEY: _native(message, f"message {position} ({type(message).__name__})")}}
+        except InvalidInputError as error:
+            if not standard_if_not_json:
+                raise
+            _logger.warning("%s; that message is shown with its standard fields only", error)
+            extras = {}
+        records.append({**_standard(message), **extras})
     return coerce_messages(records)
 
 
@@ -191,8 +228,28 @@ def _block(part: TextPart | ImagePart | OpaquePart) -> dict[str, Any]:
         if part.detail is not None:
             block["extras"] = {"detail": part.detail}
         return block
-    data = thaw(part.data)
-    return data if "type" in data else {"type": part.kind, **data}
+    data: dict[str, Any] = thaw(part.data)
+    if "type" in data:
+        return data
+    return _from_llama_index(data) or {"type": "non_standard", "value": data}
+
+
+def _from_llama_index(block: dict[str, Any]) -> dict[str, Any] | None:
+    """The v1 standard block for a LlamaIndex block's JSON, where one holds the same thing; else None."""
+    kind = block.get("block_type")
+    if kind == "audio" and block.get("audio") and block.get("format"):
+        return {"type": "audio", "base64": block["audio"], "mime_type": f"audio/{block['format']}"}
+    if kind == "audio" and block.get("url"):
+        return {"type": "audio", "url": block["url"]}
+    if kind == "document" and (block.get("data") or block.get("url")):
+        source = {"base64": block["data"]} if block.get("data") else {"url": block["url"]}
+        mime = {"mime_type": block["document_mimetype"]} if block.get("document_mimetype") else {}
+        title = {"extras": {"filename": block["title"]}} if block.get("title") else {}
+        return {"type": "file", **source, **mime, **title}
+    if kind == "thinking" and isinstance(block.get("content"), str):
+        extras = {"extras": block["additional_information"]} if block.get("additional_information") else {}
+        return {"type": "reasoning", "reasoning": block["content"], **extras}
+    return None
 
 
 def _from_standard(message: Message) -> BaseMessage:
@@ -206,7 +263,12 @@ def _from_standard(message: Message) -> BaseMessage:
             {"id": call.id or None, "name": call.name, "args": thaw(call.arguments), "type": "tool_call"}
             for call in message.tool_calls
         ]
-        return AIMessage(**common, tool_calls=calls)
+        if isinstance(content, str):
+            return AIMessage(**common, tool_calls=calls)
+        # a call whose arguments are not a JSON object, as another framework wrote it (LangChain's own are extras)
+        invalid = [block for block in content if block.get("type") == "invalid_tool_call"]
+        common["content"] = [block for block in content if block.get("type") != "invalid_tool_call"] or ""
+        return AIMessage(**common, tool_calls=calls, invalid_tool_calls=invalid)
     if message.role == "developer":
         return SystemMessage(**common, additional_kwargs={DEVELOPER_ROLE_KEY: "developer"})
     if message.role == "tool":
@@ -221,8 +283,12 @@ def _rebuild(native: Any) -> BaseMessage | None:
     if not isinstance(native, Mapping) or not isinstance(native.get("data"), Mapping):
         return None
     try:
-        return messages_from_dict([thaw(native)])[0]
-    except (ValueError, TypeError, KeyError):  # includes pydantic's ValidationError
+        thawed = thaw(native)
+        for name in thawed.pop(REVIVED_KEY, ()):
+            if name in _REVIVABLE_FIELDS and name in thawed["data"]:
+                thawed["data"][name] = _revived(thawed["data"][name])
+        return messages_from_dict([thawed])[0]
+    except (ValueError, TypeError, KeyError, NotImplementedError):  # includes pydantic's ValidationError
         return None
 
 

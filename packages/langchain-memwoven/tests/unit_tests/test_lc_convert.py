@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 from typing import Any
 
 import pytest
+from langchain_core.documents import Document
 from langchain_core.messages import (
     AIMessage,
     AIMessageChunk,
@@ -21,10 +23,13 @@ from langchain_core.messages import (
     SystemMessageChunk,
     ToolMessage,
     ToolMessageChunk,
+    convert_to_openai_messages,
 )
+from pydantic import BaseModel
 
 from langchain_memwoven._convert import EXTRAS_KEY, from_core, to_core, to_core_many
 from memwoven import ImagePart, InvalidInputError, Message, OpaquePart, TextPart, ToolCall
+from memwoven.models import thaw
 from memwoven.testing import sample_conversation
 
 MULTIMODAL = [
@@ -83,6 +88,7 @@ MESSAGES: list[BaseMessage] = [
 ]
 
 
+@pytest.mark.filterwarnings("ignore:ChatMessage role 'critic'")
 @pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
 def test_round_trip_is_exact(message: BaseMessage) -> None:
     core = to_core(message)
@@ -93,6 +99,7 @@ def test_round_trip_is_exact(message: BaseMessage) -> None:
     assert from_core(Message.model_validate_json(core.model_dump_json())) == message
 
 
+@pytest.mark.filterwarnings("ignore:ChatMessage role 'critic'")
 def test_standard_fields_are_mapped() -> None:
     human, _, ai, _, tool, _, system, developer, critic, chat_ai, function, chunk, *_ = to_core_many(MESSAGES)
     assert human.role == "user"
@@ -144,7 +151,7 @@ def test_messages_written_by_other_frameworks_are_read_from_the_standard_fields(
         {"type": "text", "text": "What is in this picture? \u00e9\u65e5\U0001f600"},
         {"type": "image", "url": "https://example.com/cat.png", "extras": {"detail": "high"}},
         {"type": "image", "base64": "iVBORw0KGgo=", "mime_type": "image/png"},
-        {"type": "audio", "format": "wav", "seconds": 1.5},
+        {"type": "non_standard", "value": {"format": "wav", "seconds": 1.5}},
     ]
     assert (user.id, user.name) == ("u1", "alice")
     assert isinstance(assistant, AIMessage)
@@ -164,9 +171,9 @@ def test_messages_written_by_other_frameworks_are_read_from_the_standard_fields(
 
 
 def _typed(part: Any) -> Any:
-    """An opaque part as LangChain writes it: its block, "type" included, as data."""
+    """An opaque part as LangChain writes it back: a foreign block as a `non_standard` one."""
     if isinstance(part, OpaquePart) and "type" not in part.data:
-        return OpaquePart(kind=part.kind, data={"type": part.kind, **part.data})
+        return OpaquePart(kind="non_standard", data={"type": "non_standard", "value": part.data})
     return part
 
 
@@ -216,3 +223,92 @@ def test_things_that_are_not_chat_messages_are_refused() -> None:
         to_core(RemoveMessage(id="m1"))
     with pytest.raises(InvalidInputError, match="not a LangChain BaseMessage"):
         to_core_many([{"role": "user", "content": "hi"}])  # type: ignore[list-item]
+
+
+class Answer(BaseModel):
+    city: str
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+
+
+def test_documents_in_a_message_come_back_as_documents() -> None:
+    docs = [Document(page_content="doc", metadata={"source": "a.txt", "lc": 1}, id="d1")]
+    tool = ToolMessage("found", tool_call_id="c1", id="t1", artifact=docs)  # a retriever tool's result
+    ai = AIMessage("x", id="a1", additional_kwargs={"docs": docs}, response_metadata={"doc": docs[0]})
+    for message in (tool, ai):
+        core = to_core(message)
+        assert from_core(Message.model_validate_json(core.model_dump_json())) == message
+    assert from_core(to_core(tool)).artifact[0] == docs[0]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        AIMessage("{}", additional_kwargs={"parsed": Answer(city="Paris")}),
+        ToolMessage("p", tool_call_id="c", artifact=Point(1)),
+        ToolMessage("p", tool_call_id="c", artifact={"point": Point(1)}),
+        AIMessage("x", response_metadata={"when": [datetime(2026, 1, 1)]}),
+        AIMessage("", tool_calls=[{"name": "f", "args": {"p": Answer(city="x")}, "id": "c"}]),
+    ],
+)
+def test_objects_that_message_to_dict_would_turn_into_dicts_are_refused(message: BaseMessage) -> None:
+    with pytest.raises(InvalidInputError, match="JSON cannot hold"):
+        to_core(message)
+
+
+def test_a_self_referencing_value_is_refused() -> None:
+    cycle: dict[str, Any] = {}
+    cycle["self"] = cycle
+    with pytest.raises(InvalidInputError, match="nests deeper"):
+        to_core(AIMessage("x", additional_kwargs={"v": cycle}))
+
+
+def test_chat_message_roles_of_other_providers() -> None:
+    assert [to_core(ChatMessage("x", role=role)).role for role in ("model", "chatbot", "Model")] == ["assistant"] * 3
+    with pytest.warns(UserWarning, match="role 'critic' has no memwoven role"):
+        assert to_core(ChatMessage("x", role="critic")).role == "user"
+
+
+def test_llama_index_blocks_become_standard_blocks() -> None:
+    def li(kind: str, **fields: Any) -> OpaquePart:
+        return OpaquePart(kind=kind, data={"block_type": kind, **fields})
+
+    message = Message(
+        role="user",
+        content=[
+            li("audio", audio="UklGRg==", path=None, url=None, format="wav"),
+            li("audio", audio=None, path=None, url="https://example.com/a.mp3", format=None),
+            li("document", data="JVBERi0=", path=None, url=None, title="report", document_mimetype="application/pdf"),
+            li("thinking", content="hmm", num_tokens=None, additional_information={"signature": "s"}),
+            li("image", image=None, path="/tmp/a.png", url=None, image_mimetype="image/png", detail=None),
+            OpaquePart(kind="custom", data={"x": 1}),
+        ],
+    )
+    converted = from_core(message)
+    assert converted.content == [
+        {"type": "audio", "base64": "UklGRg==", "mime_type": "audio/wav"},
+        {"type": "audio", "url": "https://example.com/a.mp3"},
+        {"type": "file", "base64": "JVBERi0=", "mime_type": "application/pdf", "extras": {"filename": "report"}},
+        {"type": "reasoning", "reasoning": "hmm", "extras": {"signature": "s"}},
+        {"type": "non_standard", "value": thaw(message.content[4].data)},  # type: ignore[union-attr]
+        {"type": "non_standard", "value": {"x": 1}},
+    ]
+    sendable = converted.model_copy(update={"content": [converted.content[0], converted.content[2]]})
+    assert [block["type"] for block in convert_to_openai_messages([sendable])[0]["content"]] == ["input_audio", "file"]
+
+
+def test_a_call_with_unusable_arguments_from_another_framework_is_an_invalid_tool_call() -> None:
+    invalid = {"type": "invalid_tool_call", "id": "c1", "name": "rm", "args": '{"path": ', "error": "not JSON"}
+    message = Message(
+        role="assistant",
+        content=[TextPart(text="deleting"), OpaquePart(kind="invalid_tool_call", data=invalid)],
+        tool_calls=[ToolCall(id="c2", name="ls", arguments={})],
+    )
+    converted = from_core(message)
+    assert isinstance(converted, AIMessage)
+    assert converted.invalid_tool_calls == [invalid]
+    assert [call["id"] for call in converted.tool_calls] == ["c2"]
+    assert converted.content == [{"type": "text", "text": "deleting"}]

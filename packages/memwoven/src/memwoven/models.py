@@ -46,6 +46,7 @@ __all__ = [
     "TextPart",
     "ToolCall",
     "VectorDocument",
+    "check_json",
     "coerce_documents",
     "coerce_item_value",
     "coerce_message",
@@ -113,6 +114,37 @@ def freeze_json(value: Any, _depth: int = 1) -> Any:
     if isinstance(value, int) and not -_INT_BOUND < value < _INT_BOUND:
         raise ValueError(f"a JSON integer may have at most {MAX_INT_DIGITS} digits")
     return value
+
+
+def check_json(value: Any, where: str, accept: tuple[type, ...] = (), _depth: int = 0) -> None:
+    """Raise `InvalidInputError` naming `where` unless `value` is plain JSON as given (dicts with string keys,
+    lists, strings, numbers, booleans, None; no NaN or ±inf; at most `MAX_JSON_DEPTH` levels), or an instance of
+    `accept` (which the caller serializes itself). For adapters, whose frameworks' own serializers would otherwise
+    silently turn a tuple, bytes, a datetime or an object into other JSON."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidInputError(f"{where} is {value}, which JSON cannot hold")
+        return
+    if isinstance(value, (dict, list)) and _depth >= MAX_JSON_DEPTH:  # also ends a cycle
+        raise InvalidInputError(f"{where} nests deeper than {MAX_JSON_DEPTH} levels (or refers to itself)")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidInputError(f"{where} has the non-string key {key!r}; JSON object keys are strings")
+            check_json(item, f"{where}[{key!r}]", accept, _depth + 1)
+        return
+    if isinstance(value, list):
+        for position, item in enumerate(value):
+            check_json(item, f"{where}[{position}]", accept, _depth + 1)
+        return
+    if accept and isinstance(value, accept):
+        return
+    raise InvalidInputError(
+        f"{where} is a {type(value).__name__}, which JSON cannot hold; convert it to JSON values first "
+        "(e.g. a list for a tuple, base64 text for bytes, an ISO string for a datetime)"
+    )
 
 
 def _check_depth(depth: int) -> None:
