@@ -5,6 +5,7 @@ and is written back unchanged."""
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,16 @@ from llama_index.core.bridge.pydantic import BaseModel
 
 from llama_index.storage.chat_store.memwoven import MemwovenChatStore
 from llama_index.storage.chat_store.memwoven._convert import NAMESPACE, to_chat, to_chat_many, to_core, to_core_many
-from memwoven import ChatMemory, ImagePart, InMemoryChatMemory, Message, OpaquePart, TextPart, ToolCall
+from memwoven import (
+    ChatMemory,
+    ImagePart,
+    InMemoryChatMemory,
+    InvalidInputError,
+    Message,
+    OpaquePart,
+    TextPart,
+    ToolCall,
+)
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR"
 
@@ -71,7 +81,7 @@ def rich_conversation(tmp_path: Path) -> list[ChatMessage]:
                 CachePoint(cache_control=CacheControl(type="ephemeral")),
                 CitableBlock(title="t", source="https://example.com", content=[TextBlock(text="quoted")]),
             ],
-            additional_kwargs={"raw": b"\x00\x01", "nested": {"list": [1, 2.5, None, True]}},
+            additional_kwargs={"raw": "AAE=", "nested": {"list": [1, 2.5, None, True]}},
         ),
         ChatMessage(
             role="assistant",
@@ -216,7 +226,10 @@ def langchain_session() -> list[Message]:
         ),
         Message(
             role="assistant",
-            content=[TextPart(text="It is a cat."), OpaquePart(kind="reasoning", data={"summary": "looked"})],
+            content=[
+                TextPart(text="It is a cat."),
+                OpaquePart(kind="reasoning", data={"type": "reasoning", "reasoning": "looked"}),
+            ],
             extras={"langchain": {"type": "ai", "response_metadata": {"finish_reason": "stop"}}},
         ),
     ]
@@ -240,7 +253,7 @@ def langchain_session_as_llama_index() -> list[ChatMessage]:
         ChatMessage(
             role="tool", content="A cat on a sofa.", additional_kwargs={"tool_call_id": "call_1", "name": "describe"}
         ),
-        ChatMessage(role="assistant", content="It is a cat."),  # LangChain's reasoning block has no LlamaIndex form
+        ChatMessage(role="assistant", blocks=[TextBlock(text="It is a cat."), ThinkingBlock(content="looked")]),
     ]
 
 
@@ -389,3 +402,109 @@ def test_messages_a_caller_mutates_leave_the_store_unchanged() -> None:
         read.append(ChatMessage(role="user", content="extra"))
     assert dumps(store.get_messages("k")) == expected
     assert dumps(asyncio.run(store.aget_messages("k"))) == expected
+
+
+class Point(BaseModel):
+    x: int
+
+
+@pytest.mark.parametrize(
+    "value",
+    [datetime(2026, 1, 1), (1, 2), b"\x00", uuid.UUID(int=1), {1}, float("nan"), {1: "a"}],
+    ids=["datetime", "tuple", "bytes", "uuid", "set", "nan", "int-key"],
+)
+def test_values_the_json_dump_would_change_are_refused(value: Any) -> None:
+    with pytest.raises(InvalidInputError, match="additional_kwargs"):
+        to_core(ChatMessage(role="assistant", content="x", additional_kwargs={"v": value}))
+    with pytest.raises(InvalidInputError, match="tool_kwargs"):
+        to_core(ChatMessage(role="assistant", blocks=[ToolCallBlock(tool_name="f", tool_kwargs={"v": [value]})]))
+    stored = [to_core(ChatMessage(role="user", content="x", additional_kwargs={"v": "2026-01-01T00:00:00"}))]
+    edited = ChatMessage(role="user", content="x", additional_kwargs={"v": value})
+    with pytest.raises(InvalidInputError):  # even where its dump matches a stored message
+        to_core_many([edited], stored)
+
+
+def test_a_self_referencing_value_is_refused() -> None:
+    cycle: dict[str, Any] = {}
+    cycle["self"] = cycle
+    with pytest.raises(InvalidInputError, match="nests deeper"):
+        to_core(ChatMessage(role="user", content="x", additional_kwargs={"v": cycle}))
+
+
+def test_pydantic_models_are_kept_as_their_json_as_llama_index_keeps_them() -> None:
+    message = ChatMessage(role="assistant", content="x", additional_kwargs={"p": Point(x=1)})
+    assert to_chat(to_core(message)).additional_kwargs == {"p": {"x": 1}}
+
+
+def test_langchain_standard_blocks_become_llama_index_blocks() -> None:
+    message = Message(
+        role="assistant",
+        content=[
+            OpaquePart(kind="audio", data={"type": "audio", "base64": "UklGRg==", "mime_type": "audio/wav"}),
+            OpaquePart(
+                kind="audio",
+                data={"type": "audio", "source_type": "base64", "data": "UklGRg==", "mime_type": "audio/mpeg"},
+            ),
+            OpaquePart(
+                kind="file",
+                data={
+                    "type": "file",
+                    "base64": "JVBERi0=",
+                    "mime_type": "application/pdf",
+                    "extras": {"filename": "r.pdf"},
+                },
+            ),
+            OpaquePart(
+                kind="file", data={"type": "file", "url": "https://example.com/r.pdf", "mime_type": "application/pdf"}
+            ),
+            OpaquePart(kind="reasoning", data={"type": "reasoning", "reasoning": "step by step"}),
+            OpaquePart(kind="thinking", data={"type": "thinking", "thinking": "hmm", "signature": "sig"}),
+            OpaquePart(
+                kind="invalid_tool_call",
+                data={"type": "invalid_tool_call", "id": "c1", "name": "rm", "args": "{", "error": "e"},
+            ),
+            OpaquePart(kind="tool_call", data={"type": "tool_call", "id": "c2", "name": "ls", "args": {}}),
+        ],
+        tool_calls=[ToolCall(id="c2", name="ls")],
+    )
+    blocks = to_chat(message).blocks
+    assert dumps([ChatMessage(role="assistant", blocks=blocks)])[0]["blocks"] == [
+        block.model_dump(mode="json")
+        for block in [
+            AudioBlock(audio=b"UklGRg==", format="wav"),
+            AudioBlock(audio=b"UklGRg==", format="mpeg"),
+            DocumentBlock(data=b"JVBERi0=", document_mimetype="application/pdf", title="r.pdf"),
+            DocumentBlock(url="https://example.com/r.pdf", document_mimetype="application/pdf"),
+            ThinkingBlock(content="step by step"),
+            ThinkingBlock(content="hmm", additional_information={"signature": "sig"}),
+            ToolCallBlock(tool_call_id="c1", tool_name="rm", tool_kwargs="{"),
+            ToolCallBlock(tool_call_id="c2", tool_name="ls", tool_kwargs={}),
+        ]
+    ]
+
+
+def test_a_block_with_no_llama_index_form_is_left_out_with_a_warning() -> None:
+    message = Message(role="user", content=[OpaquePart(kind="image", data={"type": "image", "file_id": "f1"})])
+    with pytest.warns(UserWarning, match="'image' content part has no LlamaIndex block"):
+        assert to_chat(message).blocks == []
+
+
+@pytest.mark.parametrize("arguments", ['{"path": ', "[1, 2]", '"text"'])
+def test_tool_call_arguments_that_are_no_json_object_make_an_invalid_call(arguments: str) -> None:
+    call = ToolCallBlock(tool_call_id="c1", tool_name="rm", tool_kwargs=arguments)
+    openai_call = {"id": "c2", "type": "function", "function": {"name": "rm", "arguments": arguments}}
+    message = ChatMessage(role="assistant", blocks=[call], additional_kwargs={"tool_calls": [openai_call]})
+    core = to_core(message)
+    assert core.tool_calls == []
+    assert [(part.kind, part.data["id"], part.data["args"]) for part in core.content] == [  # type: ignore[union-attr]
+        ("invalid_tool_call", "c1", arguments),
+        ("invalid_tool_call", "c2", arguments),
+    ]
+    assert dumps([to_chat(core)]) == dumps([message])  # LlamaIndex's own round trip stays exact
+
+
+def test_empty_tool_call_arguments_are_no_arguments() -> None:
+    core = to_core(
+        ChatMessage(role="assistant", blocks=[ToolCallBlock(tool_call_id="c1", tool_name="ls", tool_kwargs="")])
+    )
+    assert core.tool_calls == [ToolCall(id="c1", name="ls", arguments={})]

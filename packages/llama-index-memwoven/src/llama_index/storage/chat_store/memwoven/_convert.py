@@ -7,6 +7,11 @@ text block, nothing else), which halves the cost of writing such messages. Readi
 from that JSON when it still agrees with the standard fields, so a LlamaIndex round trip is exact; otherwise (a
 plain message, or one written or edited by another framework) the `ChatMessage` is built from the standard fields.
 
+`additional_kwargs` and tool-call arguments must be JSON as given (`memwoven.models.check_json`): the JSON dump
+would silently turn NaN into null, bytes into base64 text, a datetime into a string, a tuple into a list. Pydantic
+models are the exception, kept as their JSON like LlamaIndex's own chat stores keep them: LlamaIndex's OpenAI LLM
+puts the SDK's tool-call objects there.
+
 Other frameworks' extras (e.g. `extras["langchain"]`) have no place in a `ChatMessage`: putting them in
 `additional_kwargs` would send them to the LLM, since several LlamaIndex LLM integrations merge
 `additional_kwargs` into the provider's message. Instead `to_core_many` (used for every replace-all write)
@@ -19,6 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import uuid
+import warnings
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -26,7 +32,7 @@ from typing import Any, TypeVar
 from llama_index.core.base.llms.types import ChatMessage, ContentBlock, MessageRole, TextBlock, ToolCallBlock
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from memwoven.models import ImagePart, Message, OpaquePart, Role, TextPart, coerce_message, thaw
+from memwoven.models import ImagePart, Message, OpaquePart, Role, TextPart, check_json, coerce_message, thaw
 
 __all__ = ["NAMESPACE", "to_chat", "to_chat_many", "to_core", "to_core_many"]
 
@@ -62,7 +68,16 @@ def _to_core(message: ChatMessage, plain: tuple[Role, str] | None) -> Message:
     message_id = f"li-{uuid.uuid4().hex}"
     if plain is not None:
         return Message(role=plain[0], content=plain[1], id=message_id)
-    return _from_native(message.model_dump(mode="json"), message_id)
+    return _from_native(_dump(message), message_id)
+
+
+def _dump(message: ChatMessage) -> dict[str, Any]:
+    """`message.model_dump(mode="json")`, once what the dump would silently change is refused (module docstring)."""
+    check_json(message.additional_kwargs, "ChatMessage.additional_kwargs", (BaseModel,))
+    for position, block in enumerate(message.blocks):
+        if isinstance(block, ToolCallBlock):
+            check_json(block.tool_kwargs, f"ChatMessage.blocks[{position}].tool_kwargs")
+    return message.model_dump(mode="json")
 
 
 def to_core_many(messages: Sequence[ChatMessage], stored: Sequence[Message] = ()) -> list[Message]:
@@ -80,7 +95,7 @@ def to_core_many(messages: Sequence[ChatMessage], stored: Sequence[Message] = ()
         if not unchanged:
             result.append(_to_core(message, plain))
             continue
-        native = _plain_json(*plain) if plain is not None else message.model_dump(mode="json")
+        native = _plain_json(*plain) if plain is not None else _dump(message)
         try:
             same = unchanged.get(_fingerprint(native))
         except ValueError:  # no JSON text (an integer over the limit): nothing stored matches; _to_core refuses it
@@ -154,8 +169,10 @@ def _standard_fields(native: Mapping[str, Any]) -> dict[str, Any]:
         else:
             parts.append(_image_part(block) or {"type": "opaque", "kind": str(kind), "data": block})
     kwargs = native.get("additional_kwargs") or {}
-    known = {call["id"] for call in calls}
-    calls += [call for call in _openai_calls(kwargs.get("tool_calls")) if call["id"] not in known]
+    known = {_call_id(call) for call in calls}
+    calls += [call for call in _openai_calls(kwargs.get("tool_calls")) if _call_id(call) not in known]
+    parts += [call for call in calls if "type" in call]  # invalid calls
+    calls = [call for call in calls if "type" not in call]
     if not parts:
         content: str | list[dict[str, Any]] = ""
     elif len(parts) == 1 and parts[0]["type"] == "text":
@@ -190,16 +207,25 @@ def _image_part(block: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def _call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
+    """A core tool call; for arguments that are not a JSON object (a model's malformed output), an opaque part
+    holding LangChain's standard `invalid_tool_call` block, so that no framework reads it as a valid call."""
+    call_id = call_id if isinstance(call_id, str) else ""
+    parsed = arguments
     if isinstance(arguments, str):
         try:
-            arguments = json.loads(arguments)
+            parsed = json.loads(arguments) if arguments.strip() else None
         except ValueError:
-            arguments = None
-    return {
-        "id": call_id if isinstance(call_id, str) else "",
-        "name": str(name),
-        "arguments": arguments if isinstance(arguments, dict) else {},
-    }
+            parsed = arguments
+    if parsed is None or isinstance(parsed, dict):
+        return {"id": call_id, "name": str(name), "arguments": parsed or {}}
+    raw = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    error = "the arguments are not a JSON object"
+    block = {"type": "invalid_tool_call", "id": call_id, "name": str(name), "args": raw, "error": error}
+    return {"type": "opaque", "kind": "invalid_tool_call", "data": block}
+
+
+def _call_id(call: Mapping[str, Any]) -> Any:
+    return call["data"]["id"] if "type" in call else call["id"]
 
 
 def _openai_calls(value: Any) -> list[dict[str, Any]]:
@@ -388,16 +414,56 @@ def _validated(block: dict[str, Any]) -> Any:
 
 
 def _block(part: TextPart | ImagePart | OpaquePart) -> dict[str, Any] | None:
-    """The block for a content part; None for an opaque part some other framework wrote (no LlamaIndex form)."""
+    """The block for a content part; None, with a warning, for an opaque part with no LlamaIndex form."""
     if isinstance(part, TextPart):
         return {"block_type": "text", "text": part.text}
     if isinstance(part, ImagePart):
         source = {"url": part.url} if part.url is not None else {"image": part.data}
         return {"block_type": "image", **source, "image_mimetype": part.mime_type, "detail": part.detail}
-    if part.data.get("block_type") != part.kind:
-        return None
-    block: dict[str, Any] = thaw(part.data)
+    data: Mapping[str, Any] = part.data
+    value = data.get("value")
+    if part.kind == "non_standard" and isinstance(value, Mapping):
+        data = value  # a LlamaIndex block LangChain read and wrote back
+    block: dict[str, Any] | None = thaw(data) if "block_type" in data else _from_langchain(thaw(data))
+    if block is None and part.kind not in _CALL_KINDS:
+        warnings.warn(f"a {part.kind!r} content part has no LlamaIndex block; it is left out", stacklevel=2)
     return block
+
+
+# LangChain content blocks that repeat the message's tool calls (its v1 and Anthropic forms): left out silently.
+_CALL_KINDS = frozenset({"tool_call", "tool_call_chunk", "tool_use"})
+
+
+def _from_langchain(block: dict[str, Any]) -> dict[str, Any] | None:
+    """The LlamaIndex block for a LangChain standard block (v1, or v0 `source_type` data), where one holds the
+    same thing; else None."""
+    kind, v0 = block.get("type"), block.get("source_type")
+    data = block.get("data") if v0 == "base64" else block.get("base64")
+    url = block.get("url") if v0 in (None, "url") else None
+    mime = block.get("mime_type")
+    if kind == "audio" and data and isinstance(mime, str) and mime.startswith("audio/"):
+        return {"block_type": "audio", "audio": data, "format": mime.removeprefix("audio/")}
+    if kind == "audio" and url:
+        return {"block_type": "audio", "url": url}
+    if kind == "file" and (data or url):
+        extras = block.get("extras")
+        title = block.get("filename") or (extras.get("filename") if isinstance(extras, dict) else None)
+        source = {"data": data} if data else {"url": url}
+        return {"block_type": "document", **source, "document_mimetype": mime, **({"title": title} if title else {})}
+    if kind == "reasoning" and isinstance(block.get("reasoning"), str):
+        return {"block_type": "thinking", "content": block["reasoning"]}
+    if kind == "thinking" and isinstance(block.get("thinking"), str):  # Anthropic's own block
+        extra = {key: value for key, value in block.items() if key not in ("type", "thinking")}
+        return {"block_type": "thinking", "content": block["thinking"], "additional_information": extra}
+    if kind == "invalid_tool_call" and isinstance(block.get("name"), str):
+        arguments = block.get("args") if isinstance(block.get("args"), str) else ""
+        return {
+            "block_type": "tool_call",
+            "tool_call_id": block.get("id"),
+            "tool_name": block["name"],
+            "tool_kwargs": arguments,
+        }
+    return None
 
 
 def _fingerprint(chat_json: Mapping[str, Any]) -> str:
