@@ -4,6 +4,8 @@ and results), kept in a memwoven `ChatMemory` and turned back into the same Lang
 from __future__ import annotations
 
 import asyncio
+import logging
+from datetime import datetime, timezone
 from typing import Any, TypedDict
 
 import pytest
@@ -60,3 +62,23 @@ def test_a_channel_without_messages_is_refused() -> None:
     builder.compile(checkpointer=saver).invoke({"count": 0}, {"configurable": {"thread_id": "c"}})
     with pytest.raises(InvalidInputError, match="no list of messages"):
         saver.thread_messages("c", channel="count")
+
+
+def test_a_message_json_cannot_hold_is_shown_with_its_standard_fields(caplog: pytest.LogCaptureFixture) -> None:
+    saver = MemwovenSaver(InMemoryItemMemory())
+    when = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    reply = [AIMessage("hello", id="a1", response_metadata={"created_at": when}), ToolMessage("t", tool_call_id="c")]
+    reply[1].artifact = b"\x89PNG"
+    builder = StateGraph(MessagesState)
+    builder.add_node("reply", lambda state: {"messages": reply})
+    builder.add_edge(START, "reply")
+    builder.compile(checkpointer=saver).invoke({"messages": [("user", "hi")]}, {"configurable": {"thread_id": "t"}})
+    with caplog.at_level(logging.WARNING):
+        messages = saver.thread_messages("t")
+    assert [(m.role, m.text, "langchain" in m.extras) for m in messages] == [
+        ("user", "hi", True),
+        ("assistant", "hello", False),
+        ("tool", "t", False),
+    ]
+    assert "['response_metadata']['created_at'] is a datetime" in caplog.text
+    assert "['artifact'] is a bytes" in caplog.text

@@ -165,12 +165,14 @@ class ThreadInfo(NamedTuple):
 
 def messages_of(found: CheckpointTuple, channel: str = "messages") -> builtins.list[Message]:
     """The messages of a checkpoint's `channel` (a list of LangChain messages, as `MessagesState` keeps it) as
-    memwoven `Message`s; [] if the channel is empty, `InvalidInputError` if it holds something else."""
+    memwoven `Message`s; [] if the channel is empty, `InvalidInputError` if it holds something else. A read-only
+    view: a message whose LangChain fields JSON cannot hold (a datetime, bytes) is given its standard fields only,
+    with a logged warning, rather than failing the whole thread."""
     value = found.checkpoint["channel_values"].get(channel, [])
     if not isinstance(value, builtins.list) or not all(isinstance(m, BaseMessage) for m in value):
         thread_id = found.config["configurable"]["thread_id"]
         raise InvalidInputError(f"channel {channel!r} of thread {thread_id!r} holds no list of messages")
-    return to_memwoven_messages(value)
+    return to_memwoven_messages(value, standard_if_not_json=True)
 
 
 def _at(epoch_ms: object) -> datetime | None:
