@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import memwoven
-from memwoven import ImagePart, InvalidInputError, Message, OpaquePart, TextPart, ToolCall, VectorDocument
+from memwoven import ImagePart, InvalidInputError, Item, Message, OpaquePart, TextPart, ToolCall, VectorDocument
 from memwoven.models import (
     _JSON_OBJECT,
     MAX_JSON_DEPTH,
@@ -139,6 +139,20 @@ def test_a_moment_whose_offset_has_seconds_is_kept_in_utc() -> None:
         assert Message.model_validate_json(message.model_dump_json()) == message
     whole = datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=5, minutes=30)))
     assert Message(role="user", created_at=whole).created_at.utcoffset() == timedelta(hours=5, minutes=30)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        datetime(1, 1, 1, tzinfo=timezone(timedelta(seconds=30))),
+        datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone(-timedelta(seconds=30))),
+    ],
+)
+def test_a_time_out_of_range_in_utc_is_invalid_input(moment: datetime) -> None:
+    with pytest.raises(InvalidInputError, match="created_at"):
+        coerce_messages([{"role": "user", "created_at": moment}])
+    with pytest.raises(ValidationError):
+        Item(namespace=("n",), key="k", value={}, version=1, created_at=moment, updated_at=moment)
 
 
 def test_message_equality_is_exact_json_equality() -> None:

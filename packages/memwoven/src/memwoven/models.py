@@ -152,12 +152,20 @@ def _check_depth(depth: int) -> None:
         raise ValueError(f"JSON objects and arrays may nest at most {MAX_JSON_DEPTH} levels deep")
 
 
+def _to_utc(value: datetime) -> datetime:
+    """`value` in UTC, refusing (`ValueError`) a time that falls outside the date range there (year 1 or 9999)."""
+    try:
+        return value.astimezone(timezone.utc)
+    except OverflowError:
+        raise ValueError("the time is out of range once converted to UTC") from None
+
+
 def _minute_offset(value: datetime | None) -> datetime | None:
     """`value`, in UTC if its offset is not a whole number of minutes (a historical local mean time, say): JSON
     keeps offsets to the minute, so the moment would move by the seconds left out, or not be read back at all."""
     offset = None if value is None else value.utcoffset()
     if value is not None and offset is not None and (offset.seconds % 60 or offset.microseconds):
-        return value.astimezone(timezone.utc)
+        return _to_utc(value)
     return value
 
 
@@ -299,7 +307,7 @@ class VectorDocument(_Model):
 def _utc(value: datetime) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError("an item's times must be timezone-aware")
-    return value.astimezone(timezone.utc)
+    return _to_utc(value)
 
 
 UtcDatetime = Annotated[datetime, AfterValidator(_utc)]
