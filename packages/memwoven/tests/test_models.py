@@ -4,6 +4,7 @@ import copy
 import json
 import pickle
 from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import given, settings
@@ -139,6 +140,19 @@ def test_a_moment_whose_offset_has_seconds_is_kept_in_utc() -> None:
         assert Message.model_validate_json(message.model_dump_json()) == message
     whole = datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=5, minutes=30)))
     assert Message(role="user", created_at=whole).created_at.utcoffset() == timedelta(hours=5, minutes=30)  # type: ignore[union-attr]
+
+
+def test_a_zone_time_in_a_dst_fold_or_gap_reads_back_equal() -> None:
+    """Python never equates a time in a repeated or skipped hour with one in another zone; such a time is kept at
+    its fixed offset, as it reads back."""
+    zone = ZoneInfo("America/New_York")
+    fold = datetime(2024, 11, 3, 6, 30, tzinfo=timezone.utc).astimezone(zone)  # datetime.now(zone) then
+    gap = datetime(2024, 3, 10, 2, 30, tzinfo=zone)
+    for moment in (fold, gap, datetime(2024, 7, 1, 12, tzinfo=zone)):
+        message = Message(role="user", content="hi", created_at=moment)
+        assert message.created_at is not None
+        assert message.created_at.utcoffset() == moment.utcoffset()
+        assert Message.model_validate_json(message.model_dump_json()) == message
 
 
 @pytest.mark.parametrize(

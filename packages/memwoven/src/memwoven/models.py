@@ -26,7 +26,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_core import PydanticSerializationError
+from pydantic_core import PydanticSerializationError, TzInfo
 
 from memwoven.errors import InvalidInputError
 
@@ -161,12 +161,16 @@ def _to_utc(value: datetime) -> datetime:
 
 
 def _minute_offset(value: datetime | None) -> datetime | None:
-    """`value`, in UTC if its offset is not a whole number of minutes (a historical local mean time, say): JSON
-    keeps offsets to the minute, so the moment would move by the seconds left out, or not be read back at all."""
+    """`value` with a fixed offset, as it reads back from JSON: in UTC if its offset is not a whole number of
+    minutes (a historical local mean time, say), as JSON keeps offsets to the minute; else at its offset."""
     offset = None if value is None else value.utcoffset()
-    if value is not None and offset is not None and (offset.seconds % 60 or offset.microseconds):
+    if value is None or offset is None:
+        return value
+    if offset.seconds % 60 or offset.microseconds:
         return _to_utc(value)
-    return value
+    # Python never equates a time in a DST fold or gap with one in another zone: a zone's time would not equal
+    # itself read back
+    return value if isinstance(value.tzinfo, (timezone, TzInfo)) else value.replace(tzinfo=timezone(offset))
 
 
 JsonObject = Annotated[dict[str, JsonValue], AfterValidator(freeze_json)]
