@@ -4,6 +4,7 @@ import copy
 import json
 import pickle
 from datetime import datetime, timedelta, timezone
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -12,7 +13,17 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 import memwoven
-from memwoven import ImagePart, InvalidInputError, Item, Message, OpaquePart, TextPart, ToolCall, VectorDocument
+from memwoven import (
+    ImagePart,
+    InvalidInputError,
+    Item,
+    Message,
+    OpaquePart,
+    ScoredDocument,
+    TextPart,
+    ToolCall,
+    VectorDocument,
+)
 from memwoven.models import (
     _JSON_OBJECT,
     MAX_JSON_DEPTH,
@@ -63,6 +74,56 @@ def test_messages_are_deeply_immutable() -> None:
     changed = message.model_copy(update={"content": "new"})
     assert changed.content == "new"
     assert message.content == ""
+
+
+_NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+_DOCUMENT = VectorDocument(id="d", embedding=[1.0])
+_MODELS: list[Any] = [
+    Message(role="user", content="hi", id="m1"),
+    TextPart(text="t"),
+    ImagePart(url="http://x/y.png"),
+    OpaquePart(kind="k"),
+    ToolCall(id="c", name="f"),
+    _DOCUMENT,
+    ScoredDocument(document=_DOCUMENT, score=0.5),
+    Item(namespace=("n",), key="k", value={}, version=1, created_at=_NOW, updated_at=_NOW),
+]
+
+
+@pytest.mark.parametrize(
+    ("model", "bad"),
+    [
+        (_MODELS[0], {"role": "robot"}),
+        (_MODELS[0], {"metadata": {"score": float("nan")}}),
+        (_MODELS[0], {"content": [{"type": "video"}]}),
+        (_MODELS[0], {"not_a_field": 1}),
+        (_MODELS[1], {"text": 3}),
+        (_MODELS[2], {"data": "AAAA"}),  # now two sources
+        (_MODELS[3], {"data": {"x": float("inf")}}),
+        (_MODELS[4], {"arguments": {"\ud800": 1}}),
+        (_MODELS[5], {"embedding": [float("nan")]}),
+        (_MODELS[6], {"document": {"id": ""}}),
+        (_MODELS[7], {"version": 0}),
+        (_MODELS[7], {"expires_at": datetime(2026, 1, 1)}),  # naive
+    ],
+)
+def test_model_copy_validates_its_update(model: Any, bad: dict[str, Any]) -> None:
+    """The immutability error recommends model_copy(update=...): what it builds is checked like a new value."""
+    with pytest.raises(ValidationError):
+        model.model_copy(update=bad)
+
+
+def test_model_copy_coerces_its_update_and_keeps_the_fields_set() -> None:
+    message = _MODELS[0]
+    changed = message.model_copy(update={"content": [{"type": "text", "text": "x"}], "metadata": {"a": [1]}})
+    assert changed.content == [TextPart(text="x")]
+    assert isinstance(changed.metadata["a"], FrozenList)
+    assert Message.model_validate_json(changed.model_dump_json()) == changed
+    assert changed.model_fields_set == {"role", "content", "id", "metadata"}
+    for model in _MODELS:
+        for deep in (False, True):
+            assert model.model_copy(deep=deep) == model
+            assert model.model_copy(update={}, deep=deep) == model
 
 
 def test_frozen_containers_equal_plain_ones_and_survive_copies() -> None:
@@ -166,7 +227,7 @@ def test_a_time_out_of_range_in_utc_is_invalid_input(moment: datetime) -> None:
     with pytest.raises(InvalidInputError, match="created_at"):
         coerce_messages([{"role": "user", "created_at": moment}])
     with pytest.raises(ValidationError):
-        Item(namespace=("n",), key="k", value={}, version=1, created_at=moment, updated_at=moment)
+        Item(namespace=("n",), key="k", value={}, version=1, created_at=moment, updated_at=_NOW)
 
 
 def test_message_equality_is_exact_json_equality() -> None:

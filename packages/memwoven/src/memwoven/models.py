@@ -12,7 +12,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal, NoReturn, TypeVar, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn, TypeVar, Union
 
 from pydantic import (
     AfterValidator,
@@ -29,6 +29,9 @@ from pydantic import (
 from pydantic_core import PydanticSerializationError, TzInfo
 
 from memwoven.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = [
     "MAX_INT_DIGITS",
@@ -200,6 +203,14 @@ class _Model(BaseModel):
     # defer_build: a model's validator and serializer are built at its first use, not at import (this module's own
     # import time halves; a worker that only reads search results built by model_construct may never build them)
     model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy; with `update`, a new value validated like any other (pydantic's own copy skips validation)."""
+        if not update:
+            return super().model_copy(deep=deep)
+        source = super().model_copy(deep=True) if deep else self
+        fields = {name: source.__dict__[name] for name in source.model_fields_set}
+        return self.model_validate({**fields, **update})
 
 
 class TextPart(_Model):

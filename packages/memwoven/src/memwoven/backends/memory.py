@@ -12,6 +12,8 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
+from pydantic import BaseModel
+
 import memwoven._clock as _clock
 from memwoven._steps import Call, Steps, async_twin, no_io
 from memwoven.backends._items import ttl_milliseconds
@@ -323,7 +325,8 @@ class InMemoryItemMemory(ItemMemory):
         ttl = stored.item.ttl
         if not refresh or ttl is None:
             return stored.item
-        item = stored.item.model_copy(update={"expires_at": _clock.utc(_clock.wall_ms() + ttl_milliseconds(ttl))})
+        expires_at = _clock.utc(_clock.wall_ms() + ttl_milliseconds(ttl))
+        item = BaseModel.model_copy(stored.item, update={"expires_at": expires_at})  # unvalidated: a UTC time
         self._by_namespace[namespace][key] = _Stored(item, now + ttl_milliseconds(ttl) / 1000)
         return item
 

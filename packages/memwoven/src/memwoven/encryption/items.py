@@ -53,6 +53,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from pydantic import BaseModel
+
 from memwoven._cache import LRUCache
 from memwoven._steps import Call, Steps, twins
 from memwoven.contracts import (
@@ -150,7 +152,8 @@ class EncryptedItemMemory(Wrapper[ItemMemory], ItemMemory):
             value = freeze_json(payload["value"])
         except ValueError as error:  # JSON, Unicode and freeze_json errors are ValueErrors
             raise CorruptMemoryError(f"item {name} {error}") from None
-        return stored.model_copy(update={"namespace": namespace, "key": key, "value": value})
+        # pydantic's unvalidated copy: the fields are checked above, `Item.model_copy` would check them again
+        return BaseModel.model_copy(stored, update={"namespace": namespace, "key": key, "value": value})
 
     # The ItemMemory hooks ----------------------------------------------------------------------------------------
 
