@@ -34,7 +34,7 @@ from memwoven.contracts import (
     next_version,
 )
 from memwoven.errors import ConcurrentModificationError
-from memwoven.history import message_ids, not_stored
+from memwoven.history import encode_message, message_ids, not_stored
 from memwoven.models import (
     Item,
     Message,
@@ -89,6 +89,7 @@ class InMemoryChatMemory(ChatMemory):
         check_id(session_id)
         known = self._sessions.get(session_id, _EMPTY)
         new, same = coerce_messages_after(messages, known[0])
+        _require_utf8(new[same:])
         with self._lock:
             current = self._current_version(session_id, expected_version)
             if not new:
@@ -113,6 +114,7 @@ class InMemoryChatMemory(ChatMemory):
             added = not_stored(batch, ids)
             if not added:
                 return current
+            _require_utf8(added)
             if not count:  # absent or expired: a new buffer and id set (never the shared empty ones)
                 buffer, ids = [], set()
             buffer.extend(added)  # the latest entry's buffer holds exactly its count: older readers keep theirs
@@ -155,6 +157,12 @@ class InMemoryChatMemory(ChatMemory):
         return current
 
     acleanup_expired = async_twin(cleanup_expired)  # called directly: `_blocking` is False
+
+
+def _require_utf8(messages: Iterable[Message]) -> None:
+    """Refuse (`InvalidInputError`) what no store can hold, as the others do: a message with no UTF-8 form."""
+    for message in messages:
+        encode_message(message)
 
 
 class InMemoryVectorMemory(VectorMemoryBase):

@@ -169,6 +169,19 @@ class ChatMemoryContract(StorageHooks[ChatMemory]):
             memory.append("s", bad)
         assert memory.load_versioned("s") == (before, version)
 
+    @pytest.mark.parametrize(
+        "bad", [{"content": "pasted \ud83d"}, {"metadata": {"k": ["\udfff"]}}], ids=["content", "metadata"]
+    )
+    def test_cm4_a_lone_surrogate_is_refused(self, memory: Driver, bad: dict[str, Any]) -> None:
+        """A lone surrogate has no UTF-8 form: no store can hold it, so none accepts it (the in-process one too)."""
+        version = memory.save("s", [turn(0)])
+        message = Message(role="user", **bad)
+        with pytest.raises(InvalidInputError):
+            memory.append("s", [message])
+        with pytest.raises(InvalidInputError):
+            memory.save("s", [turn(0), message])
+        assert memory.load_versioned("s") == ([turn(0)], version)
+
     def test_cm4_every_accepted_value_reads_back_equal(self, memory: Driver) -> None:
         values = values_at_the_limits()
         message = Message(
