@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
@@ -25,6 +26,13 @@ class StorageHooks(Generic[_M]):
         """A memory on the same storage whose prefix, namespace or collection name starts with this one's
         (CM8: prefixes and names are boundaries), removed afterwards; None if the backend has no such option."""
         yield None
+
+    @pytest.fixture
+    def stopped_clock(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """`time.time_ns`, which versions come from, stands still for the test (as a coarse clock does between two
+        writes, or a test's frozen one)."""
+        frozen = time.time_ns()
+        monkeypatch.setattr(time, "time_ns", lambda: frozen)
 
     @pytest.fixture
     def other(self, memory: Driver) -> Iterator[Driver]:

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import json
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -384,13 +383,10 @@ class ChatMemoryContract(StorageHooks[ChatMemory]):
         with pytest.raises(ConcurrentModificationError):  # a version from before the clear is never reused
             memory.save("s", [turn(4)], expected_version=third)
 
-    def test_cm9_versions_are_not_reused_on_a_clock_that_stands_still(
-        self, memory: Driver, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
+    @pytest.mark.usefixtures("stopped_clock")
+    def test_cm9_versions_are_not_reused_on_a_clock_that_stands_still(self, memory: Driver) -> None:
         """Versions are time-based: a clock that does not move between a clear and a new save (Windows' moves
         every ~16 ms, a test's is frozen, NTP steps one back) must not give the cleared session's version again."""
-        frozen = time.time_ns()
-        monkeypatch.setattr(time, "time_ns", lambda: frozen)
         before = memory.save("s", [turn(1)])
         memory.clear("s")
         assert memory.save("s", [turn(2)]) != before
