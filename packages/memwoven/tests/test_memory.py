@@ -7,7 +7,7 @@ import pytest
 from clock_support import Clock
 
 from memwoven import InMemoryChatMemory, InMemoryVectorMemory, Message, VectorDocument
-from memwoven.contracts import ChatMemory, Metric, VectorMemory
+from memwoven.contracts import ChatMemory, Metric, VectorMemory, next_version
 from memwoven.errors import InvalidInputError
 from memwoven.testing import ChatMemoryContract, VectorMemoryContract
 
@@ -103,6 +103,14 @@ def test_an_append_after_expiry_starts_a_new_history(clock: Clock) -> None:
     clock.advance(0.1)
     memory.append("s", [Message(role="user", content="new")])
     assert [m.content for m in memory.load("s")] == ["new"]
+
+
+def test_a_stored_version_far_above_the_clock_raises_only_its_own_next_version() -> None:
+    """A damaged file's version (1.2e19), or another process's far ahead, is the floor of its own session's next
+    version only: the process's version clock does not follow it (every later SQL write overflowed BIGINT)."""
+    assert next_version(11_795_954_870_533_596_404) == 11_795_954_870_533_596_405
+    assert 0 < next_version(0) < 2**63
+    assert next_version(5) < next_version(5)  # never the same reading twice, whatever the clock shows
 
 
 def test_vectors_of_tiny_norm_keep_their_direction() -> None:

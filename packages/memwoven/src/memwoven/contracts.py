@@ -158,21 +158,23 @@ def compare_and_set(attempt: Callable[[], Steps[_T]], what: str, retries: int = 
     raise ConcurrentModificationError(f"{what} kept changing; gave up after {retries} tries")
 
 
-_versions_lock = threading.Lock()
-_last_version = 0  # the last version this process gave out
+_clock_lock = threading.Lock()
+_last_tick = 0  # the last reading of this process's version clock
 
 
 def next_version(current: int) -> int:
-    """The version a session or item gets on its next write: above `current` and every version this process gave.
+    """The version a session or item gets on its next write: above `current`, from this process's version clock.
 
     Versions are time-based so that a session cleared and re-created never reuses an old version number (no
-    ABA: a writer holding a version from before the clear cannot overwrite the new history). The process's own
-    high-water mark keeps that true on a clock that is coarse, frozen (a test's) or stepped back since the clear.
+    ABA: a writer holding a version from before the clear cannot overwrite the new history). The clock is the
+    wall clock in nanoseconds, moved on by one where it would not move (coarse, frozen in a test, stepped back), so
+    it never repeats within a process. Only its own readings are remembered: a stored version far above the clock
+    (another process's, or a test's near the limit) raises that session's or item's next version alone.
     """
-    global _last_version
-    with _versions_lock:
-        _last_version = max(current + 1, time.time_ns(), _last_version + 1)
-        return _last_version
+    global _last_tick
+    with _clock_lock:
+        _last_tick = max(time.time_ns(), _last_tick + 1)
+        return max(current + 1, _last_tick)
 
 
 class History(NamedTuple):
