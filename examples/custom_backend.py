@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from memwoven import ChatMemory, ConcurrentModificationError, CorruptMemoryError, History, Message
 from memwoven.contracts import MessagesIn, check_id, next_version
-from memwoven.history import message_ids, not_stored
+from memwoven.history import encode_message, message_ids, not_stored
 from memwoven.models import coerce_messages
 from memwoven.testing import ChatMemoryContract
 
@@ -65,7 +65,7 @@ class JSONRowChatMemory(ChatMemory):
             db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
             return 0
         version = next_version(current)  # grows even across a clear (CM9)
-        body = json.dumps([message.model_dump(mode="json") for message in messages])
+        body = "[" + ",".join(encode_message(message) for message in messages) + "]"  # InvalidInputError: no UTF-8
         db.execute("INSERT OR REPLACE INTO sessions VALUES (?, ?, ?)", (session_id, version, body))
         return version
 

@@ -214,10 +214,10 @@ def test_hashes_lost_behind_a_kept_config_are_reported(
     first = open_memory()
     first.store([doc("a", 1.0, 0.0), doc("b", 0.0, 1.0)])
     first._client.delete(*(first._keys[i] for i in lost))
-    with pytest.raises(CorruptMemoryError, match="its last change left 2 documents"):
-        open_memory().count()
-    with pytest.raises(CorruptMemoryError, match="its last change left 2 documents"):
-        first.search([1.0, 0.0])  # a client already synced notices on its next pull
+    with pytest.raises(CorruptMemoryError, match=r"its last change left 2 documents|is missing"):
+        open_memory().count()  # one hash lost: a fresh object's reload names the first unpaired document
+    with pytest.raises(CorruptMemoryError, match=r"its last change left 2 documents|is missing"):
+        first.search([1.0, 0.0])
 
 
 def test_a_change_by_a_writer_that_does_not_count_is_not_taken_for_damage(

@@ -185,7 +185,7 @@ def _without_vector_options(options: dict[str, Any]) -> dict[str, Any]:
     how vectors are searched, not where a store is, so one URL can name a whole store (as the CLI takes it)."""
     names = VECTOR_URL_OPTIONS["sql"]
     if any(name in options for name in names):
-        from memwoven.backends.sql._pgvector import check_index_options, check_search_mode
+        from memwoven.backends.sql.vector import check_index_options, check_search_mode
 
         search = check_search_mode(options.get("search", "client"))
         index_options = [options.get(name) for name in ("index", "hnsw_m", "hnsw_ef_construction", "ef_search")]

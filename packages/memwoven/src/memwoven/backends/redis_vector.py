@@ -336,6 +336,7 @@ class RedisVectorMemory(RedisBackend, VectorMemoryBase):
                 if not self._apply(position, current, log, ids, docs, vectors):
                     self._position = None  # a hole in the sequence: the stream was trimmed
                     continue
+            self._check_count(config)
             if len(log) < _PULL_LIMIT:
                 return
 
@@ -384,6 +385,7 @@ class RedisVectorMemory(RedisBackend, VectorMemoryBase):
                 vectors.pop(doc_id, None)
                 if doc is not None:
                     docs[doc_id], vectors[doc_id] = doc, vector
+        self._check_count(config)
         ids = list(docs)
         index = VectorIndex(self._index.dimension, self.metric)
         index.upsert(self._decode(ids, [docs[i] for i in ids], [vectors[i] for i in ids]))
@@ -401,17 +403,12 @@ class RedisVectorMemory(RedisBackend, VectorMemoryBase):
     def _check_config(self, config: list[Any]) -> int:
         """Check the stored dimension and metric against this object's; return the current sequence number.
         `CorruptMemoryError` if the config is not one memwoven writes, or the hashes lost documents."""
-        seq, dimension, metric, count, counted, stored_docs, stored_vectors = config
+        seq, dimension, metric = config[:3]
         where = f"collection {self.collection!r}"
         if metric is not None and as_text(metric) not in get_args(Metric):
             raise CorruptMemoryError(f"{where}: its config holds the unknown metric {as_text(metric)[:40]!r}")
         if (dimension is not None and int(dimension) < 1) or int(seq or 0) < 0:
             raise CorruptMemoryError(f"{where}: its config holds dimension {dimension!r:.40} and seq {seq!r:.40}")
-        if counted is not None and int(counted) == int(seq or 0) and not int(count) == stored_docs == stored_vectors:
-            raise CorruptMemoryError(
-                f"{where}: its last change left {int(count)} documents, but its hashes hold {stored_docs} "
-                f"documents and {stored_vectors} vectors (keys evicted or deleted?)"
-            )
         if metric is not None and as_text(metric) != self.metric:
             raise InvalidInputError(f"{where} uses the {as_text(metric)} metric, not {self.metric}")
         if dimension is not None:
@@ -419,6 +416,16 @@ class RedisVectorMemory(RedisBackend, VectorMemoryBase):
                 check_stored_dimension(int(dimension), self._index.dimension, where)
                 self._adopt_dimension(int(dimension))
         return int(seq or 0)
+
+    def _check_count(self, config: list[Any]) -> None:
+        """`CorruptMemoryError` if the hashes hold another number of documents than the last change left (keys
+        evicted or deleted behind the config); checked after the pulled documents' own checks, which name one."""
+        seq, count, counted, stored_docs, stored_vectors = config[0], *config[3:]
+        if counted is not None and int(counted) == int(seq or 0) and not int(count) == stored_docs == stored_vectors:
+            raise CorruptMemoryError(
+                f"collection {self.collection!r}: its last change left {int(count)} documents, but its hashes hold "
+                f"{stored_docs} documents and {stored_vectors} vectors (keys evicted or deleted?)"
+            )
 
     def _adopt_dimension(self, dimension: int) -> None:
         if self._index.dimension is None:  # an index without a dimension is empty

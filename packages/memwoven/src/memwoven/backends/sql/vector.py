@@ -69,7 +69,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
     from typing_extensions import Unpack
 
-__all__ = ["SQLVectorMemory", "list_collections"]
+__all__ = ["SQLVectorMemory", "check_index_options", "check_search_mode", "list_collections"]
 
 logger = logging.getLogger(__name__)
 
