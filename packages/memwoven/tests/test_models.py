@@ -163,6 +163,97 @@ def test_bad_messages_raise_invalid_input(bad: dict[str, object]) -> None:
         coerce_messages([bad])
 
 
+_NOW = datetime(2026, 1, 2, tzinfo=timezone.utc)
+
+
+def _item(**fields: Any) -> dict[str, Any]:
+    return {
+        "namespace": ("ns",),
+        "key": "k",
+        "value": {},
+        "version": 1,
+        "created_at": _NOW,
+        "updated_at": _NOW,
+        **fields,
+    }
+
+
+# Each builds a model's fields with one string field, or one object key, set to `s`
+_STRING_FIELDS: dict[str, tuple[Any, Any]] = {
+    "document id": (VectorDocument, lambda s: {"id": s, "embedding": [1.0]}),
+    "document content": (VectorDocument, lambda s: {"id": "a", "content": s, "embedding": [1.0]}),
+    "message content": (Message, lambda s: {"role": "user", "content": s}),
+    "message name": (Message, lambda s: {"role": "user", "name": s}),
+    "message id": (Message, lambda s: {"role": "user", "id": s}),
+    "tool_call_id": (Message, lambda s: {"role": "tool", "tool_call_id": s}),
+    "text part": (Message, lambda s: {"role": "user", "content": [{"type": "text", "text": s}]}),
+    "image url": (Message, lambda s: {"role": "user", "content": [{"type": "image", "url": s}]}),
+    "image detail": (Message, lambda s: {"role": "user", "content": [{"type": "image", "url": "u", "detail": s}]}),
+    "opaque kind": (Message, lambda s: {"role": "user", "content": [{"type": "opaque", "kind": s}]}),
+    "tool call id": (Message, lambda s: {"role": "assistant", "tool_calls": [{"id": s, "name": "n"}]}),
+    "tool call name": (Message, lambda s: {"role": "assistant", "tool_calls": [{"id": "i", "name": s}]}),
+    "item key": (Item, lambda s: _item(key=s)),
+    "item namespace label": (Item, lambda s: _item(namespace=("ns", s))),
+}
+_KEYS: dict[str, tuple[Any, Any]] = {
+    "document metadata": (VectorDocument, lambda k: {"id": "a", "embedding": [1.0], "metadata": {k: 1}}),
+    "nested metadata": (VectorDocument, lambda k: {"id": "a", "embedding": [1.0], "metadata": {"a": [{k: 1}]}}),
+    "message metadata": (Message, lambda k: {"role": "user", "metadata": {"a": {k: 1}}}),
+    "extras namespace": (Message, lambda k: {"role": "user", "extras": {k: {}}}),
+    "extras": (Message, lambda k: {"role": "user", "extras": {"lc": {k: 1}}}),
+    "opaque data": (Message, lambda k: {"role": "user", "content": [{"type": "opaque", "kind": "x", "data": {k: 1}}]}),
+    "tool arguments": (
+        Message,
+        lambda k: {"role": "assistant", "tool_calls": [{"id": "i", "name": "n", "arguments": {k: 1}}]},
+    ),
+    "item value": (Item, lambda k: _item(value={"a": {k: 1}})),
+}
+
+
+def _refused(model: Any, fields: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):  # as for any other bad field of a model built directly
+        model.model_validate(fields)
+    if model is Item:
+        if fields["value"]:  # what an ItemMemory validates of an item (its address is checked with `check_id`)
+            with pytest.raises(InvalidInputError):
+                coerce_item_value(fields["value"])
+        return
+    with pytest.raises(InvalidInputError):
+        (coerce_documents if model is VectorDocument else coerce_messages)([fields])
+
+
+@pytest.mark.parametrize(
+    "wrong", [b"x", bytearray(b"x"), memoryview(b"x"), 7], ids=["bytes", "bytearray", "memoryview", "int"]
+)
+@pytest.mark.parametrize("field", list(_STRING_FIELDS))
+def test_string_fields_refuse_bytes_and_other_non_strings(field: str, wrong: object) -> None:
+    """Lax validation decoded bytes into a string: a document id that `get` and `delete`, which take only str,
+    could never name."""
+    model, build = _STRING_FIELDS[field]
+    assert model.model_validate(build("x"))  # the same fields with a string are valid
+    _refused(model, build(wrong))
+
+
+@pytest.mark.parametrize("wrong", [b"k", 7, None], ids=["bytes", "int", "None"])
+@pytest.mark.parametrize("where", list(_KEYS))
+def test_json_object_keys_refuse_bytes_and_other_non_strings(where: str, wrong: object) -> None:
+    model, build = _KEYS[where]
+    assert model.model_validate(build("k"))
+    _refused(model, build(wrong))
+
+
+def test_strings_stay_strings_through_json_and_subclasses() -> None:
+    """Strict strings still read JSON (whose strings are str) and take str subclasses, as plain strings."""
+
+    class Label(str):
+        pass
+
+    stored = VectorDocument(id=Label("a"), content=Label("c"), embedding=[1.0], metadata={Label("k"): Label("v")})
+    assert type(stored.id) is str
+    assert VectorDocument.model_validate_json(stored.model_dump_json()) == stored
+    assert Message.model_validate_json(Message(role="user", content="hi", name="n").model_dump_json()).name == "n"
+
+
 def test_coerce_rejects_single_values() -> None:
     with pytest.raises(InvalidInputError):
         coerce_messages(Message(role="user"))  # type: ignore[arg-type]

@@ -21,8 +21,10 @@ from pydantic import (
     ConfigDict,
     Field,
     JsonValue,
+    Strict,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -176,7 +178,33 @@ def _minute_offset(value: datetime | None) -> datetime | None:
     return value if isinstance(value.tzinfo, (timezone, TzInfo)) else value.replace(tzinfo=timezone(offset))
 
 
-JsonObject = Annotated[dict[str, JsonValue], AfterValidator(freeze_json)]
+_Text = Annotated[str, Strict()]
+"""A string field: a `str` (or subclass) only, where pydantic's lax mode would decode `bytes` into one (a document
+id that `get` and `delete`, which take only strings, could never name)."""
+
+
+def _str_keys(value: Any, info: ValidationInfo) -> Any:
+    """`value`, refusing (`ValueError`) an object key that is not a string at any depth: lax validation decodes a
+    `bytes` key into a string. Only Python input is walked: a JSON document's keys are strings."""
+    if info.mode == "python":
+        _check_keys(value, 0)
+    return value
+
+
+def _check_keys(value: Any, depth: int) -> None:
+    if depth > MAX_JSON_DEPTH:
+        return  # too deep (or a cycle): validation then refuses it
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise ValueError(f"object keys must be strings, got the {type(key).__name__} {key!r:.80}")
+            _check_keys(item, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _check_keys(item, depth + 1)
+
+
+JsonObject = Annotated[dict[str, JsonValue], BeforeValidator(_str_keys), AfterValidator(freeze_json)]
 """A JSON object (string keys, JSON values), deep-frozen after validation."""
 
 
@@ -217,17 +245,17 @@ class TextPart(_Model):
     """A piece of text inside a multimodal message."""
 
     type: Literal["text"] = "text"
-    text: str
+    text: _Text
 
 
 class ImagePart(_Model):
     """An image given either by URL or inline as base64 `data` with its `mime_type`."""
 
     type: Literal["image"] = "image"
-    url: str | None = None
-    data: str | None = None
-    mime_type: str | None = None
-    detail: str | None = None
+    url: _Text | None = None
+    data: _Text | None = None
+    mime_type: _Text | None = None
+    detail: _Text | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> ImagePart:
@@ -242,7 +270,7 @@ class OpaquePart(_Model):
     """Any other content block (audio, documents, reasoning, ...), kept as a JSON object under a `kind` name."""
 
     type: Literal["opaque"] = "opaque"
-    kind: str
+    kind: _Text
     data: _MessageJson = Field(default_factory=FrozenDict)
 
 
@@ -252,8 +280,8 @@ ContentPart = Annotated[Union[TextPart, ImagePart, OpaquePart], Field(discrimina
 class ToolCall(_Model):
     """A tool invocation requested by an assistant message."""
 
-    id: str
-    name: str
+    id: _Text
+    name: _Text
     arguments: _MessageJson = Field(default_factory=FrozenDict)
 
 
@@ -265,14 +293,14 @@ class Message(_Model):
     """
 
     role: Role
-    content: str | Annotated[list[ContentPart], AfterValidator(FrozenList)] = ""
+    content: _Text | Annotated[list[ContentPart], AfterValidator(FrozenList)] = ""
     tool_calls: Annotated[list[ToolCall], AfterValidator(FrozenList)] = Field(default_factory=FrozenList)
-    tool_call_id: str | None = None
-    name: str | None = None
-    id: str | None = None
+    tool_call_id: _Text | None = None
+    name: _Text | None = None
+    id: _Text | None = None
     created_at: Annotated[datetime | None, AfterValidator(_minute_offset)] = None
     metadata: _MessageJson = Field(default_factory=FrozenDict)
-    extras: Annotated[dict[str, _MessageJson], AfterValidator(FrozenDict)] = Field(default_factory=FrozenDict)
+    extras: Annotated[dict[_Text, _MessageJson], AfterValidator(FrozenDict)] = Field(default_factory=FrozenDict)
 
     @property
     def text(self) -> str:
@@ -302,8 +330,8 @@ def _embedding_list(value: Any) -> Any:
 class VectorDocument(_Model):
     """A stored document: a non-empty `id`, its text, its embedding and a JSON metadata object."""
 
-    id: str = Field(min_length=1)
-    content: str = ""
+    id: _Text = Field(min_length=1)
+    content: _Text = ""
     embedding: Annotated[list[float], BeforeValidator(_embedding_list), AfterValidator(FrozenList)]
     metadata: JsonObject = Field(default_factory=FrozenDict)
 
@@ -337,8 +365,8 @@ class Item(_Model):
     from that moment; `ttl` is kept so that a refresh, an export and a migration keep the sliding window.
     """
 
-    namespace: Annotated[tuple[str, ...], Field(min_length=1)]
-    key: str = Field(min_length=1)
+    namespace: Annotated[tuple[_Text, ...], Field(min_length=1)]
+    key: _Text = Field(min_length=1)
     value: JsonObject
     version: int = Field(gt=0)
     created_at: UtcDatetime

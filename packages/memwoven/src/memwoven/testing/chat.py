@@ -156,6 +156,10 @@ class ChatMemoryContract(StorageHooks[ChatMemory]):
             [{"role": "user", "content": "ok"}, {"role": "user", "metadata": {"x": {1, 2}}}],
             [{"role": "user", "content": "ok"}, "not a message"],
             [{"role": "user", "content": "ok"}, {"role": "user", "content": [{"type": "image"}]}],
+            # bytes are no text: lax validation would decode them into some
+            [{"role": "user", "content": "ok"}, {"role": "user", "content": b"bytes"}],
+            [{"role": "user", "content": "ok"}, {"role": "user", "id": b"id"}],
+            [{"role": "user", "content": "ok"}, {"role": "user", "metadata": {"a": {b"key": 1}}}],
             "a string is not a list of messages",
         ],
     )

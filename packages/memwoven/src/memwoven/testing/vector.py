@@ -199,6 +199,9 @@ class VectorMemoryContract(StorageHooks[VectorMemory]):
             {"id": "x", "embedding": axis(0), "metadata": {"set": {1, 2}}},
             {"id": "x", "embedding": axis(0), "metadata": "not an object"},
             {"id": "x", "embedding": [0.0] * DIMENSION},  # a zero vector has no cosine
+            {"id": b"x", "embedding": axis(0)},  # bytes are no id: `get` and `delete` take only str
+            {"id": "x", "content": b"bytes", "embedding": axis(0)},
+            {"id": "x", "embedding": axis(0), "metadata": {"a": [{b"key": 1}]}},
             "not a document",
         ],
     )
