@@ -27,6 +27,7 @@ from memwoven import (
     TextPart,
     ToolCall,
     VectorDocument,
+    vector_index,
 )
 from memwoven.backends.sql._schema import Tables
 from memwoven.contracts import ChatMemory, VectorMemory
@@ -635,3 +636,35 @@ def test_message_ids_reach_the_inner_memory_so_appends_stay_idempotent(id_key: s
     inner.save(stored_id, [stored[0].model_copy(update={"id": stored[1].id}), stored[1].model_copy(update={"id": "x"})])
     with pytest.raises(CorruptMemoryError, match="id changed"):
         EncryptedChatMemory(inner, key=KEY, id_key=id_key).load("s")
+
+
+@pytest.mark.parametrize("mode", VECTOR_MODES)
+def test_what_an_earlier_release_sealed_with_a_lone_surrogate_still_reads(
+    tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Earlier releases sealed content and metadata holding a lone surrogate (the plaintext is ASCII JSON), over any
+    backend. Only new writes refuse one (VM2): such documents still read back, a search over decrypted embeddings
+    too, and delete removes them."""
+    legacy = VectorDocument(id="old", content="pasted \ud83d", embedding=[1.0, 0.0], metadata={"k\udc00": ["\udfff"]})
+    new = VectorDocument(id="new", embedding=[0.0, 1.0])
+    url = f"sqlite:///{tmp_path}/vectors.db"
+
+    opened: list[EncryptedVectorMemory] = []
+
+    def memory() -> EncryptedVectorMemory:  # a fresh object each time: decodes what was stored
+        opened.append(_vector(SQLVectorMemory(url, collection="c"), mode))
+        return opened[-1]
+
+    with monkeypatch.context() as patch:
+        patch.setattr(vector_index, "require_utf8", lambda batch: None)  # the check earlier releases did not make
+        memory().store([legacy, new])
+    assert memory().get(["old"]) == [legacy]
+    assert [hit.document for hit in memory().search([1.0, 0.0], top_k=1)] == [legacy]
+    assert [hit.document for hit in memory().search([1.0, 0.0], top_k=1, filter={"k\udc00": ["\udfff"]})] == [legacy]
+    assert memory().documents() == [new, legacy]
+    with pytest.raises(InvalidInputError):
+        memory().store([legacy])  # writing it again is refused, and writes nothing
+    memory().delete(["old"])
+    assert memory().ids() == ["new"]
+    for each in opened:
+        each.close()

@@ -11,6 +11,7 @@ import redis.asyncio
 import redis_support
 from redis_support import RedisHooks, delete_prefix
 
+from memwoven import vector_index
 from memwoven.backends.memory import InMemoryVectorMemory
 from memwoven.backends.redis_vector import SCRIPTS, RedisVectorMemory
 from memwoven.contracts import Metric, VectorMemory
@@ -376,3 +377,24 @@ def test_async_methods_work_from_every_loop_whatever_the_clients(redis_prefix: t
             assert asyncio.run(store_and_search(memory, i)) == [f"d{i}"]
         assert memory.ids() == ["d0", "d1", "d2"]
         memory.close()
+
+
+def test_what_an_earlier_release_stored_with_a_lone_surrogate_still_reads(
+    open_memory: Callable[..., RedisVectorMemory], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Earlier releases stored content and metadata holding a lone surrogate on Redis (JSON-escaped). Only new writes
+    refuse one (VM2): such documents still read back as stored, and delete removes them."""
+    legacy = VectorDocument(id="old", content="pasted \ud83d", embedding=[1.0, 0.0], metadata={"k\udc00": ["\udfff"]})
+    with monkeypatch.context() as patch:
+        patch.setattr(vector_index, "require_utf8", lambda batch: None)  # the check earlier releases did not make
+        open_memory().store([legacy, doc("new", 0.0, 1.0)])
+    memory = open_memory()  # a fresh object: decodes what was stored
+    assert memory.ids() == ["new", "old"]
+    assert memory.get(["old"]) == [legacy]
+    assert asyncio.run(memory.aget(["old"])) == [legacy]
+    assert [hit.document for hit in memory.search([1.0, 0.0], top_k=1)] == [legacy]
+    assert memory.documents() == [doc("new", 0.0, 1.0), legacy]
+    with pytest.raises(InvalidInputError):
+        memory.store([legacy])  # writing it again is refused, and writes nothing
+    memory.delete(["old"])
+    assert open_memory().ids() == ["new"]

@@ -118,6 +118,7 @@ class DocumentBatch:
             metadata_list = coerce_metadata(metadata_list)
         if vectors is None or squares is None:
             return cls([], [], [], np.empty((0, dimension or 0), dtype=np.float32))
+        require_utf8(cls(id_list, content_list, metadata_list, vectors))
         scales = _inverse(squares)
         latest = dict(zip(id_list, range(count)))  # the last occurrence of an id wins, at the place of its first
         if len(latest) == count:
@@ -284,16 +285,26 @@ def _check_width(width: int, dimension: int | None) -> None:
 
 
 def require_utf8(batch: DocumentBatch) -> None:
-    """Refuse documents whose content or metadata has no UTF-8 form (a lone surrogate), for stores that need it."""
+    """Refuse (`InvalidInputError`) a batch with a document whose content or metadata has no UTF-8 form (a lone
+    surrogate): no store can hold one, so none accepts one (VM2). Ids are `check_id`'s, which refuses them too."""
+    if _utf8(json.dumps([batch.contents, [m for m in batch.metadata if m]], ensure_ascii=False)):
+        return  # the common batch: one encoding of all of it
     for doc_id, content, metadata in zip(batch.ids, batch.contents, batch.metadata):
-        try:
-            content.encode("utf-8")
-            if metadata:
-                json.dumps(metadata, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
+        if not (_utf8(content) and (not metadata or _utf8(json.dumps(metadata, ensure_ascii=False)))):
             raise InvalidInputError(
                 f"document {doc_id[:80]!r}: its content or metadata holds a lone surrogate, which UTF-8 cannot encode"
-            ) from None
+            )
+
+
+def _utf8(text: str) -> bool:
+    """Whether `text` has a UTF-8 form (no lone surrogate)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _stack(embeddings: list[list[float]]) -> Matrix:
@@ -389,9 +400,11 @@ class VectorIndex:
         """The live rows (a view, not a copy)."""
         return self._matrix[: len(self.ids)]
 
-    def prepare(self, documents: DocumentsIn) -> DocumentBatch:
-        """Validate documents against this index (ids, dimension, finiteness) without changing anything: every
-        document, those a later one of the same id replaces too (as `DocumentBatch.of_arrays`)."""
+    def prepare(self, documents: DocumentsIn, *, stored: bool = False) -> DocumentBatch:
+        """Validate documents against this index (ids, dimension, finiteness, `require_utf8`) without changing
+        anything: every document, those a later one of the same id replaces too (as `DocumentBatch.of_arrays`).
+        `stored`: documents read back from a store, not to be written; one an earlier release stored may hold a lone
+        surrogate, which only new writes refuse."""
         docs = coerce_documents(documents)
         if not docs:
             return DocumentBatch([], [], [], np.empty((0, self.dimension or 0), dtype=np.float32))
@@ -402,12 +415,15 @@ class VectorIndex:
         if len(latest) < len(docs):
             docs = [docs[position] for position in latest.values()]
             vectors = vectors[list(latest.values())]
-        return DocumentBatch(
+        batch = DocumentBatch(
             ids=[doc.id for doc in docs],
             contents=[doc.content for doc in docs],
             metadata=[doc.metadata for doc in docs],  # type: ignore[misc]
             vectors=vectors,
         )
+        if not stored:
+            require_utf8(batch)
+        return batch
 
     def upsert(self, batch: DocumentBatch) -> None:
         """Insert or replace the batch's documents (already validated by `prepare`)."""

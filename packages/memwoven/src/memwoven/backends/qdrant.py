@@ -59,7 +59,6 @@ from memwoven.vector_index import (
     check_metric,
     check_stored_dimension,
     exact_scores,
-    require_utf8,
     rounding_margin,
 )
 
@@ -221,7 +220,6 @@ class QdrantVectorMemory(VectorMemoryBase):
         batch = self._prepare(documents)  # validated before anything is written
         if not batch.ids:
             return
-        require_utf8(batch)  # payloads go out as JSON
         dimension = batch.vectors.shape[1]
         yield from self._ensure_steps(dimension)
         if dimension != self._dimension:

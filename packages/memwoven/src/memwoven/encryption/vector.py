@@ -159,7 +159,7 @@ class EncryptedVectorMemory(Wrapper[VectorMemory], VectorMemoryBase):
         query = search.vector.tolist()
         if self.encrypt_embeddings:
             index = VectorIndex(self.inner.dimension, self.metric)
-            index.upsert(index.prepare((yield from self._all_steps())))
+            index.upsert(index.prepare((yield from self._all_steps()), stored=True))
             return index.query(search)
         if predicate is None and not self._hash:  # the backend's ranking and tie-break are final
             hits = yield Call(self.inner, "search", (query,), {"top_k": top_k, "threshold": threshold})

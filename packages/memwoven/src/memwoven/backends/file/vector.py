@@ -43,7 +43,6 @@ from memwoven.vector_index import (
     check_dimension,
     check_metric,
     check_stored_dimension,
-    require_utf8,
 )
 
 __all__ = ["FileVectorMemory", "list_collections"]
@@ -191,7 +190,6 @@ class FileVectorMemory(VectorMemoryBase):
         with self._guard, self._writing():
             self._refresh()
             batch = self._index.prepare(documents)
-            require_utf8(batch)
             if batch.ids:
                 self._rewrite(lambda index: index.upsert(batch))
 

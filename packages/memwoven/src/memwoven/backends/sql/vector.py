@@ -62,7 +62,6 @@ from memwoven.vector_index import (
     check_metric,
     check_stored_dimension,
     rank,
-    require_utf8,
 )
 
 if TYPE_CHECKING:
@@ -243,7 +242,6 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         yield from self._store_batch(self._index.prepare(documents))  # validated before anything is written
 
     def _store_batch(self, batch: DocumentBatch) -> Steps[None]:
-        require_utf8(batch)
         if self._db.dialect == "postgresql" and any("\x00" in content for content in batch.contents):
             raise InvalidInputError("PostgreSQL text cannot hold NUL characters (document content)")
         if not batch.ids:
