@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -247,6 +248,30 @@ def test_a_chat_or_item_url_may_carry_the_vector_options(tmp_path: Path) -> None
     assert not (tmp_path / "y.db").exists()
     with pytest.raises(InvalidInputError, match="unexpected keyword argument 'search'"):
         open_item_memory(f"sqlite:///{tmp_path}/y.db", search="server")  # as an argument: not a chat or item option
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "memory://",
+        "file://{tmp}/store",
+        "sqlite:///{tmp}/x.db",
+        "postgresql://user:s3cr3t@127.0.0.1:1/db",  # unreachable: refused before connecting
+        "redis://:s3cr3t@127.0.0.1:1/0",
+    ],
+)
+@pytest.mark.parametrize("opener", [open_chat_memory, open_vector_memory])
+def test_an_option_the_backend_does_not_take_is_invalid_input(opener: Any, url: str, tmp_path: Path) -> None:
+    """As for `open_item_memory`: it was the constructor's bare TypeError (after a SQL URL was parsed)."""
+    url = url.format(tmp=tmp_path)
+    for option in ("no_such_option", "table_prefx"):
+        with pytest.raises(InvalidInputError, match=f"unexpected keyword argument '{option}'") as raised:
+            opener(url, **{option: "x"})
+        assert "s3cr3t" not in str(raised.value)
+    assert list(tmp_path.iterdir()) == []  # nothing was created
+    if url.startswith("sqlite"):  # the options every SQL backend takes through `**options` stay accepted
+        with opener(url, table_prefix="t_", pool_size=2) as memory:
+            assert memory.table_prefix == "t_"
 
 
 def test_an_sqlite_url_takes_no_schema(tmp_path: Path) -> None:

@@ -97,6 +97,11 @@ def test_sessions_are_independent_and_visible_to_the_core() -> None:
     assert MemwovenChatMessageHistory(memory, "a").messages[-1] == AIMessage("written by another framework")
 
 
+def test_from_url_refuses_an_option_the_memory_does_not_take() -> None:
+    with pytest.raises(InvalidInputError, match="unexpected keyword argument 'no_such_option'"):
+        MemwovenChatMessageHistory.from_url("memory://", "s", no_such_option=1)
+
+
 def test_from_url_owns_its_memory() -> None:
     closed: list[bool] = []
     with MemwovenChatMessageHistory.from_url("memory://", "s") as history:

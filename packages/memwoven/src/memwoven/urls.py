@@ -28,7 +28,7 @@ import os
 import re
 from importlib import import_module
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from sqlalchemy.engine import URL, make_url
@@ -53,6 +53,8 @@ __all__ = [
     "redact_url",
     "vector_collections",
 ]
+
+_M = TypeVar("_M")
 
 CHAT_URL_VARIABLE = "MEMWOVEN_CHAT_URL"
 VECTOR_URL_VARIABLE = "MEMWOVEN_VECTOR_URL"
@@ -214,27 +216,47 @@ def _file_path(url: str) -> Path:
     return Path(path)
 
 
+def _open(memory_class: type[_M], location: tuple[Any, ...], options: dict[str, Any], shared: Any = None) -> _M:
+    """`memory_class(*location, **options)`, refusing an option it does not take (or a missing argument) with
+    `InvalidInputError` before anything connects; `shared`: the `TypedDict` of the options a ``**options`` of
+    `memory_class` takes (the SQL backends' `SQLOptions`), whose keys are its only other names."""
+    try:
+        parameters = inspect.signature(memory_class).bind(*location, **options).signature.parameters
+    except TypeError as error:  # an unknown or missing option: refused as input, before any connection
+        raise InvalidInputError(f"{memory_class.__name__}: {error}") from None
+    if shared is not None:
+        taken = shared.__required_keys__ | shared.__optional_keys__
+        for name in options:
+            if name not in parameters and name not in taken:
+                raise InvalidInputError(f"{memory_class.__name__}: got an unexpected keyword argument {name!r}")
+    return memory_class(*location, **options)
+
+
 def open_chat_memory(url: str | URL | None = None, **options: Any) -> ChatMemory:
-    """Open the chat memory a URL names (default: `$MEMWOVEN_CHAT_URL`); `options` go to the backend."""
+    """Open the chat memory a URL names (default: `$MEMWOVEN_CHAT_URL`); `options` go to the backend.
+
+    As for `open_item_memory`, an option the backend does not take raises `InvalidInputError` before anything
+    connects.
+    """
     scheme, resolved = _resolve(url, CHAT_URL_VARIABLE)
     resolved, options = _with_url_options(scheme, resolved, options)
     if scheme == "memory":
         from memwoven.backends.memory import InMemoryChatMemory
 
-        return InMemoryChatMemory(**options)
+        return _open(InMemoryChatMemory, (), options)
     if scheme == "file":
         from memwoven.backends.file import FileChatMemory
 
-        return FileChatMemory(_file_path(str(resolved)), **options)
+        return _open(FileChatMemory, (_file_path(str(resolved)),), options)
     if scheme == "redis":
         from memwoven.backends.redis import RedisChatMemory
 
-        return RedisChatMemory(str(resolved), **options)
+        return _open(RedisChatMemory, (str(resolved),), options)
     if scheme == "qdrant":
         raise InvalidInputError("Qdrant stores vectors only; keep chat history in SQL, files or Redis")
-    from memwoven.backends.sql import SQLChatMemory
+    from memwoven.backends.sql import SQLChatMemory, SQLOptions
 
-    return SQLChatMemory(resolved, **options)
+    return _open(SQLChatMemory, (resolved,), options, SQLOptions)
 
 
 def open_vector_memory(
@@ -245,30 +267,35 @@ def open_vector_memory(
     metric: Metric = "cosine",
     **options: Any,
 ) -> VectorMemory:
-    """Open one vector collection at the URL (default: `$MEMWOVEN_VECTOR_URL`); `options` go to the backend."""
+    """Open one vector collection at the URL (default: `$MEMWOVEN_VECTOR_URL`); `options` go to the backend.
+
+    As for `open_item_memory`, an option the backend does not take raises `InvalidInputError` before anything
+    connects (Qdrant passes options it does not know on to its client).
+    """
     scheme, resolved = _resolve(url, VECTOR_URL_VARIABLE)
     resolved, options = _with_url_options(scheme, resolved, options, vector=True)
     check_collection(collection)
+    options = {"dimension": dimension, "metric": metric, **options}
     if scheme == "memory":
         from memwoven.backends.memory import InMemoryVectorMemory
 
-        return InMemoryVectorMemory(dimension=dimension, metric=metric, **options)
+        return _open(InMemoryVectorMemory, (), options)
     if scheme == "file":
         from memwoven.backends.file import FileVectorMemory
 
-        path = _file_path(str(resolved)) / f"{collection}.npz"
-        return FileVectorMemory(path, dimension=dimension, metric=metric, **options)
+        return _open(FileVectorMemory, (_file_path(str(resolved)) / f"{collection}.npz",), options)
+    options["collection"] = collection
     if scheme == "redis":
         from memwoven.backends.redis_vector import RedisVectorMemory
 
-        return RedisVectorMemory(str(resolved), collection=collection, dimension=dimension, metric=metric, **options)
+        return _open(RedisVectorMemory, (str(resolved),), options)
     if scheme == "qdrant":
         from memwoven.backends.qdrant import QdrantVectorMemory
 
-        return QdrantVectorMemory(str(resolved), collection=collection, dimension=dimension, metric=metric, **options)
-    from memwoven.backends.sql import SQLVectorMemory
+        return _open(QdrantVectorMemory, (str(resolved),), options)
+    from memwoven.backends.sql import SQLOptions, SQLVectorMemory
 
-    return SQLVectorMemory(resolved, collection=collection, dimension=dimension, metric=metric, **options)
+    return _open(SQLVectorMemory, (resolved,), options, SQLOptions)
 
 
 def _kind(scheme: str) -> str:
@@ -307,11 +334,7 @@ def open_item_memory(url: str | URL | None = None, **options: Any) -> ItemMemory
         location = (_file_path(str(resolved)),)
     elif kind != "memory":
         location = (str(resolved) if kind == "redis" else resolved,)
-    try:
-        inspect.signature(memory_class).bind(*location, **options)
-    except TypeError as error:  # an unknown or missing option: refused as input, before any connection
-        raise InvalidInputError(f"{memory_class.__name__}: {error}") from None
-    return memory_class(*location, **options)
+    return _open(memory_class, location, options)
 
 
 def vector_collections(url: str | URL | None = None, **options: Any) -> list[CollectionInfo]:

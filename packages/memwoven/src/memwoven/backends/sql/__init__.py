@@ -6,8 +6,9 @@ row each, listed by namespace prefix on an index. All have native async twins (S
 asyncio extension) that run the very same transaction code as the sync methods.
 """
 
+from memwoven.backends.sql._base import SQLOptions
 from memwoven.backends.sql.chat import SQLChatMemory
 from memwoven.backends.sql.items import SQLItemMemory
 from memwoven.backends.sql.vector import SQLVectorMemory
 
-__all__ = ["SQLChatMemory", "SQLItemMemory", "SQLVectorMemory"]
+__all__ = ["SQLChatMemory", "SQLItemMemory", "SQLOptions", "SQLVectorMemory"]
