@@ -46,6 +46,7 @@ __all__ = [
     "JsonObject",
     "Message",
     "OpaquePart",
+    "Real",
     "Role",
     "ScoredDocument",
     "TextPart",
@@ -181,6 +182,11 @@ def _minute_offset(value: datetime | None) -> datetime | None:
 _Text = Annotated[str, Strict()]
 """A string field: a `str` (or subclass) only, where pydantic's lax mode would decode `bytes` into one (a document
 id that `get` and `delete`, which take only strings, could never name)."""
+
+
+Real = Annotated[float, Strict()]
+"""An embedding value: an `int` or `float` (numpy's too), never a string or a bool, which lax validation turns into
+a number."""
 
 
 def _str_keys(value: Any, info: ValidationInfo) -> Any:
@@ -332,7 +338,7 @@ class VectorDocument(_Model):
 
     id: _Text = Field(min_length=1)
     content: _Text = ""
-    embedding: Annotated[list[float], BeforeValidator(_embedding_list), AfterValidator(FrozenList)]
+    embedding: Annotated[list[Real], BeforeValidator(_embedding_list), AfterValidator(FrozenList)]
     metadata: JsonObject = Field(default_factory=FrozenDict)
 
     @field_validator("embedding")

@@ -31,7 +31,15 @@ from memwoven._steps import Call, Steps, async_twin, twins
 from memwoven.contracts import DocumentsIn, Filter, Metric, VectorMemory, check_id, check_ids
 from memwoven.errors import DimensionMismatchError, InvalidInputError
 from memwoven.filters import Predicate, compile_filter
-from memwoven.models import FrozenDict, FrozenList, ScoredDocument, VectorDocument, coerce_documents, coerce_metadata
+from memwoven.models import (
+    FrozenDict,
+    FrozenList,
+    Real,
+    ScoredDocument,
+    VectorDocument,
+    coerce_documents,
+    coerce_metadata,
+)
 
 __all__ = [
     "DocumentBatch",
@@ -141,7 +149,7 @@ _MAX_SQUARED_NORM = np.float32(np.finfo(np.float32).max / 2)
 _SMALL_SQUARE = 2.0**-100  # float32 sums of squares below this are summed again in float64
 _MIN_NORM = 1e-37  # a shorter vector has no direction: the inverse of its norm is beyond float32
 _EMPTY = FrozenDict()  # the metadata of every row stored without any: one object, shared
-_REALS: TypeAdapter[list[float]] = TypeAdapter(list[float])  # a `VectorDocument` embedding's values
+_REALS: TypeAdapter[list[float]] = TypeAdapter(list[Real])  # a `VectorDocument` embedding's values
 
 
 def _column(values: Iterable[Any] | None, count: int, what: str, default: Any) -> list[Any]:
@@ -237,7 +245,7 @@ def _numbers(vectors: Any) -> npt.NDArray[Any]:
         array = np.asarray(vectors)
     except (TypeError, ValueError) as error:
         raise InvalidInputError(f"embeddings must be equal-length lists of numbers ({error})") from None
-    if array.dtype.kind in "cmMV":
+    if array.dtype.kind in "cmMVUSb":  # numpy would parse strings and take booleans as 0 and 1
         raise InvalidInputError(f"embeddings must be real numbers, not {array.dtype}")
     if array.dtype.kind != "O":
         return array

@@ -573,8 +573,23 @@ class VectorMemoryContract(StorageHooks[VectorMemory]):
             np.ma.masked_array([axis(0), axis(1)], mask=[[False] * DIMENSION, [True] + [False] * (DIMENSION - 1)]),
             np.array([axis(0), [None, *axis(1)[1:]]], dtype=object),
             [axis(0), [10**400, *axis(1)[1:]]],  # beyond floats
+            [[str(v) for v in axis(0)], [str(v) for v in axis(1)]],  # numbers as text: lax parsing took them
+            np.array([axis(0), axis(1)], dtype=object).astype(str).astype(object),
+            np.array([axis(0), axis(1)], dtype=bool),  # booleans taken as 0 and 1
+            [[v > 0 for v in axis(0)], [v > 0 for v in axis(1)]],
         ],
-        ids=["complex", "timedelta", "datetime", "masked", "object None", "huge int"],
+        ids=[
+            "complex",
+            "timedelta",
+            "datetime",
+            "masked",
+            "object None",
+            "huge int",
+            "numeric strings",
+            "object strings",
+            "bool array",
+            "bools",
+        ],
     )
     def test_store_arrays_and_search_refuse_the_embeddings_store_refuses(self, memory: Driver, rows: Any) -> None:
         self._columnar(memory)
