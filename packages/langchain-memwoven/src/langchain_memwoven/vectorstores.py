@@ -14,7 +14,7 @@ from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
 from langchain_memwoven._twins import constructor_twins
 from langchain_memwoven.embeddings import EmbedFnEmbeddings
-from memwoven import InMemoryVectorMemory, InvalidInputError, ScoredDocument, VectorDocument, VectorMemory
+from memwoven import InvalidInputError, ScoredDocument, VectorDocument, VectorMemory
 from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.embed import EmbedFn
 from memwoven.models import thaw
@@ -45,10 +45,13 @@ def _ids(
     return [given or str(uuid.uuid4()) for given in (ids or [None] * len(texts))]
 
 
-def _memory(memory: VectorMemory | None, url: str | None, collection: str) -> VectorMemory:
-    if memory is not None:
-        return memory
-    return open_vector_memory(url, collection=collection) if url is not None else InMemoryVectorMemory()
+def _memory(memory: VectorMemory | None, url: str | None, collection: str, options: dict[str, Any]) -> VectorMemory:
+    """The given memory, or the collection opened at `url` (a new in-memory one without), with `options`."""
+    if memory is None:
+        return open_vector_memory(url or "memory://", collection=collection, **options)
+    if options:  # never silently dropped: they would configure nothing
+        raise InvalidInputError(f"{', '.join(sorted(options))}: options of a memory opened from url=, not of memory=")
+    return memory
 
 
 def _mmr(query: list[float], hits: list[ScoredDocument], k: int, lambda_mult: float) -> list[Document]:
@@ -212,8 +215,10 @@ class MemwovenVectorStore(VectorStore, Runner):
         collection: str = "default",
         **kwargs: Any,
     ) -> Steps[MemwovenVectorStore]:
-        """A store holding `texts`: in `memory`, in `collection` at `url`, or else in a new in-memory collection."""
-        store = cls(_memory(memory, url, collection), embedding)
+        """A store holding `texts`: in `memory`, in `collection` at `url`, or else in a new in-memory collection;
+        other keyword arguments are options of the memory opened (`open_vector_memory`'s: `metric=`, a backend's
+        own), refused (`InvalidInputError`) where nothing is opened or the backend does not take them."""
+        store = cls(_memory(memory, url, collection, kwargs), embedding)
         yield Call(store, "add_texts", (texts, metadatas), {"ids": ids})
         return store
 

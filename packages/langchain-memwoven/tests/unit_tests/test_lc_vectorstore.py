@@ -129,3 +129,17 @@ async def test_afrom_texts_and_url() -> None:
     docs = [Document(page_content="p", metadata={"a": 1}, id="d1")]
     from_docs = MemwovenVectorStore.from_documents(docs, DeterministicFakeEmbedding(size=4))
     assert from_docs.get_by_ids(["d1"]) == docs
+
+
+def test_from_texts_passes_options_to_the_memory_it_opens_and_refuses_the_rest() -> None:
+    """Keyword arguments configure the memory `from_texts` opens; they were dropped without a word."""
+    dot = MemwovenVectorStore.from_texts(["x"], HashingEmbedFn(16), metric="dot")
+    assert dot.memory.metric == "dot"
+    dot_at_url = MemwovenVectorStore.from_texts(["x"], HashingEmbedFn(16), url="memory://", metric="dot")
+    assert dot_at_url.memory.metric == "dot"
+    with pytest.raises(InvalidInputError, match="bogus"):
+        MemwovenVectorStore.from_texts(["x"], HashingEmbedFn(16), bogus=1)
+    given = InMemoryVectorMemory()
+    with pytest.raises(InvalidInputError, match="metric"):
+        MemwovenVectorStore.from_texts(["x"], HashingEmbedFn(16), memory=given, metric="dot")
+    assert given.count() == 0
