@@ -24,6 +24,7 @@ import memwoven
 import memwoven._clock as _clock
 from memwoven import FileItemMemory, ItemMemory
 from memwoven.backends.file import _fs
+from memwoven.backends.file.items import _HEADER_FIELDS
 from memwoven.errors import (
     BackendUnavailableError,
     ConcurrentModificationError,
@@ -202,6 +203,35 @@ def test_damaged_files_raise_and_spare_other_namespaces(tmp_path: Path, damage: 
     memory.path_of(("damaged",)).unlink()  # the way to repair: remove (or restore) the file
     assert memory.get(("damaged",), "k0") is None
     assert memory.put(("damaged",), "k0", {"v": 4}, expected_version=0) > 0
+
+
+@pytest.mark.parametrize(
+    ("field", "damage"),
+    [("created_ms", 10**16), ("updated_ms", 10**16), ("expires_ms", 10**16), ("expires_ms", 10**20), ("ttl", 1e400)],
+)
+def test_an_item_line_out_of_range_under_a_valid_checksum_raises(tmp_path: Path, field: str, damage: Any) -> None:
+    """An item line whose time is beyond `datetime`'s range, or whose ttl is infinite, re-checksummed as memwoven
+    would (so only the item check can tell): CorruptMemoryError naming the namespace, never an OverflowError."""
+    memory = FileItemMemory(tmp_path)
+    memory.put(("damaged",), "k", {"v": 1}, ttl=600.0)
+    path = memory.path_of(("damaged",))
+    header_line, line, rest = path.read_bytes().split(b"\n")
+    assert rest == b""
+    header, item = json.loads(header_line), json.loads(line)
+    item[field] = damage
+    if field == "expires_ms":  # the header's expiry bounds follow the item's
+        header["expires_first"] = header["expires_last"] = damage
+    damaged = json.dumps(item, ensure_ascii=False, separators=(",", ":")).replace("Infinity", "1e400")
+    body = damaged.encode() + b"\n"
+    header["sha256"] = _fs.checksum({name: header[name] for name in _HEADER_FIELDS}, [body])
+    path.write_bytes(_fs.dumps(header) + b"\n" + body)
+    for reader in (memory, FileItemMemory(tmp_path)):
+        with pytest.raises(CorruptMemoryError, match=r"'damaged'.*undecodable item"):
+            reader.get(("damaged",), "k")
+        with pytest.raises(CorruptMemoryError, match=r"'damaged'.*undecodable item"):
+            reader.list(("damaged",))
+        with pytest.raises(CorruptMemoryError, match=r"'damaged'.*undecodable item"):
+            asyncio.run(reader.alist(("damaged",)))
 
 
 def test_a_file_where_a_namespace_directory_should_be_raises(tmp_path: Path) -> None:

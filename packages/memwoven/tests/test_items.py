@@ -588,6 +588,126 @@ def test_a_column_moved_to_another_namespace_or_key_raises_corrupt_memory(
         memory.drop_tables()
 
 
+ROW_DAMAGE: dict[str, dict[str, Any]] = {  # of an item written with a ttl
+    "version-0": {"version": 0},
+    "version-negative": {"version": -7},
+    "created-far-ahead": {"created_ms": 10**16},
+    "updated-far-back": {"updated_ms": -(10**15)},
+    "expiry-far-ahead": {"expires_at_ms": 10**16},
+    "ttl-negative": {"ttl": -1.0},
+    "ttl-zero": {"ttl": 0.0},
+    "ttl-without-expiry": {"expires_at_ms": None},
+    "expiry-without-ttl": {"ttl": None},
+}
+_DAMAGED_READS: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = [
+    ("get", (("t",), "victim"), {}),
+    ("get", (("t",), "victim"), {"refresh_ttl": True}),
+    ("get_many", ([(("t",), "intact"), (("t",), "victim")],), {}),
+    ("list", (("t",),), {}),
+    ("list_plain", (("t",),), {}),
+    ("list", ((),), {"filter": {"s": 1}}),
+    ("list_plain", ((),), {"filter": {"s": 1}}),
+    ("list_plain", (("t",),), {"limit": 5, "offset": 1}),
+]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("damage", list(ROW_DAMAGE))
+def test_a_damaged_version_ttl_expiry_or_time_column_raises_corrupt_memory(
+    sql_kind: str, tmp_path: Path, damage: str, mode: str
+) -> None:
+    """A row holding a version, ttl, expiry or time no write leaves (a version below 1, a ttl not positive, a ttl
+    without an expiry or the reverse, a time beyond `datetime`'s range) is damage: every read, `list_plain`
+    included, raises CorruptMemoryError naming the item, never an item carrying it nor an OverflowError; a refresh
+    writes nothing over it; a plain delete still removes it."""
+    with sql_place(sql_kind, tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
+        memory.put(("t",), "victim", {"s": 1}, ttl=600.0)
+        memory.put(("t",), "intact", {"s": 2})
+        items = memory._items
+        victim = sa.select(items).where(items.c.item_key == "victim")
+        with memory.engine.begin() as connection:
+            connection.execute(sa.update(items).where(items.c.item_key == "victim").values(ROW_DAMAGE[damage]))
+            damaged = connection.execute(victim).one()
+        if mode == "sync":
+            for name, args, kwargs in _DAMAGED_READS:
+                with pytest.raises(CorruptMemoryError, match=r"'victim'.*damaged"):
+                    getattr(memory, name)(*args, **kwargs)
+        else:
+            reader = SQLItemMemory(url, table_prefix=prefix)
+
+            async def read_all() -> None:
+                try:
+                    for name, args, kwargs in _DAMAGED_READS:
+                        with pytest.raises(CorruptMemoryError, match=r"'victim'.*damaged"):
+                            await getattr(reader, "a" + name)(*args, **kwargs)
+                finally:
+                    await reader.aclose()
+
+            asyncio.run(read_all())
+        with memory.engine.connect() as connection:
+            assert connection.execute(victim).one() == damaged  # not "repaired" by the refresh
+        assert [item.key for item in memory.list(("t",), filter={"s": 2})] == ["intact"]
+        assert memory.delete(("t",), "victim") == (0 if damage.startswith("version") else 1)  # counted if it read live
+        assert memory.get(("t",), "victim") is None
+        memory.drop_tables()
+
+
+def test_a_committed_version_0_is_damage_not_an_absent_item(sql_kind: str, tmp_path: Path) -> None:
+    """A stored row at version 0 (only a write's own placeholders, inside its transaction, are) is damage: a write
+    expecting the item absent, or a delete expecting a version, raises CorruptMemoryError rather than taking it
+    for absent and overwriting an item `get` would return; a plain write replaces it."""
+    with sql_place(sql_kind, tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
+        memory.put(("t",), "victim", {"s": 1})
+        items = memory._items
+        with memory.engine.begin() as connection:
+            connection.execute(sa.update(items).where(items.c.item_key == "victim").values(version=0))
+        with pytest.raises(CorruptMemoryError, match="'victim'"):
+            memory.put(("t",), "victim", {"s": 2}, expected_version=0)
+        with pytest.raises(CorruptMemoryError, match="'victim'"):
+            memory.put_many([ItemWrite(("t",), "other", {"s": 3}, None, 0), ItemWrite(("t",), "victim", {}, None, 0)])
+        with pytest.raises(CorruptMemoryError, match="'victim'"):
+            memory.delete(("t",), "victim", expected_version=1)
+        assert memory.get(("t",), "other") is None  # all or nothing
+        with pytest.raises(CorruptMemoryError, match="'victim'"):
+            memory.get(("t",), "victim")  # nothing was written over it
+        version = memory.put(("t",), "victim", {"s": 4})
+        stored = memory.get(("t",), "victim")
+        assert stored is not None
+        assert (stored.value, stored.version) == ({"s": 4}, version)
+        assert version > 0
+        memory.drop_tables()
+
+
+@pytest.mark.parametrize(
+    ("text", "refused"),
+    [
+        ('{"a":' * 65 + "1" + "}" * 65, True),  # nests deeper than MAX_JSON_DEPTH
+        ('{"a":1e400}', True),  # beyond float's range: infinity
+        ('{"a":[-1E+999]}', True),
+        ('{"a":' + "9" * 4400 + "}", True),  # more digits than MAX_INT_DIGITS
+        ('{"a":' * 64 + "1" + "}" * 64, False),  # as deep as allowed
+        ('{"a":[' + ",".join(["{}"] * 100) + '],"b":"[[[{{{"}', False),  # many brackets, shallow
+        ('{"a":1.5e300,"b":-0.0}', False),
+    ],
+)
+def test_list_plain_refuses_the_damaged_values_list_refuses(
+    sql_kind: str, tmp_path: Path, text: str, refused: bool
+) -> None:
+    """`list_plain` holds a stored value to the limits `list` does (freeze_json's): never a value `list` refuses."""
+    with sql_place(sql_kind, tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
+        memory.put(("t",), "victim", {"s": 1})
+        items = memory._items
+        with memory.engine.begin() as connection:
+            connection.execute(sa.update(items).where(items.c.item_key == "victim").values(value=text))
+        if refused:
+            for listing in (memory.list, memory.list_plain):
+                with pytest.raises(CorruptMemoryError, match="unreadable"):
+                    listing(("t",))
+        else:
+            assert [item.value for item in memory.list_plain(("t",))] == [item.value for item in memory.list(("t",))]
+        memory.drop_tables()
+
+
 @pytest.mark.service
 def test_a_create_racing_a_delete_and_a_rival_create_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -1,5 +1,5 @@
 """What the item backends share: the namespace encoding and the value codec (of those that store namespaces as
-text), and how a ttl becomes milliseconds.
+text), how a ttl becomes milliseconds, and the check of a stored item's version, ttl and expiry.
 
 A namespace is stored as one string: each label, escaped, followed by ``\\x01``::
 
@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import json
 import json.encoder
+import math
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from memwoven.contracts import Namespace
 from memwoven.errors import CorruptMemoryError
-from memwoven.models import FrozenDict, freeze_json
+from memwoven.models import MAX_JSON_DEPTH, FrozenDict, freeze_json
 
 __all__ = [
+    "check_stored_item",
     "decode_namespace",
     "decode_object",
     "decode_value",
@@ -88,39 +90,86 @@ def encode_value(value: FrozenDict) -> str:
 
 def decode_object(text: str | bytes) -> dict[str, Any]:
     """The value `encode_value` stored, as a plain dict of the caller's own; `CorruptMemoryError` if `text` is no
-    JSON object (or holds NaN or infinity, which `encode_value` never writes)."""
+    JSON object within the limits `decode_value` holds it to (`freeze_json`'s: no NaN or infinity, at most
+    `MAX_JSON_DEPTH` levels, integers of at most `MAX_INT_DIGITS` digits), so that `list_plain` refuses what `list`
+    does."""
     try:
-        text = text if isinstance(text, str) else text.decode("utf-8")
-        # `decode` first and last matches the whitespace around the value, which took twice as long as decoding a
-        # store item's value: the text encode_value wrote has none, anything else is judged by `decode`.
-        try:
-            value, end = _DECODER.raw_decode(text)
-        except ValueError:
-            end = -1
-        if end != len(text):
-            value = _DECODER.decode(text)
-        if not isinstance(value, dict):
-            raise ValueError("not a JSON object")
-    except (ValueError, RecursionError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        value = _decoded(text, _PLAIN_DECODER)  # its floats checked finite as they are parsed (1e400 is inf)
+        # A value nesting deeper than the limit has more opening brackets than the limit, and twice as many
+        # brackets as that: the nesting is walked only where the text holds that many (a few counts otherwise).
+        if len(text) > 2 * MAX_JSON_DEPTH and _opening(text) > MAX_JSON_DEPTH:
+            _check_nesting(value, 1)
+    except (ValueError, RecursionError) as error:
         raise CorruptMemoryError(f"a stored item's value is unreadable ({error})") from None
     return value
 
 
 def decode_value(text: str | bytes) -> FrozenDict:
     """The value `encode_value` stored, frozen; `CorruptMemoryError` if `text` is no JSON object within the limits."""
-    value = decode_object(text)
     try:
-        frozen: FrozenDict = freeze_json(value)
-    except (ValueError, RecursionError) as error:
+        frozen: FrozenDict = freeze_json(_decoded(text, _DECODER))  # freeze_json checks the limits
+    except (ValueError, RecursionError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise CorruptMemoryError(f"a stored item's value is unreadable ({error})") from None
     return frozen
+
+
+def _decoded(text: str | bytes, decoder: json.JSONDecoder) -> dict[str, Any]:
+    """The JSON object `text` holds (`ValueError` if none; Python's own limit refuses integers of more than
+    `MAX_INT_DIGITS` digits)."""
+    text = text if isinstance(text, str) else text.decode("utf-8")
+    # `decode` first and last matches the whitespace around the value, which took twice as long as decoding a
+    # store item's value: the text encode_value wrote has none, anything else is judged by `decode`.
+    try:
+        value, end = decoder.raw_decode(text)
+    except ValueError:
+        end = -1
+    if end != len(text):
+        value = decoder.decode(text)
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    return value
+
+
+def _opening(text: str | bytes) -> int:
+    """How many opening brackets `text` holds (inside strings too: at least as many as the value nests)."""
+    if isinstance(text, str):
+        return text.count("{") + text.count("[")
+    return text.count(b"{") + text.count(b"[")
+
+
+def _check_nesting(value: dict[str, Any] | list[Any], depth: int) -> None:
+    """`ValueError` if `value`, at `depth` (1: the top), nests deeper than `MAX_JSON_DEPTH`, as `freeze_json`."""
+    if depth > MAX_JSON_DEPTH:
+        raise ValueError(f"JSON objects and arrays may nest at most {MAX_JSON_DEPTH} levels deep")
+    for item in value.values() if isinstance(value, dict) else value:
+        if isinstance(item, (dict, list)):
+            _check_nesting(item, depth + 1)
 
 
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON value")
 
 
+def _finite_float(literal: str) -> float:
+    number = float(literal)
+    if not math.isfinite(number):  # a literal beyond float's range (1e400) reads as infinity
+        raise ValueError("NaN and infinity are not JSON values")
+    return number
+
+
 _DECODER = json.JSONDecoder(parse_constant=_no_constant)
+# Each float literal goes through Python (~0.1 us) rather than json's C parse: only where the value is not frozen
+# after (`decode_object`), since `freeze_json` checks its floats anyway.
+_PLAIN_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
+
+
+def check_stored_item(version: int, expires_ms: int | None, ttl: float | None) -> None:
+    """`ValueError` unless a stored item's version, expiry (epoch ms) and ttl (seconds) are what a write leaves:
+    a version of 1 or more, the ttl and the expiry both set or both unset, and the ttl finite and positive. The
+    backends raise `CorruptMemoryError` naming the item for it, as for a time beyond `datetime`'s range
+    (`OverflowError` from `memwoven._clock.utc`). A few comparisons: it runs on every row a listing reads."""
+    if version < 1 or (ttl is None) != (expires_ms is None) or not (ttl is None or 0.0 < ttl < math.inf):
+        raise ValueError(f"version {version!r}, ttl {ttl!r} or expiry {expires_ms!r} out of range")
 
 
 def ttl_milliseconds(ttl: float) -> int:

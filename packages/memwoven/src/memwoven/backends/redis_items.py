@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,6 +49,7 @@ import redis.cluster
 import memwoven._clock as _clock
 from memwoven._steps import Steps
 from memwoven.backends._items import (
+    check_stored_item,
     decode_namespace,
     decode_value,
     encode_namespace,
@@ -410,8 +410,9 @@ def _item(address: ItemAddress, record: bytes | str | None, expires: bytes | str
     try:
         version, created, updated, ttl_ms, ttl, value = as_text(record).split(",", 5)
         expires_at = as_text(expires)
-        if bool(expires_at) != bool(ttl_ms):  # every write and refresh keeps them together
+        if bool(expires_at) != bool(ttl_ms) or bool(ttl) != bool(ttl_ms):  # every write and refresh keeps them together
             raise ValueError("an expiry without a ttl, or a ttl without an expiry")
+        expires_ms = int(float(expires_at)) if expires_at else None
         item = Item.model_construct(
             namespace=address[0],
             key=address[1],
@@ -419,12 +420,11 @@ def _item(address: ItemAddress, record: bytes | str | None, expires: bytes | str
             version=int(version),
             created_at=_clock.utc(int(created)),
             updated_at=_clock.utc(int(updated)),
-            expires_at=_clock.utc(int(float(expires_at))) if expires_at else None,
+            expires_at=None if expires_ms is None else _clock.utc(expires_ms),
             ttl=float(ttl) if ttl else None,
         )
-        if item.version < 1 or bool(ttl) != bool(ttl_ms) or (item.ttl is not None and not 0 < item.ttl < math.inf):
-            raise ValueError("a version, ttl or expiry out of range")
-    except (ValueError, CorruptMemoryError, OverflowError) as error:
+        check_stored_item(item.version, expires_ms, item.ttl)
+    except (ValueError, CorruptMemoryError, OverflowError) as error:  # OverflowError: a time beyond datetime's range
         raise _corrupt(address, f"its stored record is damaged ({error})") from None
     return item
 

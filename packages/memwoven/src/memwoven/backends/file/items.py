@@ -62,7 +62,7 @@ import memwoven._clock as _clock
 from memwoven._cache import LRUCache
 from memwoven._durable import fsync_directory
 from memwoven._steps import Call, Steps, async_twin
-from memwoven.backends._items import ttl_milliseconds
+from memwoven.backends._items import check_stored_item, ttl_milliseconds
 from memwoven.backends.file._fs import (
     DEFAULT_LOCK_TIMEOUT,
     FORMAT,
@@ -578,7 +578,7 @@ def _decode_items(header: _Header, body: bytes, path: str) -> dict[str, _Entry]:
     for line in lines:
         try:
             entry = _decode_item(namespace, line, header.floor)
-        except (ValueError, TypeError, InvalidInputError) as error:
+        except (ValueError, TypeError, InvalidInputError, OverflowError) as error:  # OverflowError: a time too far
             raise _corrupt(namespace, path, f"an undecodable item ({error})") from None
         if entries.setdefault(entry.item.key, entry) is not entry:
             raise _corrupt(namespace, path, f"item {entry.item.key!r:.200} is stored twice")
@@ -588,7 +588,8 @@ def _decode_items(header: _Header, body: bytes, path: str) -> dict[str, _Entry]:
 
 
 def _decode_item(namespace: Namespace, line: bytes, floor: int) -> _Entry:
-    """One item line, checked (`ValueError`, `TypeError` or `InvalidInputError` if it is no valid item)."""
+    """One item line, checked (`ValueError`, `TypeError`, `InvalidInputError` or, for a time beyond `datetime`'s
+    range, `OverflowError` if it is no valid item)."""
     raw = loads(line)
     if not isinstance(raw, dict) or raw.keys() != _ITEM_FIELDS:
         raise ValueError("not an object with the item fields")
@@ -599,9 +600,8 @@ def _decode_item(namespace: Namespace, line: bytes, floor: int) -> _Entry:
         raise ValueError("a bad version")
     if not is_int(raw["created_ms"], 0) or not is_int(raw["updated_ms"], 0):
         raise ValueError("bad times")
-    if (ttl is None) != (expires is None) or not (ttl is None or (type(ttl) is float and ttl > 0)):
+    if not (ttl is None or type(ttl) is float) or not (expires is None or is_int(expires, 0)):
         raise ValueError("a bad ttl or expiry")
-    if expires is not None and not is_int(expires, 0):
-        raise ValueError("a bad expiry")
+    check_stored_item(raw["version"], expires, ttl)
     frozen: FrozenDict = freeze_json(value)
     return _entry(namespace, key, frozen, raw["version"], raw["created_ms"], raw["updated_ms"], expires, ttl)

@@ -71,6 +71,7 @@ import memwoven._clock as _clock
 from memwoven._cache import LRUCache
 from memwoven._steps import Steps
 from memwoven.backends._items import (
+    check_stored_item,
     decode_namespace,
     decode_object,
     decode_value,
@@ -493,8 +494,9 @@ class SQLItemMemory(SQLBackend, ItemMemory):
             for address, row in self._rows_at(connection, builtins.list(wanted), lock=False).items():
                 if not _alive(row.expires_at_ms, now):
                     continue
-                if refresh and row.ttl is not None:
-                    refreshed = now + ttl_milliseconds(row.ttl)
+                item = found[address] = _item(row, wanted[address])  # checked before a refresh writes the row
+                if refresh and item.ttl is not None:
+                    refreshed = now + ttl_milliseconds(item.ttl)
                     result = connection.execute(
                         sa.update(items)
                         .where(items.c.address == address, items.c.version == row.version)
@@ -502,7 +504,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
                     )
                     if result.rowcount:  # else a concurrent write replaced the item (and set its own expiry)
                         row.expires_at_ms = refreshed
-                found[address] = _item(row, wanted[address])
+                        found[address] = _item(row, wanted[address])
             return found
 
         found: dict[str, Item] = yield Work(body, write=refresh, single=not refresh)
@@ -614,7 +616,8 @@ class SQLItemMemory(SQLBackend, ItemMemory):
         stored = self._locked(connection, {p.address: (p.encoded, p.key) for p in prepared})
         now = _clock.wall_ms()
         for p in prepared:
-            check_expected(p.namespace, p.key, _current(stored.get(p.address), now), p.expected)
+            if p.expected is not None:  # a plain write replaces a damaged item, as the unlocked upsert does
+                check_expected(p.namespace, p.key, _current(stored.get(p.address), now, p.namespace, p.key), p.expected)
         rows = []
         for p in prepared:
             row = stored.get(p.address)
@@ -634,10 +637,11 @@ class SQLItemMemory(SQLBackend, ItemMemory):
             rows = self._rows_at(connection, wanted, lock=True)
             now = _clock.wall_ms()
             if expected is not None:
-                check_expected(*addresses[0], _current(rows.get(wanted[0]), now), expected)
+                check_expected(*addresses[0], _current(rows.get(wanted[0]), now, *addresses[0]), expected)
             for start in range(0, len(wanted), _IN_CHUNK):
                 connection.execute(sa.delete(items).where(items.c.address.in_(wanted[start : start + _IN_CHUNK])))
-            return sum(1 for row in rows.values() if _current(row, now) > 0)
+            # unchecked: a plain delete removes a damaged item too (counted if its version reads as stored)
+            return sum(1 for row in rows.values() if row.version > 0 and _alive(row.expires_at_ms, now))
 
         existed: int = yield Work(body, write=True)
         return existed
@@ -941,26 +945,47 @@ def _alive(expires_at_ms: int | None, now: int) -> bool:
     return expires_at_ms is None or expires_at_ms > now
 
 
-def _current(row: _Row | None, now: int) -> int:
-    """The version a write or a delete compares with: 0 for an absent, placeholder or expired item."""
-    if row is None or not _alive(row.expires_at_ms, now):
+def _current(row: _Row | None, now: int, namespace: Namespace, key: str) -> int:
+    """The version a compare-and-set compares with: 0 for an absent, placeholder or expired item;
+    `CorruptMemoryError` for a damaged one (a version 0 that is no placeholder would otherwise read as absent, and be
+    overwritten by a write expecting none)."""
+    if row is None or not _alive(row.expires_at_ms, now) or _is_placeholder(row):
         return 0
-    return int(row.version)
+    try:
+        version = int(row.version)
+        check_stored_item(version, row.expires_at_ms, None if row.ttl is None else float(row.ttl))
+    except (ValueError, TypeError) as error:
+        raise _damaged(namespace, key, error) from None
+    return version
+
+
+def _is_placeholder(row: _Row) -> bool:
+    """Whether `row` is a placeholder `_insert_placeholders` wrote in this transaction (no write leaves a version 0,
+    nor a time 0)."""
+    return row.version == 0 and row.created_ms == 0 and row.updated_ms == 0
 
 
 def _item(row: Any, address: tuple[Namespace, str] | None = None) -> Item:
-    """The `Item` of a row (`address`: its namespace and key when known, saving the decoding)."""
+    """The `Item` of a row (`address`: its namespace and key when known, saving the decoding), checked
+    (`CorruptMemoryError` naming it if damaged)."""
     namespace, key = address if address is not None else (_decoded_namespace(row.namespace), row.item_key)
-    return Item.model_construct(
-        namespace=namespace,
-        key=key,
-        value=decode_value(row.value),
-        version=int(row.version),
-        created_at=_clock.utc(int(row.created_ms)),
-        updated_at=_clock.utc(int(row.updated_ms)),
-        expires_at=None if row.expires_at_ms is None else _clock.utc(int(row.expires_at_ms)),
-        ttl=None if row.ttl is None else float(row.ttl),
-    )
+    try:
+        version = int(row.version)
+        expires_at_ms = row.expires_at_ms
+        ttl = None if row.ttl is None else float(row.ttl)
+        check_stored_item(version, expires_at_ms, ttl)
+        return Item.model_construct(
+            namespace=namespace,
+            key=key,
+            value=decode_value(row.value),
+            version=version,
+            created_at=_clock.utc(int(row.created_ms)),
+            updated_at=_clock.utc(int(row.updated_ms)),
+            expires_at=None if expires_at_ms is None else _clock.utc(int(expires_at_ms)),
+            ttl=ttl,
+        )
+    except (ValueError, TypeError, OverflowError) as error:  # OverflowError: a time beyond datetime's range
+        raise _damaged(namespace, key, error) from None
 
 
 def _listed_item(row: Sequence[Any]) -> Item:
@@ -970,16 +995,27 @@ def _listed_item(row: Sequence[Any]) -> Item:
 
 
 def _plain_item(row: Any) -> PlainItem:
-    """The `PlainItem` of a row read by a listing (its columns in `_LISTED` order)."""
+    """The `PlainItem` of a row read by a listing (its columns in `_LISTED` order), checked as `_item` checks."""
     _checked_address(row)
     namespace, key, value, version, created_ms, updated_ms, expires_at_ms, ttl, _ = row
-    return PlainItem(
-        _decoded_namespace(namespace),
-        key,
-        decode_object(value),
-        int(version),
-        _clock.utc(int(created_ms)),
-        _clock.utc(int(updated_ms)),
-        None if expires_at_ms is None else _clock.utc(int(expires_at_ms)),
-        None if ttl is None else float(ttl),
-    )
+    try:
+        version = int(version)
+        ttl = None if ttl is None else float(ttl)
+        check_stored_item(version, expires_at_ms, ttl)
+        return PlainItem(
+            _decoded_namespace(namespace),
+            key,
+            decode_object(value),
+            version,
+            _clock.utc(int(created_ms)),
+            _clock.utc(int(updated_ms)),
+            None if expires_at_ms is None else _clock.utc(int(expires_at_ms)),
+            ttl,
+        )
+    except (ValueError, TypeError, OverflowError) as error:
+        raise _damaged(_decoded_namespace(namespace), key, error) from None
+
+
+def _damaged(namespace: Namespace, key: str, error: Exception) -> CorruptMemoryError:
+    """The error for an item whose row holds a version, ttl, expiry or time no write leaves."""
+    return CorruptMemoryError(f"item {key!r:.200} in {namespace!r:.200}: its stored row is damaged ({error})")
