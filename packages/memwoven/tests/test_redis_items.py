@@ -221,6 +221,35 @@ def test_the_async_twins_work_from_one_event_loop_after_another(memory: RedisIte
     assert memory.prefix in repr(memory)
 
 
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="a cancellation redis-py swallowed is seen by Task.cancelling")
+def test_a_cancelled_call_raises_cancelled_error_even_if_redis_py_returns_the_reply(memory: RedisItemMemory) -> None:
+    """redis-py's asyncio client may catch a cancellation that arrives while it waits for the reply and return the
+    reply: a timeout around a write (`asyncio.wait_for`, a LangGraph run cancelled) was then lost."""
+    memory.put(("n",), "k", {"v": 0})
+
+    async def cancel_each_point() -> list[str]:
+        outcomes = []
+        for turns in range(8):
+            task = asyncio.ensure_future(memory.aput(("n",), "k", {"v": turns}))
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            if not task.cancel():
+                await task  # done already: nothing to cancel
+                continue
+            try:
+                await task
+            except asyncio.CancelledError:
+                outcomes.append("cancelled")
+            else:
+                outcomes.append(f"returned after {turns} turns")
+        return outcomes
+
+    outcomes = asyncio.run(cancel_each_point())
+    assert outcomes
+    assert set(outcomes) == {"cancelled"}, outcomes
+    assert memory.get(("n",), "k") is not None  # the object still works
+
+
 def test_a_ttl_under_half_a_millisecond_lives_one_millisecond(
     memory: RedisItemMemory, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -216,7 +216,15 @@ class Clients:
         async with mine.turns:
             if mine.client is None:
                 return await asyncio.to_thread(_execute, self.client, self.scripts, step)
-            return await _aexecute(mine.client, mine.scripts, step)
+            task = asyncio.current_task()
+            cancelling = getattr(task, "cancelling", None)  # Python 3.11+
+            asked = cancelling() if cancelling is not None else 0
+            result = await _aexecute(mine.client, mine.scripts, step)
+            if cancelling is not None and cancelling() > asked:
+                # redis-py's asyncio client can catch a cancellation while it waits for the reply and return the
+                # reply (redis/redis-py#2028, #2551): the caller asked to stop, and a timeout must not be lost
+                raise asyncio.CancelledError
+            return result
 
     async def _this_loop(self) -> _LoopClient:
         """The running loop's client, made on its first use."""
