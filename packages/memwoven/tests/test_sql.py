@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import logging
 import multiprocessing
@@ -1256,3 +1257,193 @@ def test_sqlite_writes_reuse_one_connection_and_survive_losing_it(tmp_path: Path
 def dbapi_of(connection: sa.Connection) -> Any:
     """The driver's connection under an SQLAlchemy one."""
     return connection.connection.dbapi_connection
+
+
+def _file_lock(place: Place) -> str:
+    """'free' if an SQLite database file can be write-locked within a second, else what stopped it."""
+    import sqlite3
+
+    connection = sqlite3.connect(place.url.removeprefix("sqlite:///"), timeout=1.0)
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        connection.execute("ROLLBACK")
+    except sqlite3.OperationalError as error:
+        return f"locked ({error})"
+    else:
+        return "free"
+    finally:
+        connection.close()
+
+
+def _slow_writes(memory: SQLVectorMemory | SQLChatMemory, monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """Make `memory`'s write transactions end their bodies with a statement taking 0.3 s, and set the event
+    returned (made on the running loop) just before sending it: a cancellation then lands inside a driver call."""
+    from sqlalchemy.util import await_only
+
+    entered = asyncio.Event()
+    atransact = memory._db.atransact
+
+    async def slowed(work: Any) -> Any:
+        if not work.write or work.ddl:
+            return await atransact(work)
+
+        def body(connection: sa.Connection) -> Any:
+            result = work.body(connection)
+            dialect = connection.dialect.name
+            if dialect == "sqlite":
+                driver = dbapi_of(connection)
+                await_only(driver.driver_connection.create_function("memwoven_sleep", 1, time.sleep))
+            sleep = {"sqlite": "memwoven_sleep", "postgresql": "pg_sleep"}.get(dialect, "SLEEP")
+            entered.set()
+            connection.exec_driver_sql(f"SELECT {sleep}(0.3)")
+            return result
+
+        return await atransact(dataclasses.replace(work, body=body))
+
+    monkeypatch.setattr(memory._db, "atransact", slowed)
+    return entered
+
+
+def test_a_cancelled_async_write_rolls_back_and_leaves_no_lock(place: Place, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An astore cancelled inside its transaction (in a driver call, as most cancellations of a write land) raises
+    CancelledError, rolls back and holds no lock: another object's write follows at once.
+    (Before, SQLAlchemy invalidated the connection and aiosqlite left its SQLite connection open in the write
+    transaction: the file stayed locked until the garbage collector ran.)"""
+    memory, other = place.vector(dimension=2), place.vector(dimension=2)
+
+    async def scenario() -> tuple[list[str], str, float]:
+        await memory.astore([_doc("a", [1.0, 0.0])])
+        entered = _slow_writes(memory, monkeypatch)
+        task = asyncio.ensure_future(memory.astore([_doc("b", [0.0, 1.0])]))
+        await entered.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        lock = _file_lock(place) if place.url.startswith("sqlite") else "free"
+        started = time.monotonic()
+        await asyncio.wait_for(other.astore([_doc("c", [1.0, 1.0])]), 10)
+        took = time.monotonic() - started
+        stored = sorted(document.id for document in await other.aget(["a", "b", "c"]))
+        await memory.aclose()
+        await other.aclose()
+        return stored, lock, took
+
+    gc.disable()  # the leaked connection was closed by the garbage collector, at a random moment
+    try:
+        stored, lock, took = asyncio.run(scenario())
+    finally:
+        gc.enable()
+    assert lock == "free"
+    assert took < 2
+    assert stored == ["a", "c"]  # the cancelled write was rolled back
+
+
+def test_a_cancelled_async_update_cancels_its_change_and_rolls_back(place: Place) -> None:
+    """aupdate's locked path with a coroutine `change`, cancelled while `change` awaits: `change` is cancelled,
+    nothing is written, the session's row is free at once."""
+    memory, other = place.chat(), place.chat()
+
+    async def scenario() -> tuple[list[str], bool, float]:
+        await memory.asave("s", [turn(0)])
+        entered, cancelled = asyncio.Event(), []
+
+        async def change(messages: list[Message]) -> list[Message]:
+            entered.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
+            return [*messages, turn(1)]
+
+        task = asyncio.ensure_future(memory._aupdate_locked("s", change))
+        await entered.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        started = time.monotonic()
+        await asyncio.wait_for(other._aupdate_locked("s", lambda messages: [*messages, turn(2)]), 10)
+        took = time.monotonic() - started
+        texts = [message.text for message in await other.aload("s")]
+        await memory.aclose()
+        await other.aclose()
+        return texts, bool(cancelled), took
+
+    texts, cancelled, took = asyncio.run(scenario())
+    assert cancelled
+    assert took < 2
+    assert texts == [turn(0).text, turn(2).text]
+
+
+def test_async_writes_cancelled_at_any_point_leave_the_sqlite_file_unlocked(tmp_path: Path) -> None:
+    """astores cancelled after 0-39 turns of the loop (every point of the call, from the first statement to the
+    commit) each raise CancelledError or complete, and never leave the file locked (with the garbage collector
+    off: a leaked connection was only ever closed by it)."""
+    url = f"sqlite:///{tmp_path}/c.db"
+
+    async def scenario() -> list[str]:
+        memory = SQLVectorMemory(url, dimension=4)
+
+        def write(i: int) -> Awaitable[Any]:
+            return memory.astore([_doc(f"d{j}", [1.0, j, 2.0, i + 1]) for j in range(20)])
+
+        await write(-1)
+        locked = []
+        deadline = time.monotonic() + 8
+        for attempt in range(240):
+            task = asyncio.ensure_future(write(attempt))
+            for _ in range(attempt % 40):
+                await asyncio.sleep(0)
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+            lock = _file_lock(Place(url, ""))
+            if lock != "free":
+                locked.append(f"cancelled after {attempt % 40} turns: {lock}")
+                break
+            if time.monotonic() > deadline:
+                break
+        await memory.aclose()
+        return locked
+
+    gc.disable()
+    try:
+        locked = asyncio.run(scenario())
+    finally:
+        gc.enable()
+        gc.collect()
+    assert locked == []
+
+
+def test_a_turn_waiter_cancelled_as_it_gets_its_slot_is_cancelled_and_gives_the_slot_back() -> None:
+    """`_LoopTurns`: a waiter cancelled at any point around the moment a slot is handed to it raises
+    CancelledError (asyncio.wait_for, before Python 3.12, returned the slot and swallowed the cancellation) and
+    leaves the slot free."""
+    from memwoven.backends.sql._engine import _LoopTurns
+
+    async def scenario(turns_before_cancel: int) -> tuple[str, str, bool]:
+        turns = _LoopTurns((1, 30.0))
+        await turns.__aenter__()
+        waiter = asyncio.ensure_future(turns.__aenter__())
+        for _ in range(3):
+            await asyncio.sleep(0)
+        await turns.__aexit__(None, None, None)  # the slot goes to the waiter
+        for _ in range(turns_before_cancel):
+            await asyncio.sleep(0)
+        expected = "entered" if waiter.done() else "cancelled"  # done before the cancellation: in, rightly
+        waiter.cancel()
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+        else:
+            outcome = "entered"
+            await turns.__aexit__(None, None, None)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert turns._slots is not None
+        return outcome, expected, not turns._slots.locked()
+
+    outcomes = [asyncio.run(scenario(turns_before_cancel)) for turns_before_cancel in range(6)]
+    assert [(outcome, free) for outcome, _, free in outcomes] == [(expected, True) for _, expected, _ in outcomes]
+    assert {expected for _, expected, _ in outcomes} == {"entered", "cancelled"}  # both sides of the moment

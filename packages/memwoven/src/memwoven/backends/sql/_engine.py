@@ -49,6 +49,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.pool import Pool, QueuePool
 
 from memwoven._redact import redact_url
+from memwoven.backends._cancel import Cancellation, current, finished_first, in_thread
 from memwoven.backends._loops import end_this_loops_lifetime
 from memwoven.backends.sql._driver import driver_errors
 from memwoven.errors import BackendUnavailableError, InvalidInputError, MemwovenError
@@ -328,18 +329,37 @@ class _LoopTurns(_Line):
             return
         while slots.locked():
             ended = self._ended
-            try:
-                await asyncio.wait_for(slots.acquire(), self._timeout)
-            except asyncio.TimeoutError:
-                self._check(ended)
-            else:
+            if await self._acquire(slots):
                 return
+            self._check(ended)
         await slots.acquire()  # free (at first, or after a wait that saw others finish): at once
+
+    async def _acquire(self, slots: asyncio.Semaphore) -> bool:
+        """Whether a slot was taken within the timeout. Not `asyncio.wait_for`: before Python 3.12 it returns the
+        slot, swallowing the cancellation, when the caller is cancelled just as the slot was taken."""
+        acquiring = asyncio.ensure_future(slots.acquire())
+        try:
+            await asyncio.wait((acquiring,), timeout=self._timeout)
+        except asyncio.CancelledError:
+            if not acquiring.cancel() and not acquiring.cancelled() and acquiring.exception() is None:
+                slots.release()  # taken just now: given back to the next waiter
+            raise
+        if acquiring.done():
+            return True
+        acquiring.cancel()  # a slot given to it meanwhile goes to the next waiter (`Semaphore.acquire`)
+        return False
 
     async def __aexit__(self, *exc: object) -> None:
         if self._slots is not None:
             self._ended += 1
             self._slots.release()
+
+
+@dataclass
+class _Run:
+    """One try of a transaction from async code: whether it had begun committing (then it is never retried)."""
+
+    committing: bool = False
 
 
 @dataclass(eq=False)
@@ -487,7 +507,7 @@ class _KeptWriter(_Kept):
     checkpoint's write. `BEGIN IMMEDIATE` and `COMMIT` go to the driver; the work's statements run as on any
     connection. A write whose connection turns out closed before its commit is run again through the pool."""
 
-    def try_write(self, work: Work[R]) -> tuple[R] | None:
+    def try_write(self, work: Work[R], cancellation: Cancellation | None = None) -> tuple[R] | None:
         """`(result,)` if `work` ran (and committed) on the kept connection; None if the caller must use the pool;
         the work's own errors raised after rolling back."""
         with self._held() as connection:
@@ -503,6 +523,8 @@ class _KeptWriter(_Kept):
                     with driver_errors(connection, "BEGIN IMMEDIATE"):
                         dbapi_connection.execute("BEGIN IMMEDIATE")
                 result = work.body(connection)
+                if cancellation is not None:  # abandoned by a cancelled async caller: rolled back (`_end`)
+                    cancellation.check()
                 committing = True
                 connection.commit()  # SQLAlchemy's transaction, if the work's statements began one
                 with driver_errors(connection, "COMMIT"):
@@ -710,10 +732,11 @@ class Database:
             pinned = self._pinned.try_run(work)
             if pinned is not None:
                 return pinned[0]
+        cancellation = current()
         with self.translated():
             if work.write and not work.ddl and self._kept_writer is not None:
                 with self._writer:
-                    kept = self._kept_writer.try_write(work)
+                    kept = self._kept_writer.try_write(work, cancellation)
                 if kept is not None:
                     return kept[0]
             attempt = 1
@@ -725,6 +748,8 @@ class Database:
                     bare = work.mode == self._untransacted
                     with writer, self._turns, engine.connect() if bare else engine.begin() as connection:
                         result = work.body(connection)
+                        if cancellation is not None:  # from `atransact`, in a worker thread
+                            cancellation.check()
                         committing = True
                 except DBAPIError as error:
                     if not self._retry(error, work, attempt, committing):
@@ -736,12 +761,18 @@ class Database:
 
     async def atransact(self, work: Work[R]) -> R:
         """`transact` from async code: the same `work.body` in one transaction on this event loop's engine (through
-        `run_sync`), retried alike; in a worker thread through the sync engine when this loop has no async engine."""
+        `run_sync`), retried alike; in a worker thread through the sync engine when this loop has no async engine.
+
+        Cancelled, it does not cut the transaction off (SQLAlchemy would invalidate the connection mid-statement,
+        and aiosqlite then leaves its SQLite connection open, in its write transaction, locking the file until the
+        garbage collector closes it): the transaction runs in a task of its own (`finished_first`), rolled back
+        once its body returns (or committed, if it had begun committing), and only then is `CancelledError` raised.
+        A cancelled call running in a worker thread raises it at once, and the thread rolls back alike."""
         if self.async_engine is None:
-            return await asyncio.to_thread(self.transact, work)
+            return await in_thread(self.transact, work)
         mine = self._loops.get(asyncio.get_running_loop()) or await self._enter_loop()
         if mine.engine is None:
-            return await asyncio.to_thread(self.transact, work)
+            return await in_thread(self.transact, work)
         if mine.kept_size and work.mode in self._pinned_modes:
             kept = await self._on_kept(mine, work)
             if kept is not None:
@@ -749,21 +780,30 @@ class Database:
         with self.translated():
             attempt = 1
             while True:
-                committing = False
+                run = _Run()
                 try:
                     writer = mine.writer if work.write and mine.writer is not None else _NO_LOCK
-                    engine = mine.by_mode[work.mode]
-                    bare = work.mode == self._untransacted
-                    async with writer, mine.turns, engine.connect() if bare else engine.begin() as connection:
-                        result = await connection.run_sync(work.body)
-                        committing = True
+                    async with writer, mine.turns:
+                        result = await finished_first(functools.partial(self._atransaction, mine, work, run))
                 except DBAPIError as error:
-                    if not self._retry(error, work, attempt, committing):
+                    if not self._retry(error, work, attempt, run.committing):
                         raise
                 else:
                     return result
                 await asyncio.sleep(_retry_delay(attempt))
                 attempt += 1
+
+    async def _atransaction(self, mine: _LoopEngine, work: Work[R], run: _Run, cancellation: Cancellation) -> R:
+        """One try of `work` on the loop's engine, abandoned (rolled back) if the caller was cancelled before it
+        began committing."""
+        engine = mine.by_mode[work.mode]
+        bare = work.mode == self._untransacted
+        async with engine.connect() if bare else engine.begin() as connection:
+            cancellation.check()  # cancelled while waiting for a connection (or SQLite's BEGIN IMMEDIATE)
+            result = await connection.run_sync(work.body)
+            cancellation.check()
+            run.committing = True
+        return result
 
     async def _on_kept(self, mine: _LoopEngine, work: Work[R]) -> tuple[R] | None:
         """`(result,)` if `work` ran on one of the loop's kept connections; None if the caller must use the pool

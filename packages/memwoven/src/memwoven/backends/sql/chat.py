@@ -37,6 +37,7 @@ from sqlalchemy.util import await_only
 
 import memwoven._clock as _clock
 from memwoven._steps import Steps, twins
+from memwoven.backends._cancel import current
 from memwoven.backends._items import ttl_milliseconds
 from memwoven.backends.sql import _driver
 from memwoven.backends.sql._base import SQLBackend, SQLOptions
@@ -236,15 +237,23 @@ class SQLChatMemory(SQLBackend, ChatMemory):
     ) -> int:
         """`_update_locked` from async code, where `change` may also be a coroutine function: its result is awaited
         on this loop from inside the transaction (in SQLAlchemy's greenlet, or from the worker thread when the sync
-        API serves this loop), so the session's row stays locked while it runs."""
+        API serves this loop), so the session's row stays locked while it runs. Cancelling the caller cancels it,
+        and the transaction rolls back (`Database.atransact`)."""
         loop = asyncio.get_running_loop()
 
         def awaiter(result: Awaitable[Any]) -> Any:
+            cancellation = current()
             try:
                 asyncio.get_running_loop()  # the work runs in SQLAlchemy's greenlet on this loop: await here
             except RuntimeError:  # it runs the sync API in a worker thread: await on this loop
+                if cancellation is not None:
+                    return cancellation.await_from_thread(result)
                 return asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
-            return await_only(result)
+            task = asyncio.ensure_future(result)
+            if cancellation is None:
+                return await_only(task)
+            with cancellation.watching(task):
+                return await_only(task)
 
         return await self._arun(self._locked_update_steps(session_id, change, awaiter))
 
