@@ -367,3 +367,55 @@ def test_the_client_of_a_loop_closed_while_it_was_open_is_dropped(
             asyncio.run(_append_at_once(memory, ["after"]))
         assert "dropped the async client of event loop" in caplog.text
         assert _stored(memory) == ["after", "before"]
+
+
+@pytest.mark.parametrize("twice", [False, True], ids=["once", "again-while-releasing"])
+def test_a_cancelled_locked_update_releases_the_lock_at_once(redis_prefix: tuple[str, str], twice: bool) -> None:
+    """aupdate's locked path cancelled just after the server set the session's update lock (before the reply was
+    read: here, a pause right after it), or cancelled again while releasing it: the lock key is gone at once, not
+    held for its 30 s lease."""
+    from memwoven._steps import Sleep
+
+    url, prefix = redis_prefix
+    memory = RedisChatMemory(url, prefix=prefix)
+    client = redis.Redis.from_url(url)
+    lock_key = memory._lock_key("s")
+    lock_steps, unlock_steps = memory._lock_steps, memory._unlock_steps
+    events: dict[str, asyncio.Event] = {}  # made on the loop (the steps run there)
+
+    def lock_then_pause(session_id: str, token: str) -> Any:
+        yield from lock_steps(session_id, token)
+        events["held"].set()
+        yield Sleep(30)
+
+    def unlock_after_a_pause(session_id: str, token: str) -> Any:
+        events["releasing"].set()
+        yield Sleep(0.05)
+        yield from unlock_steps(session_id, token)
+
+    async def scenario() -> tuple[int, list[str]]:
+        await memory.asave("s", [turn(0)])
+        events.update(held=asyncio.Event(), releasing=asyncio.Event())
+        task = asyncio.ensure_future(memory._aupdate_locked("s", lambda messages: [*messages, turn(1)]))
+        await events["held"].wait()
+        assert client.exists(lock_key)
+        task.cancel()
+        if twice:
+            await events["releasing"].wait()
+            task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        left = client.exists(lock_key)
+        texts = [message.text for message in await memory.aload("s")]
+        await memory.aclose()
+        return left, texts
+
+    try:
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(memory, "_lock_steps", lock_then_pause)
+            patch.setattr(memory, "_unlock_steps", unlock_after_a_pause)
+            left, texts = asyncio.run(scenario())
+    finally:
+        client.close()
+    assert left == 0
+    assert texts == [turn(0).text]

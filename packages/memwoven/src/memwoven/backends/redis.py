@@ -43,6 +43,7 @@ import redis.asyncio.cluster
 import redis.cluster
 
 from memwoven._steps import Sleep, Steps, twins
+from memwoven.backends._cancel import finished_first
 from memwoven.backends._items import ttl_milliseconds
 from memwoven.backends._redis import Fields, RedisBackend, Scan, Script, as_text, check_prefix, logger, redis_errors
 from memwoven.contracts import ChatMemory, History, MessagesIn, check_id, check_ttl
@@ -427,8 +428,8 @@ class RedisChatMemory(RedisBackend, ChatMemory):
         here taking turns under a Redis lock (a lease). The version check still decides what is written, so a
         lease that runs out while `change` is slow can cost a retry, never a lost write."""
         token = uuid.uuid4().hex
-        self._run(self._lock_steps(session_id, token))
-        try:
+        try:  # taken inside: interrupted once the server set the lock, it is released (`_unlock_steps` checks)
+            self._run(self._lock_steps(session_id, token))
             version = self._try_update(session_id, change, _LOCKED_TRIES, _pause_under_lock)
         finally:
             self._run(self._unlock_steps(session_id, token))
@@ -437,14 +438,15 @@ class RedisChatMemory(RedisBackend, ChatMemory):
     async def _aupdate_locked(
         self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
     ) -> int:
-        """`_update_locked` from async code, where `change` may be a coroutine function. The lock is released in
-        a plain `finally` here, at once when the update is cancelled (not when the lease runs out)."""
+        """`_update_locked` from async code, where `change` may be a coroutine function. A cancelled update releases
+        the lock at once (not when the lease runs out), even if cancelled while taking it (the server may have set
+        it already) or while releasing it (the release runs to its end, `finished_first`)."""
         token = uuid.uuid4().hex
-        await self._arun(self._lock_steps(session_id, token))
         try:
+            await self._arun(self._lock_steps(session_id, token))
             version = await self._atry_update(session_id, change, _LOCKED_TRIES, _pause_under_lock)
         finally:
-            await self._arun(self._unlock_steps(session_id, token))
+            await finished_first(lambda _: self._arun(self._unlock_steps(session_id, token)))
         return _locked_result(session_id, version)
 
 
