@@ -21,7 +21,7 @@ import pytest
 from process_support import process_context, start
 
 from memwoven import Message, VectorDocument
-from memwoven.backends.file import FileChatMemory, FileVectorMemory
+from memwoven.backends.file import FileChatMemory, FileItemMemory, FileVectorMemory, _fs
 from memwoven.backends.file import chat as file_chat
 from memwoven.contracts import ChatMemory, VectorMemory
 from memwoven.errors import (
@@ -382,6 +382,138 @@ def test_async_twins_do_their_file_io_off_the_event_loop(tmp_path: Path, monkeyp
     assert asyncio.run(main()) == [turn(1), turn(2)]
     assert threads
     assert threading.get_ident() not in threads
+
+
+def test_a_cancelled_async_update_cancels_its_change_and_writes_nothing(tmp_path: Path) -> None:
+    """aupdate's locked path with a coroutine `change`, cancelled while `change` awaits: the caller gets
+    CancelledError, `change` is cancelled, and the worker thread writes nothing and releases the session's lock.
+    (Before, the thread waited for `change` regardless and wrote its result after the caller had given up.)"""
+    memory = FileChatMemory(tmp_path, lock_timeout=5)
+
+    async def scenario() -> tuple[list[Message], bool]:
+        await memory.asave("s", [turn(0)])
+        entered, cancelled = asyncio.Event(), []
+
+        async def change(messages: list[Message]) -> list[Message]:
+            entered.set()
+            try:
+                await asyncio.sleep(0.5)
+            except asyncio.CancelledError:
+                cancelled.append(True)
+                raise
+            return [*messages, turn(1)]
+
+        task = asyncio.ensure_future(memory._aupdate_locked("s", change))
+        await entered.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # Runs once the first update's thread released the lock: whatever it wrote would be kept.
+        await memory._aupdate_locked("s", lambda messages: [*messages, turn(2)])
+        await asyncio.sleep(0.6)  # past the end of the old `change`
+        return await memory.aload("s"), bool(cancelled)
+
+    history, cancelled = asyncio.run(scenario())
+    assert cancelled
+    assert history == [turn(0), turn(2)]
+    assert FileChatMemory(tmp_path).load("s") == [turn(0), turn(2)]
+
+
+def _chat_case(tmp_path: Path, name: str) -> tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]:
+    memory = FileChatMemory(tmp_path, lock_timeout=5)
+    memory.save("s", [turn(0)])
+    cancelled = {
+        "chat asave": lambda: memory.asave("s", [turn(1)]),
+        "chat aappend": lambda: memory.aappend("s", [turn(1)]),
+        "chat asave empty": lambda: memory.asave("s", []),
+        "chat aupdate": lambda: memory._aupdate_locked("s", lambda messages: [*messages, turn(1)]),
+    }[name]
+    return cancelled, lambda: memory.append("s", [turn(2)]), lambda: FileChatMemory(tmp_path).load("s")
+
+
+def _items_case(tmp_path: Path, name: str) -> tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]:
+    memory = FileItemMemory(tmp_path, lock_timeout=5)
+    memory.put(["a"], "k", {"v": 0})
+    memory.put(["b"], "k", {"v": 0})
+    cancelled = {
+        "items aput": lambda: memory.aput(["a"], "k", {"v": 1}),
+        "items aput_many": lambda: memory.aput_many([(["a"], "k", {"v": 1}), (["b"], "k", {"v": 1})]),
+    }[name]
+
+    def after() -> None:
+        memory.put_many([(["a"], "k2", {"v": 2}), (["b"], "k2", {"v": 2})])
+
+    def stored() -> list[Any]:
+        reopened = FileItemMemory(tmp_path)
+        found = reopened.get_many([(["a"], "k"), (["b"], "k"), (["a"], "k2"), (["b"], "k2")])
+        return [None if item is None else item.value for item in found]
+
+    return cancelled, after, stored
+
+
+def _vector_case(tmp_path: Path, name: str) -> tuple[Callable[[], Any], Callable[[], Any], Callable[[], Any]]:
+    path = tmp_path / "vectors.npz"
+    memory = FileVectorMemory(path, dimension=4)
+    memory.store([VectorDocument(id="a", content="a", embedding=_axis(0))])
+    cancelled = {
+        "vectors astore": lambda: memory.astore([VectorDocument(id="b", content="b", embedding=_axis(1))]),
+        "vectors adelete": lambda: memory.adelete(["a"]),
+    }[name]
+
+    def after() -> None:
+        memory.store([VectorDocument(id="c", content="c", embedding=_axis(2))])
+
+    return cancelled, after, lambda: FileVectorMemory(path).ids()
+
+
+CANCELLED_WRITES = {
+    "chat asave": (_chat_case, "Staged.write", [turn(0), turn(2)]),
+    "chat aappend": (_chat_case, "Staged.write", [turn(0), turn(2)]),
+    "chat asave empty": (_chat_case, "remove", [turn(0), turn(2)]),
+    "chat aupdate": (_chat_case, "Staged.write", [turn(0), turn(2)]),
+    "items aput": (_items_case, "Staged.write", [{"v": 0}, {"v": 0}, {"v": 2}, {"v": 2}]),
+    "items aput_many": (_items_case, "Staged.write", [{"v": 0}, {"v": 0}, {"v": 2}, {"v": 2}]),
+    "vectors astore": (_vector_case, "Staged.write", ["a", "c"]),
+    "vectors adelete": (_vector_case, "Staged.write", ["a", "c"]),
+}
+
+
+@pytest.mark.parametrize("name", list(CANCELLED_WRITES))
+def test_an_async_write_cancelled_before_its_file_is_replaced_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """An async write cancelled while its worker thread writes the temp file (or is about to delete the file):
+    the caller gets CancelledError at once, and the thread, finding its caller gone, skips the rename (or the
+    deletion), leaves no temp file and releases its locks. The next write, which waits for those locks, keeps only
+    its own change. (Before, the thread wrote after the caller had given up: a retry applied the change twice.)"""
+    case, gated, expected = CANCELLED_WRITES[name]
+    cancelled, after, stored = case(tmp_path, name)
+    entered, release = threading.Event(), threading.Event()
+    first = [True]
+    owner, attribute = (_fs.Staged, "write") if gated == "Staged.write" else (file_chat, "remove")
+    real = getattr(owner, attribute)
+
+    def gate(*args: Any, **kwargs: Any) -> Any:
+        if first:
+            first.clear()
+            entered.set()
+            release.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, attribute, staticmethod(gate) if owner is _fs.Staged else gate)
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(cancelled())
+        assert await asyncio.to_thread(entered.wait, 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        release.set()
+
+    asyncio.run(scenario())
+    after()  # waits for the cancelled write's locks: runs once its thread is done
+    assert stored() == expected
+    assert not list(tmp_path.rglob("*.tmp"))
 
 
 # Chat and vectors: processes -------------------------------------------------------------------------------------

@@ -3,20 +3,22 @@ strict JSON, file identity."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import re
 import threading
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
-from typing import IO, Any, NamedTuple, NoReturn
+from typing import IO, Any, NamedTuple, NoReturn, ParamSpec, TypeVar
 
 import filelock
 
 from memwoven._durable import fsync_directory
+from memwoven.backends._cancel import current, in_thread
 from memwoven.errors import (
     BackendUnavailableError,
     CorruptMemoryError,
@@ -26,10 +28,11 @@ from memwoven.errors import (
 __all__ = [
     "DEFAULT_LOCK_TIMEOUT",
     "FORMAT",
+    "CancellableThreads",
     "Staged",
     "StatKey",
     "atomic_write",
-    "awaited",
+    "check_cancelled",
     "check_lock_timeout",
     "checksum",
     "dumps",
@@ -43,6 +46,9 @@ __all__ = [
     "write_lock",
     "write_locks",
 ]
+
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 FORMAT = 1
 _DIGEST = re.compile(r"[0-9a-f]{64}")
@@ -155,6 +161,11 @@ def atomic_write(target: Path, write: Callable[[IO[bytes]], None], *, mtime_afte
     so every version of the file has its own stat key. Returns the stat key of the new file.
     """
     staged = Staged.write(target, write, mtime_after=mtime_after)
+    try:
+        check_cancelled()
+    except BaseException:
+        staged.discard()
+        raise
     staged.commit()
     return staged.key
 
@@ -205,6 +216,7 @@ class Staged(NamedTuple):
 
 def remove(target: Path) -> None:
     """Delete `target` (and any stale temp file) durably; a missing file is fine. Caller holds the write lock."""
+    check_cancelled()
     with suppress(FileNotFoundError):
         os.unlink(target.with_name(target.name + ".tmp"))
     try:
@@ -265,6 +277,18 @@ def short(value: str, limit: int = 80) -> str:
     return repr(value) if len(value) <= limit else f"{value[:limit]!r}... ({len(value)} characters)"
 
 
-async def awaited(result: Awaitable[Any]) -> Any:
-    """Await `result` (to run a coroutine on a loop from another thread)."""
-    return await result
+def check_cancelled() -> None:
+    """Raise `Abandoned` if the async call this work runs for was cancelled: called right before a write commits
+    (renames or deletes), so that a cancelled call writes nothing unless it had begun committing."""
+    cancellation = current()
+    if cancellation is not None:
+        cancellation.check()
+
+
+class CancellableThreads:
+    """Mixin of the file backends: their async twins run the sync methods in a worker thread that carries the
+    caller's `Cancellation` (`in_thread`), which `check_cancelled` reads before each write."""
+
+    async def _off_loop(self, method: Callable[_P, _T], *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """`Runner._off_loop`, the worker thread carrying the caller's cancellation."""
+        return await in_thread(functools.partial(method, *args, **kwargs))

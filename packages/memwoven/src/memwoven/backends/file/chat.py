@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import hashlib
 import os
@@ -21,12 +20,13 @@ from pydantic_core import PydanticSerializationError
 
 from memwoven._cache import LRUCache
 from memwoven._steps import async_twin
+from memwoven.backends._cancel import current, in_thread
 from memwoven.backends.file._fs import (
     DEFAULT_LOCK_TIMEOUT,
     FORMAT,
+    CancellableThreads,
     StatKey,
     atomic_write,
-    awaited,
     check_lock_timeout,
     checksum,
     dumps,
@@ -181,7 +181,7 @@ def _read_header_line(stream: IO[bytes]) -> bytes:
     return stream.readline(_MAX_HEADER_BYTES)
 
 
-class FileChatMemory(ChatMemory):
+class FileChatMemory(CancellableThreads, ChatMemory):
     """Chat histories in a directory, one crash-safe, checksummed file per session; safe across processes.
 
     File names are the SHA-256 of the session id, so any id stays inside `directory`; the id itself is stored in
@@ -260,7 +260,7 @@ class FileChatMemory(ChatMemory):
 
     def _update_locked(self, session_id: str, change: Callable[[list[Message]], MessagesIn]) -> int:
         """Run `change` and write its result while holding the session's write lock (see `ChatMemory.update`)."""
-        return self._locked_update(session_id, change, None)
+        return self._locked_update(session_id, change, from_loop=False)
 
     async def _aupdate_locked(
         self, session_id: str, change: Callable[[list[Message]], MessagesIn | Awaitable[MessagesIn]]
@@ -268,32 +268,34 @@ class FileChatMemory(ChatMemory):
         """`_update_locked` from async code, where `change` may be a coroutine function: the locked work runs in a
         thread of its own; a coroutine `change` runs on this loop. Not in the loop's default executor: there, the
         other updates of the session waiting for its lock could hold every worker a `change` awaiting
-        `asyncio.to_thread` needs, and the lock would be held until it timed out."""
-        loop = asyncio.get_running_loop()
+        `asyncio.to_thread` needs, and the lock would be held until it timed out.
+
+        Cancelling the caller cancels the `change` coroutine it awaits; the thread then writes nothing and releases
+        the lock (`in_thread`)."""
         own = ThreadPoolExecutor(max_workers=1, thread_name_prefix="memwoven-file-update")
         try:
-            return await loop.run_in_executor(own, self._locked_update, session_id, change, loop)
+            locked = functools.partial(self._locked_update, session_id, change, from_loop=True)
+            return await in_thread(locked, executor=own)
         finally:
             own.shutdown(wait=False)
 
-    def _locked_update(
-        self, session_id: str, change: Callable[[list[Message]], Any], loop: asyncio.AbstractEventLoop | None
-    ) -> int:
+    def _locked_update(self, session_id: str, change: Callable[[list[Message]], Any], from_loop: bool) -> int:
         path = self.path_of(session_id)
         with self._writing(session_id, path):
-            current = self._read(session_id, path) or _NO_SNAPSHOT  # fully checked: never rewrite a damaged history
-            result = change(list(current.messages))
+            stored = self._read(session_id, path) or _NO_SNAPSHOT  # fully checked: never rewrite a damaged history
+            result = change(list(stored.messages))
             if isinstance(result, Awaitable):
-                if loop is None:
+                cancellation = current() if from_loop else None
+                if cancellation is None:
                     raise InvalidInputError("update's change returned an awaitable; use aupdate for a coroutine")
-                result = asyncio.run_coroutine_threadsafe(awaited(result), loop).result()
-            new, same = coerce_messages_after(result, current.messages)
+                result = cancellation.await_from_thread(result)  # `Abandoned` if the caller was cancelled meanwhile
+            new, same = coerce_messages_after(result, stored.messages)
             message_ids(new)
             if not new:
-                remove(path)
+                remove(path)  # like `_write`, skipped if the caller was cancelled (`check_cancelled`)
                 self._cache.drop(path.name)
                 return 0
-            return self._write(session_id, path, current.version, _body_after(current, same, new), tuple(new))
+            return self._write(session_id, path, stored.version, _body_after(stored, same, new), tuple(new))
 
     def sessions(self) -> list[str]:
         """The stored session ids, sorted, read from the file headers (a damaged header raises `CorruptMemoryError`)."""

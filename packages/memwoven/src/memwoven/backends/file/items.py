@@ -66,8 +66,10 @@ from memwoven.backends._items import check_stored_item, ttl_milliseconds
 from memwoven.backends.file._fs import (
     DEFAULT_LOCK_TIMEOUT,
     FORMAT,
+    CancellableThreads,
     Staged,
     StatKey,
+    check_cancelled,
     check_lock_timeout,
     checksum,
     dumps,
@@ -220,7 +222,7 @@ def _file_work(
     return steps
 
 
-class FileItemMemory(ItemMemory):
+class FileItemMemory(CancellableThreads, ItemMemory):
     """Items in a directory tree, one crash-safe, checksummed file per namespace; safe across processes (see the
     module's documentation for the layout and what is atomic).
 
@@ -532,6 +534,7 @@ class FileItemMemory(ItemMemory):
                 written = Staged.write(target, functools.partial(_write_lines, [header_line, *lines]))
                 header = _Header(namespace, floor, len(entries), first, last, digest)
                 staged.append((namespace, written, _Snapshot(header_line, written.key, header, entries)))
+            check_cancelled()  # before the first rename: all the files are committed, or none
         except BaseException:
             for _, written, _ in staged:
                 written.discard()

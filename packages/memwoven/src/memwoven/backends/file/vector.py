@@ -15,6 +15,7 @@ import numpy as np
 from memwoven.backends.file._fs import (
     DEFAULT_LOCK_TIMEOUT,
     FORMAT,
+    CancellableThreads,
     StatKey,
     atomic_write,
     check_lock_timeout,
@@ -138,7 +139,7 @@ def _build_index(header: dict[str, Any], embeddings: Any, documents: Any) -> Vec
     return index
 
 
-class FileVectorMemory(VectorMemoryBase):
+class FileVectorMemory(CancellableThreads, VectorMemoryBase):
     """One vector collection in one crash-safe `.npz` file, searched in memory with an exact `VectorIndex`.
 
     Every operation first checks the file's stat and reloads it if another object or process changed it. The
