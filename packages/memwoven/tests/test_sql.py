@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from cancel_support import cancel_a_locked_update
 from clock_support import Clock
 from sql_support import KINDS, SQLHooks, sql_place
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -1343,36 +1344,17 @@ def test_a_cancelled_async_update_cancels_its_change_and_rolls_back(place: Place
     nothing is written, the session's row is free at once."""
     memory, other = place.chat(), place.chat()
 
-    async def scenario() -> tuple[list[str], bool, float]:
-        await memory.asave("s", [turn(0)])
-        entered, cancelled = asyncio.Event(), []
+    async def scenario() -> tuple[list[Message], bool, float]:
+        try:
+            return await cancel_a_locked_update(memory, other)
+        finally:
+            await memory.aclose()
+            await other.aclose()
 
-        async def change(messages: list[Message]) -> list[Message]:
-            entered.set()
-            try:
-                await asyncio.Event().wait()
-            except asyncio.CancelledError:
-                cancelled.append(True)
-                raise
-            return [*messages, turn(1)]
-
-        task = asyncio.ensure_future(memory._aupdate_locked("s", change))
-        await entered.wait()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        started = time.monotonic()
-        await asyncio.wait_for(other._aupdate_locked("s", lambda messages: [*messages, turn(2)]), 10)
-        took = time.monotonic() - started
-        texts = [message.text for message in await other.aload("s")]
-        await memory.aclose()
-        await other.aclose()
-        return texts, bool(cancelled), took
-
-    texts, cancelled, took = asyncio.run(scenario())
+    history, cancelled, took = asyncio.run(scenario())
     assert cancelled
     assert took < 2
-    assert texts == [turn(0).text, turn(2).text]
+    assert history == [turn(0), turn(2)]
 
 
 def test_async_writes_cancelled_at_any_point_leave_the_sqlite_file_unlocked(tmp_path: Path) -> None:
