@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from langgraph.checkpoint.base import empty_checkpoint
 from langgraph.types import Command
 from saver_graphs import reviewer
 from saver_support import item_memory, kind_params
@@ -268,3 +269,70 @@ def test_savers_writing_one_thread_concurrently_lose_nothing(kind: str, tmp_path
         assert len(stored) >= 3 * len(savers)  # input, write, review of each run
         (record,) = items.list((*savers[0].namespace, "threads"))
         assert record.value["state"] == "live"
+
+
+def test_a_deletion_left_by_a_dead_deleter_is_finished_once_its_lease_runs_out(items: ItemMemory, clock: Clock) -> None:
+    runner, deleter = MemwovenSaver(items, ttl=TTL), MemwovenSaver(items, ttl=TTL)
+    run(runner, "t")
+    latest = runner.get_tuple(config("t"))
+    assert latest is not None
+    dead = deleter._delete_thread("t")
+    pending = drive_until(dead, "delete_many")  # claimed, its process killed here: never driven again
+    with pytest.raises(ThreadDeletedError, match="being deleted"):
+        start(MemwovenSaver(items, ttl=TTL), "t")  # its lease holds
+    clock.advance(61)
+    start(MemwovenSaver(items, ttl=TTL), "t")  # takes the deletion over, finishes it, starts afresh
+    with pytest.raises(ThreadDeletedError, match="was deleted"):
+        run_on(runner, latest.config)
+    run(MemwovenSaver(items, ttl=TTL), "t", "fresh")
+    fresh = list(runner.list(config("t")))
+    assert reviewer(runner).get_state(config("t")).values["topic"] == "fresh"
+    assert {c.checkpoint["channel_values"].get("topic") for c in fresh} == {"fresh", None}
+    finish(dead, pending)  # the old deleter wakes up: its claim is lost, it deletes nothing of the new thread
+    assert [c.config for c in runner.list(config("t"))] == [c.config for c in fresh]
+    (record,) = items.list((*runner.namespace, "threads"))
+    assert record.value["state"] == "live"
+
+
+def test_a_stale_claim_is_finished_by_the_sweep_and_by_delete_thread(local_items: ItemMemory, clock: Clock) -> None:
+    saver = MemwovenSaver(local_items, ttl={"default_ttl": 60})
+    for thread in ("s", "d"):
+        run(saver, thread)
+        drive_until(MemwovenSaver(local_items, ttl=TTL)._delete_thread(thread), "delete_many")
+    clock.advance(61)  # the leases ran out, the threads' own hour did not
+    assert saver.sweep_ttl() == 2
+    assert stored_threads(saver, local_items) == set()
+    run(saver, "d")
+    drive_until(MemwovenSaver(local_items, ttl=TTL)._delete_thread("d"), "delete_many")
+    clock.advance(61)
+    saver.delete_thread("d")
+    assert stored_threads(saver, local_items) == set()
+
+
+@pytest.mark.parametrize("kind", kind_params(["sqlite", "postgresql", "redis"]))
+async def test_a_cancelled_delete_thread_leaves_the_thread_writable(kind: str, tmp_path: Path) -> None:
+    with item_memory(kind, tmp_path) as items:
+        saver = MemwovenSaver(items, ttl=TTL)
+        for turns in range(2, 23, 2):
+            thread = f"t{turns}"
+            graph = reviewer(saver)
+            await graph.ainvoke({"topic": "tea"}, config(thread))
+            before = {c.checkpoint["id"] async for c in saver.alist(config(thread))}
+            deleting = asyncio.ensure_future(saver.adelete_thread(thread))
+            for _ in range(turns):
+                await asyncio.sleep(0)
+            deleting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await deleting
+            fresh = MemwovenSaver(items, ttl=TTL)
+            await start(fresh, thread, asynchronous=True)  # a fresh start is accepted
+            left = {c.checkpoint["id"] async for c in fresh.alist(config(thread))} & before
+            assert left in (set(), before), turns  # deleted whole, or (cancelled before it began) not at all
+            await reviewer(fresh).ainvoke({"topic": "fresh"}, config(thread))
+            assert (await reviewer(fresh).aget_state(config(thread))).values["topic"] == "fresh"
+
+
+def start(saver: MemwovenSaver, thread: str, *, asynchronous: bool = False) -> Any:
+    """A fresh start of `thread`: a checkpoint put without a parent."""
+    args = (config(thread), empty_checkpoint(), {"source": "input", "step": -1}, {})
+    return saver.aput(*args) if asynchronous else saver.put(*args)

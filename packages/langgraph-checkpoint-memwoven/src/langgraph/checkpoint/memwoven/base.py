@@ -13,7 +13,8 @@ writes only what changed (as LangGraph's `PostgresSaver` does):
   writes for a checkpoint, one item per task (special channels at their fixed negative index, `WRITES_IDX_MAP`);
   data stored before that keeps one item per write, ``[task_id, index]``, and still reads.
 - ``(*namespace, "threads")`` / thread id: with a `ttl`, the thread's record: its state (``live``, or
-  ``deleting`` / ``deleted`` while and after the TTL sweep deletes it), last write time and expiry, an
+  ``deleting`` / ``deleted`` while and after the TTL sweep deletes it; ``deleting`` holds the deleter's claim
+  token and its lease as expiry), last write time and expiry, an
   incarnation id (new each time the thread starts afresh); written by `put` in the same `put_many` as the
   checkpoint, compare-and-set on the record's version (see `MemwovenSaver`).
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 import base64
 import binascii
 import builtins
+import contextlib
 import itertools
 import json
 import logging
@@ -61,7 +63,7 @@ from langchain_memwoven.messages import to_memwoven_messages
 from langgraph.checkpoint.memwoven.ttl import DEFAULT_SWEEP_MINUTES, TTLSweeper, minutes_to_seconds
 from memwoven import Item, ItemMemory, ItemWrite, Message, open_item_memory
 from memwoven._cache import LRUCache
-from memwoven._steps import Call, Runner, Steps, twins
+from memwoven._steps import Call, Runner, Sleep, Steps, twins
 from memwoven.contracts import MAX_ID_BYTES, WILDCARD, PlainItem
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 
@@ -82,6 +84,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _DELTA_MARKS = {"counters_since_delta_snapshot", "delta_writes_versioned"}  # metadata of DeltaChannel threads
 _RETAIN_AHEAD = 4  # `keep_last`: checkpoints listed beyond the kept ones (a put drops one: one listing finds it)
 _HOUSEKEEPING = 16  # `keep_last`: retention passes of a namespace between two looks for leftovers (`_retain`)
+_LEASE_MS = 60_000  # how long a ``deleting`` claim holds without renewal (`_Claim`)
+_WAIT_SECONDS = 0.05  # `delete_thread`'s pause while another deleter holds the thread
 
 
 class ThreadTTLConfig(TypedDict, total=False):
@@ -214,6 +218,17 @@ class _Floor(NamedTuple):
     dropped: builtins.list[PlainItem]
 
 
+class _Claim:
+    """A deleter's hold on a thread's record, marked ``deleting`` with `token` at `version`, its lease renewed at
+    `at` (epoch ms) until ``at + _LEASE_MS``, its expiry: past it, the claim is stale and anyone may take the
+    deletion over (a deleter killed, or cancelled without marking it stale itself)."""
+
+    __slots__ = ("at", "token", "version")
+
+    def __init__(self) -> None:
+        self.token, self.version, self.at = uuid.uuid4().hex, 0, 0
+
+
 class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
     """A LangGraph checkpointer on a memwoven `ItemMemory`, for sync and async graphs alike.
 
@@ -237,13 +252,15 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
     A sweep never leaves a thread half deleted by a concurrent `put`: it first marks the record ``deleting`` by
     compare-and-set on the version it found expired (a `put` since then changed the version: the thread is
     kept), deletes the thread's items, then leaves a ``deleted`` tombstone for one more ``default_ttl`` (a second
-    pass then deletes stragglers, such as late `put_writes`, and the tombstone). A `put` writes the record
-    compare-and-set too, on the version this saver last saw (or reads it first), so a `put` racing the sweep
-    either lands first, and the sweep skips the thread, or fails with `ThreadDeletedError`, writing nothing: a
-    thread being deleted accepts no `put`, and a deleted one (a tombstone, a record gone, or a new incarnation)
-    accepts only a fresh start (a `put` without a parent checkpoint in the root namespace), never the
-    continuation of a run that read it before. A run that pauses between reading and writing a thread for longer
-    than ``default_ttl`` after the sweep cannot be told from a thread written before records existed. The
+    pass then deletes stragglers, such as late `put_writes`, and the tombstone). The ``deleting`` claim is a
+    lease (`_LEASE_MS`, renewed while deleting): a deletion that is cancelled or fails marks it stale, one whose
+    process died leaves it to run out; the next `put`, `delete_thread` or sweep then finishes the deletion. A
+    `put` writes the record compare-and-set too, on the version this saver last saw (or reads it first), so a
+    `put` racing the sweep either lands first, and the sweep skips the thread, or fails with `ThreadDeletedError`,
+    writing nothing: a thread being deleted accepts no `put`, and a deleted one (a tombstone, a record gone, or a
+    new incarnation) accepts only a fresh start (a `put` without a parent checkpoint in the root namespace), never
+    the continuation of a run that read it before. A run that pauses between reading and writing a thread for
+    longer than ``default_ttl`` after the sweep cannot be told from a thread written before records existed. The
     compare-and-set costs a `put` nothing more while this saver is the thread's only writer; a conflict costs a
     read and a retry.
     """
@@ -752,20 +769,26 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
 
     # --- deleting, pruning, copying --------------------------------------------------------------------------
 
-    def _delete_under(self, prefixes: Sequence[Namespace]) -> Steps[None]:
+    def _delete_under(self, prefixes: Sequence[Namespace], claim: tuple[str, _Claim] | None = None) -> Steps[bool]:
         """Delete every item whose namespace starts with one of `prefixes` (ItemMemory has no delete by prefix:
-        list, then delete by key)."""
+        list, then delete by key). With a (thread id, `claim`): stop, returning False, once the claim is lost."""
         for prefix in prefixes:
             while True:
                 found: builtins.list[PlainItem] = yield Call(self.items, "list_plain", (prefix,), {"limit": _PAGE})
+                # checked after listing: while the claim holds, nobody else could have taken the thread over
+                # and written it anew, so what was listed is the old thread's
+                if claim is not None and not (yield from self._renew(*claim)):
+                    return False
                 if found:
                     yield Call(self.items, "delete_many", ([(item.namespace, item.key) for item in found],))
                 if len(found) < _PAGE:
                     break
+        return True
 
-    def _delete_thread_items(self, thread_id: str) -> Steps[None]:
+    def _delete_thread_items(self, thread_id: str, claim: _Claim | None = None) -> Steps[bool]:
         self._forget_retention(thread_id)
-        yield from self._delete_under([self._ns(kind, thread_id) for kind in _KINDS])
+        prefixes = [self._ns(kind, thread_id) for kind in _KINDS]
+        return (yield from self._delete_under(prefixes, None if claim is None else (thread_id, claim)))
 
     def _forget_retention(self, thread_id: str) -> None:
         """Drop what `keep_last` remembers of a thread that is deleted or copied into: a floor it kept would make
@@ -783,11 +806,16 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             yield from self._delete_thread_items(thread_id)
             yield Call(self.items, "delete_many", ([(self._ns(_THREADS), thread_id)],))
             return
-        now = _clock.wall_ms()
-        claimed = yield Call(
-            self.items, "put", (self._ns(_THREADS), thread_id, self._record(thread_id, _DELETING, now, now=now))
-        )
-        yield from self._finish_deletion(thread_id, claimed, drop=False)
+        while True:
+            stored: Item | None = yield Call(self.items, "get", (self._ns(_THREADS), thread_id))
+            if stored is not None and stored.value.get("state") == _DELETING and not self._stale(stored):
+                yield Sleep(_WAIT_SECONDS)  # another deleter holds it: done when it is
+                continue
+            try:
+                yield from self._claim_and_delete(thread_id, 0 if stored is None else stored.version, drop=False)
+            except ConcurrentModificationError:
+                continue  # written meanwhile: look again
+            return
 
     delete_thread, adelete_thread = twins(_delete_thread)
 
@@ -838,7 +866,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         namespace = self._ns(_THREADS)
         known = self._records.get(thread_id)
         if known is None and continues:
-            stored = yield Call(self.items, "get", (namespace, thread_id))
+            stored = yield from self._stored_record(thread_id)
             expected, incarnation = self._resolve(thread_id, stored, None, continues)
         else:
             expected, incarnation = known or (0, uuid.uuid4().hex)
@@ -850,29 +878,101 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
                     self.items, "put_many", ([*writes, ItemWrite(namespace, thread_id, value, None, expected)],)
                 )
             except ConcurrentModificationError:  # only the record is compare-and-set
-                stored = yield Call(self.items, "get", (namespace, thread_id))
+                stored = yield from self._stored_record(thread_id)
                 expected, incarnation = self._resolve(thread_id, stored, known, continues)
                 continue
             self._records.put(thread_id, (versions[-1], incarnation))
             return
         raise ConcurrentModificationError(f"thread {thread_id!r}: its record kept changing over {_ATTEMPTS} attempts")
 
-    def _finish_deletion(self, thread_id: str, claimed: int, *, drop: bool) -> Steps[None]:
-        """With the record claimed ``deleting`` at version `claimed`: delete the thread's items, then leave a
-        ``deleted`` tombstone for one more TTL (or, `drop`, delete the record). A lost compare-and-set means
-        another sweep took the thread over: it finishes."""
+    def _stored_record(self, thread_id: str) -> Steps[Item | None]:
+        """The thread's stored record, after finishing the deletion of a stale ``deleting`` claim (`_Claim`)."""
+        while True:
+            stored: Item | None = yield Call(self.items, "get", (self._ns(_THREADS), thread_id))
+            if stored is None or stored.value.get("state") != _DELETING or not self._stale(stored):
+                return stored
+            with contextlib.suppress(ConcurrentModificationError):  # lost: taken over by another, look again
+                yield from self._claim_and_delete(thread_id, stored.version, drop=False)
+
+    @staticmethod
+    def _stale(record: Item) -> bool:
+        """Whether a ``deleting`` claim's lease has run out."""
+        expires = record.value.get("expires_at_ms")
+        return not isinstance(expires, int) or expires <= _clock.wall_ms()
+
+    def _claim_record(self, thread_id: str, claim: _Claim, *, lease: bool = True) -> dict[str, Any]:
+        """The record of `claim` (its lease from now, or, not `lease`, stale already)."""
+        claim.at = _clock.wall_ms()
+        record = self._record(thread_id, _DELETING, claim.at + _LEASE_MS if lease else claim.at, now=claim.at)
+        return {**record, "claim": claim.token}
+
+    def _claim_and_delete(self, thread_id: str, expected: int, *, drop: bool) -> Steps[None]:
+        """Claim the thread's record ``deleting`` (compare-and-set on `expected`:
+        `ConcurrentModificationError` if it changed), delete the thread's items, then leave a ``deleted``
+        tombstone for one more TTL (or, `drop`, delete the record). A lost claim means another deleter took the
+        thread over: it finishes. Cancelled or failing after the claim, the claim is marked stale (a killed
+        process leaves it to its lease), for the next `put`, deletion or sweep to finish."""
         self._records.drop(thread_id)
-        yield from self._delete_thread_items(thread_id)
-        namespace = self._ns(_THREADS)
+        namespace, claim = self._ns(_THREADS), _Claim()
         try:
+            claim.version = yield Call(
+                self.items,
+                "put",
+                (namespace, thread_id, self._claim_record(thread_id, claim)),
+                {"expected_version": expected},
+            )
+        except (ConcurrentModificationError, GeneratorExit):  # not claimed; or abandoned undriven: nothing can run
+            raise
+        except BaseException:  # interrupted: the claim may have landed all the same
+            yield from self._release(thread_id, claim, expected)
+            raise
+        try:
+            if not (yield from self._delete_thread_items(thread_id, claim)):
+                return
             if drop:
-                yield Call(self.items, "delete", (namespace, thread_id), {"expected_version": claimed})
+                yield Call(self.items, "delete", (namespace, thread_id), {"expected_version": claim.version})
             else:
                 now = _clock.wall_ms()
                 tombstone = self._record(thread_id, _DELETED, now + (self._ttl_ms or 0), now=now)
-                yield Call(self.items, "put", (namespace, thread_id, tombstone), {"expected_version": claimed})
+                yield Call(self.items, "put", (namespace, thread_id, tombstone), {"expected_version": claim.version})
         except ConcurrentModificationError:
-            pass
+            pass  # the claim was taken over: the new holder finishes
+        except GeneratorExit:
+            raise
+        except BaseException:
+            yield from self._release(thread_id, claim, claim.version)
+            raise
+
+    def _renew(self, thread_id: str, claim: _Claim) -> Steps[bool]:
+        """Whether `claim` still holds, its lease renewed once half of it has passed (compare-and-set)."""
+        if _clock.wall_ms() - claim.at < _LEASE_MS // 2:
+            return True
+        try:
+            claim.version = yield Call(
+                self.items,
+                "put",
+                (self._ns(_THREADS), thread_id, self._claim_record(thread_id, claim)),
+                {"expected_version": claim.version},
+            )
+        except ConcurrentModificationError:
+            return False
+        return True
+
+    def _release(self, thread_id: str, claim: _Claim, version: int) -> Steps[None]:
+        """Mark an interrupted deletion's claim stale, compare-and-set on `version` (the claim's last known one;
+        for an interrupted claim, the version it was claiming, so that a claim still on its way fails), else on
+        the stored one if it is still `claim`'s (a renewal landed). Best effort: failing, its lease runs out."""
+        namespace = self._ns(_THREADS)
+        stale = self._claim_record(thread_id, claim, lease=False)
+        try:
+            try:
+                yield Call(self.items, "put", (namespace, thread_id, stale), {"expected_version": version})
+            except ConcurrentModificationError:
+                stored: Item | None = yield Call(self.items, "get", (namespace, thread_id))
+                if stored is not None and stored.value.get("claim") == claim.token:
+                    yield Call(self.items, "put", (namespace, thread_id, stale), {"expected_version": stored.version})
+        except Exception:  # the interruption is what the caller hears of
+            logger.debug("could not mark the deletion of thread %r stale", thread_id, exc_info=True)
 
     def _sweep_ttl(self) -> Steps[int]:
         """Delete (strategy ``"keep_latest"``: prune) the threads whose TTL has run out, at most `sweep_limit`,
@@ -891,10 +991,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
                     kept = {**record.value, "expires_at_ms": None}
                     yield Call(self.items, "put", (namespace, thread_id, kept), {"expected_version": record.version})
                 else:
-                    claim = self._record(thread_id, _DELETING, now, now=now)
-                    claimed = yield Call(
-                        self.items, "put", (namespace, thread_id, claim), {"expected_version": record.version}
-                    )
+                    yield from self._claim_and_delete(thread_id, record.version, drop=state == _DELETED)
             except ConcurrentModificationError:
                 continue  # written (or taken over by another sweep) since it was listed
             if state == _LIVE and self._strategy == "keep_latest":
@@ -903,8 +1000,6 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
                 except NotImplementedError as error:  # a DeltaChannel thread: kept whole, not expired again
                     logger.warning("TTL sweep: %s; the thread is kept", error)
                     continue
-            else:
-                yield from self._finish_deletion(thread_id, claimed, drop=state == _DELETED)
             swept += state != _DELETED
         return swept
 
