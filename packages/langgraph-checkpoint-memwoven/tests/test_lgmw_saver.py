@@ -572,3 +572,18 @@ def test_a_thread_deleted_then_copied_into_keeps_its_new_writes(items: ItemMemor
     copied = {"configurable": {**source["configurable"], "thread_id": "t"}}
     saver.put_writes(copied, [("a", 5)], "task")
     assert pending(saver, "t") == [("task", "a", 5)]
+
+
+def test_keep_last_catches_up_on_puts_that_skipped_their_retention(items: ItemMemory) -> None:
+    """A cancelled `aput` may land its checkpoint and skip its retention (a saver without `keep_last` writes
+    alike): the next completed put drops every older checkpoint, with its writes and values, however many."""
+    unretained, saver = MemwovenSaver(items), MemwovenSaver(items, keep_last=3)
+    last = put(unretained, "t", a=0)
+    for step in range(1, 24):
+        last = put(unretained, "t", last["configurable"]["checkpoint_id"], a=step)
+        unretained.put_writes(last, [("a", step)], f"task{step}")
+    assert len(list(saver.list({"configurable": {"thread_id": "t"}}))) == 24
+    put(saver, "t", last["configurable"]["checkpoint_id"], a=24)
+    assert len(list(saver.list({"configurable": {"thread_id": "t"}}))) == 3
+    assert len(items.list((*saver.namespace, "writes", "t"))) == 2  # of the two older kept checkpoints
+    assert len(items.list((*saver.namespace, "blobs", "t"))) <= 3
