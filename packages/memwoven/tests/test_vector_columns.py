@@ -5,13 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 from filter_support import combined_filters
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from memwoven.errors import InvalidInputError
 from memwoven.filters import compile_filter
 from memwoven.models import VectorDocument
-from memwoven.vector_index import VectorIndex
+from memwoven.vector_index import DocumentBatch, VectorIndex, require_utf8
 
 KEYS = ["a", "b", "a.x", "user"]
 # few distinct values, so that rows and operands meet often: bools beside 0 and 1, 1 beside 1.0, big ints
@@ -115,3 +117,12 @@ def test_filtered_search_equals_the_row_by_row_search() -> None:
                     query[0] = 1.0
                 hits = [hit.document.id for hit in index.search(query, top_k=top_k, threshold=threshold, filter=spec)]
                 assert hits == _row_by_row(index, query, top_k, threshold, spec)
+
+
+def test_require_utf8_takes_non_ascii_batches_and_names_the_document_with_a_lone_surrogate() -> None:
+    """A batch that is not all ASCII is checked a document at a time (no joined copy of every content)."""
+    vectors = np.ones((3, 2), dtype=np.float32)
+    require_utf8(DocumentBatch(["a", "b", "c"], ["é", "中文 😀", "x"], [{}, {"k": "ü"}, {}], vectors))
+    for contents, metadata in [(["é", "ok", "x\ud800"], [{}, {}, {}]), (["é", "ok", "x"], [{}, {}, {"k": "\udc00"}])]:
+        with pytest.raises(InvalidInputError, match="'c'"):
+            require_utf8(DocumentBatch(["a", "b", "c"], contents, metadata, vectors))

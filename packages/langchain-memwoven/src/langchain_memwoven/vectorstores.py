@@ -47,8 +47,12 @@ def _ids(
 
 def _memory(memory: VectorMemory | None, url: str | None, collection: str, options: dict[str, Any]) -> VectorMemory:
     """The given memory, or the collection opened at `url` (a new in-memory one without), with `options`."""
-    if memory is None:
-        return open_vector_memory(url or "memory://", collection=collection, **options)
+    if memory is None:  # a new in-memory collection has no name to check
+        return (
+            open_vector_memory(url, collection=collection, **options)
+            if url
+            else open_vector_memory("memory://", **options)
+        )
     if options:  # never silently dropped: they would configure nothing
         raise InvalidInputError(f"{', '.join(sorted(options))}: options of a memory opened from url=, not of memory=")
     return memory

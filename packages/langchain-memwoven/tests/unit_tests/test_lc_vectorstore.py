@@ -143,3 +143,9 @@ def test_from_texts_passes_options_to_the_memory_it_opens_and_refuses_the_rest()
     with pytest.raises(InvalidInputError, match="metric"):
         MemwovenVectorStore.from_texts(["x"], HashingEmbedFn(16), memory=given, metric="dot")
     assert given.count() == 0
+
+
+def test_from_texts_in_memory_takes_any_collection_name() -> None:
+    """Without a url the new in-memory collection has no name to check (as before options were passed on)."""
+    store = MemwovenVectorStore.from_texts(["x"], HashingEmbedFn(16), collection="my docs")
+    assert store.memory.count() == 1

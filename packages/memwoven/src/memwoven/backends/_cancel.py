@@ -20,7 +20,7 @@ from concurrent.futures import Executor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-__all__ = ["Abandoned", "Cancellation", "current", "finished_first", "in_thread"]
+__all__ = ["Abandoned", "Cancellation", "awaited", "current", "finished_first", "in_thread"]
 
 logger = logging.getLogger("memwoven.cancel")
 
@@ -74,7 +74,7 @@ class Cancellation:
 
     def await_from_thread(self, awaitable: Awaitable[R]) -> R:
         """Await `awaitable` on the caller's loop from the worker thread running the work."""
-        future = asyncio.run_coroutine_threadsafe(_awaited(awaitable), self.loop)
+        future = asyncio.run_coroutine_threadsafe(awaited(awaitable), self.loop)
         with self.watching(future):
             return future.result()
 
@@ -87,7 +87,8 @@ def current() -> Cancellation | None:
     return _CURRENT.get()
 
 
-async def _awaited(awaitable: Awaitable[R]) -> R:
+async def awaited(awaitable: Awaitable[R]) -> R:
+    """`awaitable` as a coroutine (what `run_coroutine_threadsafe` takes)."""
     return await awaitable
 
 
@@ -120,7 +121,7 @@ async def finished_first(
         if not task.cancelled() and task.exception() is not None:
             error = task.exception()
             if not isinstance(error, Abandoned):
-                logger.debug("work of a cancelled call failed after the cancellation: %r", error)
+                logger.warning("work of a cancelled call failed after the cancellation: %r", error)
         raise
 
 

@@ -219,10 +219,16 @@ class Clients:
             task = asyncio.current_task()
             cancelling = getattr(task, "cancelling", None)  # Python 3.11+
             asked = cancelling() if cancelling is not None else 0
-            result = await _aexecute(mine.client, mine.scripts, step)
+            # redis-py's asyncio client can catch a cancellation while it waits for the reply, and return the reply
+            # or raise a connection error (redis/redis-py#2028, #2551): the caller asked to stop, and a timeout
+            # must not be lost
+            try:
+                result = await _aexecute(mine.client, mine.scripts, step)
+            except Exception:
+                if cancelling is not None and cancelling() > asked:
+                    raise asyncio.CancelledError from None
+                raise
             if cancelling is not None and cancelling() > asked:
-                # redis-py's asyncio client can catch a cancellation while it waits for the reply and return the
-                # reply (redis/redis-py#2028, #2551): the caller asked to stop, and a timeout must not be lost
                 raise asyncio.CancelledError
             return result
 

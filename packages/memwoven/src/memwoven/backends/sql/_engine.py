@@ -345,6 +345,8 @@ class _LoopTurns(_Line):
                 slots.release()  # taken just now: given back to the next waiter
             raise
         if acquiring.done():
+            if acquiring.cancelled():  # by the loop shutting down: no slot was taken
+                raise asyncio.CancelledError
             return True
         acquiring.cancel()  # a slot given to it meanwhile goes to the next waiter (`Semaphore.acquire`)
         return False

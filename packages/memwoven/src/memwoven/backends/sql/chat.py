@@ -37,7 +37,7 @@ from sqlalchemy.util import await_only
 
 import memwoven._clock as _clock
 from memwoven._steps import Steps, twins
-from memwoven.backends._cancel import current
+from memwoven.backends._cancel import awaited, current
 from memwoven.backends._items import ttl_milliseconds
 from memwoven.backends.sql import _driver
 from memwoven.backends.sql._base import SQLBackend, SQLOptions
@@ -248,7 +248,7 @@ class SQLChatMemory(SQLBackend, ChatMemory):
             except RuntimeError:  # it runs the sync API in a worker thread: await on this loop
                 if cancellation is not None:
                     return cancellation.await_from_thread(result)
-                return asyncio.run_coroutine_threadsafe(_awaited(result), loop).result()
+                return asyncio.run_coroutine_threadsafe(awaited(result), loop).result()
             task = asyncio.ensure_future(result)
             if cancellation is None:
                 return await_only(task)
@@ -632,10 +632,6 @@ class _Statements:
 
 def _refuse_awaitable(result: Awaitable[Any]) -> Any:
     raise InvalidInputError("update's change returned an awaitable; use aupdate for a coroutine function")
-
-
-async def _awaited(result: Awaitable[Any]) -> Any:
-    return await result
 
 
 def _now_ms() -> int:
