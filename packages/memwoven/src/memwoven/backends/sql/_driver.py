@@ -83,9 +83,16 @@ def rows(
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute(text, parameters)
-            yield from cast("Iterable[Sequence[Any]]", cursor)
+            if not getattr(connection.dialect, "is_async", False):
+                yield from cast("Iterable[Sequence[Any]]", cursor)  # sqlite3 streams them
+                return
+            # the async adapter read them all already: its cursor is closed before any row is used, so that a
+            # reader raising on a row (a damaged one) leaves no cursor for the garbage collector to close after
+            # the connection is gone (aiosqlite then raises "Connection closed", an unraisable error)
+            fetched = cursor.fetchall()
         finally:
             cursor.close()
+        yield from fetched
 
 
 def execute_many(connection: Connection, text: str, parameters: Sequence[Sequence[Any]]) -> None:
