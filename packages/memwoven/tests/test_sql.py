@@ -1069,12 +1069,15 @@ def test_the_connections_of_a_loop_closed_before_them_are_closed_without_it(
 @pytest.mark.slow
 @pytest.mark.filterwarnings("error::ResourceWarning")
 def test_async_calls_beyond_the_pool_wait_their_turn(place: Place) -> None:
-    """2,000 calls at once on a chat and a vector object whose pools keep 5 connections (and may open 10 more),
-    waiting at most 2 s for one: every call completes, through no more than 5 connections at once (an overflow
-    connection is closed on return; PostgreSQL's loop also keeps two for single statements), and none is left out
-    when the loop ends."""
-    chat = place.chat(pool_size=5, pool_timeout=2)
-    vectors = place.vector(pool_size=5, pool_timeout=2, dimension=2)
+    """2,000 calls at once on a chat and a vector object whose pools keep 5 connections (and may open 10 more):
+    every call completes, through no more than 5 connections at once (an overflow connection is closed on return;
+    PostgreSQL's loop also keeps two for single statements), and none is left out when the loop ends.
+
+    The pool timeout is generous: a shared machine can stall the server or this process for seconds, which counts
+    as the server not answering. That a long line never times out on its length is
+    `test_a_long_line_of_waiters_never_times_out_while_turns_end`."""
+    chat = place.chat(pool_size=5, pool_timeout=15)
+    vectors = place.vector(pool_size=5, pool_timeout=15, dimension=2)
     assert chat.async_engine is not None
     assert vectors.async_engine is not None
     peaks = [_Peak(chat.async_engine.sync_engine), _Peak(vectors.async_engine.sync_engine)]
@@ -1395,6 +1398,61 @@ def test_async_writes_cancelled_at_any_point_leave_the_sqlite_file_unlocked(tmp_
         gc.enable()
         gc.collect()
     assert locked == []
+
+
+def test_a_long_line_of_waiters_never_times_out_while_turns_end() -> None:
+    """`_Turns` and `_LoopTurns` with one turn and a 1 s timeout: 60 callers holding it 0.04 s each all get it,
+    the last after waiting more than twice the timeout, because turns kept ending; a caller waiting while the one
+    turn is never given back raises after the timeout."""
+    from memwoven.backends.sql._engine import _LoopTurns, _Turns
+
+    hold, callers, timeout = 0.04, 60, 1.0
+
+    def threads() -> list[float]:
+        line = _Turns(1, timeout)
+        waits: list[float] = []
+
+        def call() -> None:
+            started = time.monotonic()
+            with line:
+                waits.append(time.monotonic() - started)
+                time.sleep(hold)
+
+        workers = [threading.Thread(target=call) for _ in range(callers)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        return waits
+
+    async def tasks() -> list[float]:
+        line = _LoopTurns((1, timeout))
+
+        async def call() -> float:
+            started = time.monotonic()
+            async with line:
+                waited = time.monotonic() - started
+                await asyncio.sleep(hold)
+            return waited
+
+        return list(await asyncio.gather(*(call() for _ in range(callers))))
+
+    for waits in (threads(), asyncio.run(tasks())):
+        assert len(waits) == callers
+        assert max(waits) > 2 * timeout
+
+    stuck = _Turns(1, 0.2)
+    with stuck, pytest.raises(sa.exc.TimeoutError, match=r"no transaction ended for 0\.2 s"), stuck:
+        pass
+
+    async def stuck_tasks() -> None:
+        line = _LoopTurns((1, 0.2))
+        async with line:
+            with pytest.raises(sa.exc.TimeoutError, match=r"no transaction ended for 0\.2 s"):
+                async with line:
+                    pass
+
+    asyncio.run(stuck_tasks())
 
 
 def test_a_turn_waiter_cancelled_as_it_gets_its_slot_is_cancelled_and_gives_the_slot_back() -> None:
