@@ -467,3 +467,13 @@ def test_a_generator_is_read_in_batches_and_validated_whole_before_any_write() -
         with pytest.raises(DimensionMismatchError):
             memory.store(doc(f"m{i}", *([1.0] * (2 if i < 4 else 3))) for i in range(6))
         assert memory.count() == 5  # nothing of either refused store was written
+
+
+def test_client_options_with_a_client_passed_in_are_refused() -> None:
+    """They were ignored: the client is the caller's, configured already."""
+    client = QdrantClient(location=":memory:")
+    with pytest.raises(InvalidInputError, match=r"client options \(timeout\)"):
+        QdrantVectorMemory(client, timeout=3)
+    with QdrantVectorMemory("qdrant+memory://", timeout=3, collection="c") as memory:  # a client option: taken
+        assert memory.collection == "c"
+    client.close()

@@ -270,7 +270,7 @@ def open_vector_memory(
     """Open one vector collection at the URL (default: `$MEMWOVEN_VECTOR_URL`); `options` go to the backend.
 
     As for `open_item_memory`, an option the backend does not take raises `InvalidInputError` before anything
-    connects (Qdrant passes options it does not know on to its client).
+    connects (Qdrant passes the others to its client, which refuses those it does not take).
     """
     scheme, resolved = _resolve(url, VECTOR_URL_VARIABLE)
     resolved, options = _with_url_options(scheme, resolved, options, vector=True)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import inspect
 import itertools
 import math
 import threading
@@ -140,6 +141,11 @@ class QdrantVectorMemory(VectorMemoryBase):
             self.client, self._async_client = _clients_from_location(location_or_client, client_options)
             self._owns_clients = True
         else:
+            if client_options:
+                raise InvalidInputError(
+                    f"client options ({', '.join(sorted(client_options))}) are for a client built from a URL; "
+                    "configure the QdrantClient you pass instead"
+                )
             self._url = repr(location_or_client)
             self.client, self._async_client = location_or_client, async_client
             self._owns_clients = False
@@ -593,7 +599,9 @@ def _local_lock(client: QdrantClient) -> threading.Lock | None:
 
 
 def _clients_from_location(location: str, options: dict[str, Any]) -> tuple[QdrantClient, AsyncQdrantClient | None]:
-    """The sync client (and, for a server, the async client) for a `qdrant...://` URL."""
+    """The sync client (and, for a server, the async client) for a `qdrant...://` URL. An option neither client
+    takes raises `InvalidInputError`: a server's clients refuse it themselves (the rest go to httpx), an embedded
+    one would ignore it."""
     parts = urlsplit(location)
     scheme = parts.scheme.lower()
     if parts.query or parts.fragment:  # read by no one: ?api_key= would leave the client without its key
@@ -601,6 +609,10 @@ def _clients_from_location(location: str, options: dict[str, Any]) -> tuple[Qdra
             f"Qdrant URLs take no query string or fragment, got {redact_url(location)!r}; pass client options as "
             "keyword arguments (api_key=, timeout=, ...) or the API key as the password (qdrant://:KEY@host)"
         )
+    if scheme in ("qdrant+memory", "qdrant+local"):
+        for name in options:
+            if name not in _CLIENT_PARAMETERS:
+                raise InvalidInputError(f"QdrantVectorMemory: got an unexpected keyword argument {name!r}")
     if scheme == "qdrant+memory":
         return QdrantClient(location=":memory:", **options), None
     if scheme == "qdrant+local":
@@ -623,4 +635,10 @@ def _clients_from_location(location: str, options: dict[str, Any]) -> tuple[Qdra
     if parts.path.strip("/"):
         server["prefix"] = parts.path.strip("/")
     server.update(options)
-    return QdrantClient(**server), AsyncQdrantClient(**server)
+    try:
+        return QdrantClient(**server), AsyncQdrantClient(**server)
+    except TypeError as error:  # an option neither QdrantClient nor httpx takes
+        raise InvalidInputError(f"QdrantVectorMemory: {error}") from None
+
+
+_CLIENT_PARAMETERS = frozenset(inspect.signature(QdrantClient.__init__).parameters) - {"self", "kwargs"}
