@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from clock_support import Clock
 
 from memwoven import (
     CorruptMemoryError,
@@ -668,3 +669,41 @@ def test_what_an_earlier_release_sealed_with_a_lone_surrogate_still_reads(
     assert memory().ids() == ["new"]
     for each in opened:
         each.close()
+
+
+def test_cleanup_expired_reaches_the_encrypted_memorys_inner_one(tmp_path: Path, clock: Clock) -> None:
+    """It had none: `cleanup_expired` of the wrapper (and of a policy around it) deleted nothing, and the expired
+    sessions' ciphertext stayed stored for good."""
+    inner = SQLChatMemory(f"sqlite:///{tmp_path}/chat.db", ttl=60)
+    memory = EncryptedChatMemory(inner, key=KEY)
+    memory.append("a", [turn(0)])
+    clock.advance(120)
+    memory.append("b", [turn(1)])
+    assert memory.load("a") == []
+    assert memory.cleanup_expired() == 1
+    clock.advance(120)
+    assert asyncio.run(memory.acleanup_expired()) == 1
+    assert inner.sessions() == []
+    with sqlite3.connect(tmp_path / "chat.db") as raw:
+        assert raw.execute("SELECT count(*) FROM memwoven_messages").fetchone() == (0,)
+    assert EncryptedChatMemory(InMemoryChatMemory(), key=KEY).cleanup_expired() == 0  # no TTL: nothing to do
+    inner.close()
+
+
+def test_a_policy_inside_the_encrypted_memory_is_refused_and_works_around_it() -> None:
+    """Inside, a summarizer was given empty ciphertext stubs and stored a plaintext summary (every later load
+    raised CorruptMemoryError), and a trimmed session's archive was sealed for the session, unreadable."""
+    from memwoven.policies import SummarizingChatMemory, TrimmingChatMemory
+
+    backend = InMemoryChatMemory()
+    for policy in (
+        TrimmingChatMemory(backend, max_messages=2),
+        SummarizingChatMemory(backend, summarizer=lambda m: "S", trigger=50),
+    ):
+        with pytest.raises(TypeError, match="wrap it around the EncryptedChatMemory"):
+            EncryptedChatMemory(policy, key=KEY)
+    trimmed = TrimmingChatMemory(EncryptedChatMemory(backend, key=KEY), max_messages=2)
+    trimmed.save("s", [turn(i) for i in range(4)])
+    assert trimmed.load("s") == [turn(2), turn(3)]
+    assert trimmed.archived("s") == [turn(0), turn(1)]
+    assert MARKER in json.dumps([m.model_dump(mode="json") for m in backend.load("s:archive")])

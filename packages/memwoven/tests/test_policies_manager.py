@@ -131,3 +131,33 @@ def test_working_memory_and_facts_live_in_the_item_memory(chat_memory: ChatMemor
     assert manager.fork("helper").working.store is items
     with pytest.raises(TypeError, match="ItemMemory"):
         MemoryManager(chat_memory, "chat", items=InMemoryChatMemory())  # type: ignore[arg-type]
+
+
+def test_bad_settings_are_refused_when_the_object_is_built_before_anything_is_written() -> None:
+    """They were accepted, then raised on the first load or prompt (after a write was stored), or in the case of
+    `retries=0` made every write raise `SummarizationError(stored=True)`; `max_facts=0` listed every fact and
+    `max_facts=-1` / `max_items=-1` silently dropped entries."""
+    from memwoven import InMemoryItemMemory
+    from memwoven.policies import ContextWindow, UserMemory, WorkingMemory
+
+    chat, items = InMemoryChatMemory(), InMemoryItemMemory()
+    refused = [
+        (lambda: SummarizingChatMemory(chat, summarizer=lambda m: "S", trigger=50, retries=0), "retries"),
+        (lambda: SummarizingChatMemory(chat, summarizer=lambda m: "S", trigger=50, summary_prefix=b"x"), "summary_"),
+        (lambda: ContextWindow(chat, "s", keep_first=-1), "keep_first"),
+        (lambda: MemoryManager(chat, "s", items=items, max_messages=0), "max_messages"),
+        (lambda: MemoryManager(chat, "s", items=items, max_tokens=-5), "max_tokens"),
+        (lambda: MemoryManager(chat, "s", items=items, keep_first=True), "keep_first"),
+        (lambda: UserMemory(items, "u").to_context_string(max_facts=-1), "max_facts"),
+        (lambda: WorkingMemory(items, "w").to_context_string(max_items=-1), "max_items"),
+    ]
+    for build, name in refused:
+        with pytest.raises(InvalidInputError, match=name):
+            build()
+    assert chat.sessions() == []
+    assert items.namespaces() == []
+    user = UserMemory(items, "u")
+    user.add_many(["Lives in Lyon", "Likes tea"])
+    assert user.to_context_string(max_facts=0) == ""
+    assert user.to_context_string(max_facts=5).count("\n- ") == 2
+    assert asyncio.run(user.ato_context_string(max_facts=1)).endswith("\n- Likes tea")

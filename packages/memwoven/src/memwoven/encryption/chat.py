@@ -17,6 +17,7 @@ from memwoven.contracts import (
     ChatMemory,
     History,
     MessagesIn,
+    SupportsExpiry,
     check_id,
 )
 from memwoven.encryption._keys import HASHED_ID, MARKER, IdHasher, KeyLike, Keyring, Wrapper, keyring, utf8
@@ -74,6 +75,11 @@ class EncryptedChatMemory(Wrapper[ChatMemory], ChatMemory):
         """Wrap `inner`; `key`: a key or keys oldest first; `id_key`: hash session ids with this separate key."""
         if not isinstance(inner, ChatMemory):
             raise TypeError(f"inner must be a ChatMemory, got {type(inner).__name__}")
+        if getattr(inner, "needs_plaintext", False):  # a policy would summarize or archive ciphertext
+            raise TypeError(
+                f"{type(inner).__name__} works on message text: wrap it around the EncryptedChatMemory instead "
+                f"({type(inner).__name__}(EncryptedChatMemory(backend, key=...), ...))"
+            )
         self.inner = inner
         self.keyring = keyring(key)
         self._hash = IdHasher(id_key) if id_key is not None else None
@@ -308,6 +314,15 @@ class EncryptedChatMemory(Wrapper[ChatMemory], ChatMemory):
         yield Call(self.inner, "clear", (self.stored_id(session_id),))
 
     clear, aclear = twins(_clear)
+
+    def _cleanup_expired(self) -> Steps[int]:
+        """Delete `inner`'s expired sessions and return how many (0 if `inner` has no TTL)."""
+        if not isinstance(self.inner, SupportsExpiry):
+            return 0
+        removed: int = yield Call(self.inner, "cleanup_expired")
+        return removed
+
+    cleanup_expired, acleanup_expired = twins(_cleanup_expired)
 
     def _has_update_lock(self) -> bool:
         """`update` takes the inner memory's per-session write lock, when it has one."""

@@ -12,7 +12,7 @@ import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.contracts import ChatMemory, History, ItemMemory, MessagesIn, Namespace, check_id, compare_and_set
@@ -245,7 +245,12 @@ class WrappingChatMemory(ChatMemory):
     `ConcurrentModificationError`, and the caller reloads, seeing the rewritten history. If the policy's work
     after a stored write fails, the write raises `PolicyError` with `stored=True` (the cause attached): not the
     cause itself, which could read as "nothing was written" (a `ConcurrentModificationError`, say).
+
+    A policy reads and writes message text, so it goes around an `EncryptedChatMemory`, never inside one (which
+    refuses any memory whose `needs_plaintext` is true).
     """
+
+    needs_plaintext: ClassVar[bool] = True
 
     def __init__(self, inner: ChatMemory) -> None:
         if not isinstance(inner, ChatMemory):
@@ -383,6 +388,16 @@ def next_order() -> int:
     with _order_lock:
         _last_order = max(_last_order + 1, time.time_ns())
         return _last_order
+
+
+def check_count(value: Any, name: str, *, positive: bool = False, optional: bool = False) -> Any:
+    """`value` if it is an int >= 0 (>= 1 if `positive`; or None if `optional`), else `InvalidInputError`."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < (1 if positive else 0):
+        expected = ("a positive int" if positive else "a non-negative int") + (" or None" if optional else "")
+        raise InvalidInputError(f"{name} must be {expected}, got {value!r:.120}")
+    return value
 
 
 def check_items(items: object, owner: str) -> ItemMemory:

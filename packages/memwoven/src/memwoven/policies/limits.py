@@ -20,12 +20,12 @@ from typing import Protocol, runtime_checkable
 
 from memwoven._steps import Call, Runner, Steps, async_twin, function_twins, twins
 from memwoven.contracts import ChatMemory, SupportsExpiry, check_id
-from memwoven.errors import InvalidInputError
 from memwoven.models import Message
 from memwoven.policies._base import (
     ARCHIVE_SUFFIX,
     WrappingChatMemory,
     archive_id,
+    check_count,
     group_end,
     group_start,
     head_end,
@@ -37,9 +37,7 @@ __all__ = ["TrimmingChatMemory", "acleanup_expired", "atrim", "cleanup_expired",
 
 
 def _check_max(max_messages: int) -> int:
-    if isinstance(max_messages, bool) or not isinstance(max_messages, int) or max_messages < 1:
-        raise InvalidInputError(f"max_messages must be a positive int, got {max_messages!r}")
-    return max_messages
+    return int(check_count(max_messages, "max_messages", positive=True))
 
 
 def plan_trim(messages: Sequence[Message], max_messages: int) -> tuple[list[Message], list[Message]] | None:

@@ -25,7 +25,7 @@ from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.contracts import ChatMemory, ChatSession, ItemMemory, MessagesIn, check_id
 from memwoven.errors import InvalidInputError
 from memwoven.models import Message
-from memwoven.policies._base import WrappingChatMemory, load_steps
+from memwoven.policies._base import WrappingChatMemory, check_count, load_steps
 from memwoven.policies.summarize import SummarizingChatMemory
 from memwoven.policies.tokens import MessageTokenCounter, TokenizerLike, token_counter
 from memwoven.policies.user import UserMemory
@@ -87,8 +87,9 @@ class MemoryManager(Runner):
         self.scope_id = check_id(scope_id if scope_id is not None else session_id, "scope id")
         self.working = WorkingMemory(items, self.scope_id)
         self.user = UserMemory(items, user_id) if user_id is not None else None
-        self.max_messages, self.max_tokens = max_messages, max_tokens
-        self.keep_first = _pinned_by(memory) if keep_first is None else keep_first
+        self.max_messages = check_count(max_messages, "max_messages", positive=True, optional=True)
+        self.max_tokens = check_count(max_tokens, "max_tokens", positive=True, optional=True)
+        self.keep_first = _pinned_by(memory) if keep_first is None else check_count(keep_first, "keep_first")
         self.counter = token_counter(tokenizer)
 
     def __repr__(self) -> str:

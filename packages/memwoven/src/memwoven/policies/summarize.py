@@ -48,6 +48,7 @@ from memwoven.policies._base import (
     archive_id,
     call_async,
     call_sync,
+    check_count,
     group_end,
     group_start,
     is_summary,
@@ -140,9 +141,7 @@ class Trigger:
 
     def __post_init__(self) -> None:
         for name in ("messages", "tokens"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise InvalidInputError(f"Trigger.{name} must be a positive int or None, got {value!r}")
+            check_count(getattr(self, name), f"Trigger.{name}", positive=True, optional=True)
         if self.messages is None and self.tokens is None:
             raise InvalidInputError("a Trigger needs messages=, tokens= or both")
 
@@ -228,9 +227,10 @@ class SummarizingChatMemory(WrappingChatMemory):
     ) -> None:
         super().__init__(inner)
         self.trigger = trigger if isinstance(trigger, Trigger) else Trigger(messages=trigger)
-        for name, value in (("keep_first", keep_first), ("keep_recent", keep_recent)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidInputError(f"{name} must be a non-negative int, got {value!r}")
+        check_count(keep_first, "keep_first")
+        check_count(keep_recent, "keep_recent")
+        if not isinstance(summary_prefix, str):
+            raise InvalidInputError(f"summary_prefix must be a str, got {type(summary_prefix).__name__}")
         if self.trigger.messages is not None and keep_first + keep_recent + 1 >= self.trigger.messages:
             raise InvalidInputError(
                 f"keep_first + keep_recent + 1 (the summary) must be below the trigger of {self.trigger.messages} "
@@ -241,7 +241,7 @@ class SummarizingChatMemory(WrappingChatMemory):
         self.archive = archive
         self.counter = token_counter(tokenizer)
         self.summary_prefix = summary_prefix
-        self.retries = retries
+        self.retries = check_count(retries, "retries", positive=True)
         self._summarizer = _SummarizerCalls(summarizer)
 
     def __repr__(self) -> str:

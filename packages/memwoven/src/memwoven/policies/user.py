@@ -24,7 +24,7 @@ from memwoven._steps import Call, Steps, twins
 from memwoven.contracts import ItemMemory, ItemWrite, check_id, check_namespace, compare_and_set
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 from memwoven.models import Item, Message
-from memwoven.policies._base import ItemRecords, UserCallable, check_items, next_order
+from memwoven.policies._base import ItemRecords, UserCallable, check_count, check_items, next_order
 
 __all__ = ["USER_ROOT", "UserMemory", "fact_key", "normalize_fact"]
 
@@ -75,8 +75,7 @@ class UserMemory(ItemRecords):
         archive: bool = True,
         namespace: Sequence[str] = (),
     ) -> None:
-        if isinstance(max_facts, bool) or not isinstance(max_facts, int) or max_facts < 1:
-            raise InvalidInputError(f"max_facts must be a positive int, got {max_facts!r}")
+        check_count(max_facts, "max_facts", positive=True)
         if extractor is not None and not callable(extractor):
             raise InvalidInputError("extractor must be callable")
         self.store = check_items(store, "UserMemory")
@@ -209,9 +208,10 @@ class UserMemory(ItemRecords):
         self, *, title: str = "Known facts about the user:", max_facts: int | None = None
     ) -> Steps[str]:
         """The facts as lines for a prompt (the newest `max_facts` if given; "" when there are none)."""
+        check_count(max_facts, "max_facts", optional=True)
         facts = yield from self._texts(self.namespace)
         if max_facts is not None:
-            facts = facts[-max_facts:]
+            facts = facts[max(len(facts) - max_facts, 0) :]  # not facts[-max_facts:]: -0 is the whole list
         return "\n".join([title, *(f"- {fact}" for fact in facts)]) if facts else ""
 
     to_context_string, ato_context_string = twins(_to_context_string)

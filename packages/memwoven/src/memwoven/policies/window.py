@@ -26,9 +26,8 @@ from typing import Protocol
 
 from memwoven._steps import Runner, Steps, twins
 from memwoven.contracts import ChatMemory, check_id
-from memwoven.errors import InvalidInputError
 from memwoven.models import Message
-from memwoven.policies._base import head_end, load_steps, unit_before, without_orphans
+from memwoven.policies._base import check_count, head_end, load_steps, unit_before, without_orphans
 from memwoven.policies.tokens import MessageTokenCounter, TokenizerLike, token_counter
 
 __all__ = ["ContextWindow", "OversizedTurnWarning", "Window", "window"]
@@ -59,9 +58,7 @@ class Window:
 
 
 def _check_budget(value: int | None, name: str) -> int | None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise InvalidInputError(f"{name} must be a positive int or None, got {value!r}")
-    return value
+    return check_count(value, name, positive=True, optional=True)  # type: ignore[no-any-return]
 
 
 def window(
@@ -79,8 +76,7 @@ def window(
     """
     _check_budget(max_messages, "max_messages")
     _check_budget(max_tokens, "max_tokens")
-    if isinstance(keep_first, bool) or not isinstance(keep_first, int) or keep_first < 0:
-        raise InvalidInputError(f"keep_first must be a non-negative int, got {keep_first!r}")
+    check_count(keep_first, "keep_first")
     count = token_counter(tokenizer).count
     n = len(messages)
     head = head_end(messages, keep_first)
@@ -163,7 +159,7 @@ class ContextWindow(Runner):
         self.max_messages = _check_budget(max_messages, "max_messages")
         self.max_tokens = _check_budget(max_tokens, "max_tokens")
         self.counter = token_counter(tokenizer)
-        self.keep_first = keep_first
+        self.keep_first = check_count(keep_first, "keep_first")
 
     def __repr__(self) -> str:
         return (

@@ -28,7 +28,7 @@ from memwoven._steps import Call, Steps, twins
 from memwoven.contracts import ItemMemory, check_id, check_namespace, check_ttl, compare_and_set
 from memwoven.errors import CorruptMemoryError, InvalidInputError
 from memwoven.models import Item, freeze_json, thaw
-from memwoven.policies._base import ItemRecords, check_items, next_order
+from memwoven.policies._base import ItemRecords, check_count, check_items, next_order
 
 __all__ = ["WORKING_ROOT", "WorkingMemory"]
 
@@ -170,6 +170,7 @@ class WorkingMemory(ItemRecords):
         self, *, min_importance: float = 0.0, max_items: int | None = None, title: str = "Working memory:"
     ) -> Steps[str]:
         """The entries as lines for a prompt, most important first ("" when empty)."""
+        check_count(max_items, "max_items", optional=True)
         entries = sorted((yield from self._entries()), key=lambda entry: (-entry.importance, entry.key))
         lines = [f"- {e.key}: {_render(e.value)}" for e in entries if e.importance >= min_importance]
         lines = lines[:max_items] if max_items is not None else lines
