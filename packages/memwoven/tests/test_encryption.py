@@ -707,3 +707,19 @@ def test_a_policy_inside_the_encrypted_memory_is_refused_and_works_around_it() -
     assert trimmed.load("s") == [turn(2), turn(3)]
     assert trimmed.archived("s") == [turn(0), turn(1)]
     assert MARKER in json.dumps([m.model_dump(mode="json") for m in backend.load("s:archive")])
+
+
+def test_a_clear_embedding_changed_in_the_store_raises_corrupt_memory_error() -> None:
+    """The token did not cover the clear embedding: `get` returned the altered one and `search` ranked by it."""
+    inner = InMemoryVectorMemory()
+    notes = EncryptedVectorMemory(inner, key=KEY, collection="notes")
+    notes.store([{"id": "a", "embedding": [1.0, 0.0, 0.01]}, {"id": "b", "embedding": [0.0, 1.0, 0.0]}])
+    assert [hit.document.id for hit in notes.search([0.0, 1.0, 0.0], top_k=2)] == ["b", "a"]
+    token = inner.get(["a"])[0].content
+    inner.store([{"id": "a", "content": token, "embedding": [0.0, 1.0, 0.01]}])  # moved next to the query
+    with pytest.raises(CorruptMemoryError, match="'a' has an embedding other than the one it was stored with"):
+        notes.get(["a"])
+    with pytest.raises(CorruptMemoryError, match="'a'"):
+        notes.search([0.0, 1.0, 0.0], top_k=2)
+    inner.store([{"id": "a", "content": token, "embedding": [1.0, 0.0, 0.01 * (1 + 1e-6)]}])  # rounding: still it
+    assert notes.get(["a"])[0].embedding == [1.0, 0.0, pytest.approx(0.01, rel=1e-5)]

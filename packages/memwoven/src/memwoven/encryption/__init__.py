@@ -36,7 +36,9 @@ value. The associated data binds it to its kind (chat, vector or item), its key 
 (the session id, the collection name and the document id, or the item's stored namespace and key), so a token
 copied to another session, document, collection or item does not decrypt. Any value that does not decrypt, or is
 not a token at all, raises `CorruptMemoryError` naming the session (or document, or item); nothing is ever
-returned unverified. The binding is to
+returned unverified. An embedding kept in the clear is covered by a sketch in its token (its largest magnitude
+and each value to 1/127 of it): one changed in the store by more than that rounding raises `CorruptMemoryError`
+too (tokens written before 2026-11-29 hold no sketch, and their embeddings go unchecked). The binding is to
 the session, not to a position in it: someone who can write to the store can still drop, repeat or reorder one
 session's messages, or roll a session back to an older state, without being detected; they cannot read, forge,
 alter or move one.

@@ -40,6 +40,27 @@ def _collection_name(inner: VectorMemory) -> str | None:
     return None
 
 
+def _sketch(vector: np.ndarray[Any, Any]) -> list[Any]:
+    """A clear embedding's fingerprint for its token: its largest magnitude and every value as a signed byte of
+    it, which tells an embedding changed in the store (by more than 0.4% of that magnitude anywhere) from one a
+    backend returns rounded (Qdrant rebuilds cosine vectors from their direction and norm)."""
+    values = vector.astype(np.float64)
+    scale = float(np.abs(values).max())
+    levels = np.rint(values * (127 / scale)) if scale else np.zeros_like(values)
+    return [scale, b64(levels.astype(np.int8).tobytes())]
+
+
+def _check_sketch(sketch: Any, embedding: Sequence[float]) -> None:
+    """Raise `ValueError` unless `embedding` is the one `sketch` was made of, up to the sketch's rounding."""
+    if not (isinstance(sketch, list) and len(sketch) == 2 and isinstance(sketch[0], float)):
+        raise ValueError("holds no valid sketch of its embedding")
+    scale, levels = sketch[0], np.frombuffer(unb64(sketch[1]), dtype=np.int8)
+    values = np.asarray(embedding, dtype=np.float64)
+    # half a level of rounding, and a margin for a backend's float32 rounding
+    if levels.shape != values.shape or np.abs(values - levels * (scale / 127)).max() > scale * (0.5 / 127 + 1e-5):
+        raise ValueError("has an embedding other than the one it was stored with")
+
+
 class EncryptedVectorMemory(Wrapper[VectorMemory], VectorMemoryBase):
     """A `VectorMemory` that keeps the content and metadata of `inner`'s documents encrypted (see the module docs).
 
@@ -100,6 +121,8 @@ class EncryptedVectorMemory(Wrapper[VectorMemory], VectorMemoryBase):
             if self.encrypt_embeddings:
                 payload["embedding"] = b64(vector.astype("<f4").tobytes())
                 embedding = [1.0] + [0.0] * (len(embedding) - 1)
+            else:
+                payload["sketch"] = _sketch(vector)
             stored_id = self.stored_id(doc_id)
             plaintext = json.dumps(payload, separators=(",", ":")).encode("ascii")  # ASCII keeps lone surrogates
             token = self.keyring.seal(plaintext, self._context + stored_id.encode("utf-8"))
@@ -127,6 +150,8 @@ class EncryptedVectorMemory(Wrapper[VectorMemory], VectorMemoryBase):
             embedding: Any = stored.embedding
             if self.encrypt_embeddings:
                 embedding = np.frombuffer(unb64(payload["embedding"]), dtype="<f4").tolist()
+            elif "sketch" in payload:  # tokens written before 2026-11-29 hold none: their embeddings go unchecked
+                _check_sketch(payload["sketch"], embedding)
             return VectorDocument(
                 id=name, content=payload["content"], embedding=embedding, metadata=payload["metadata"]
             )
