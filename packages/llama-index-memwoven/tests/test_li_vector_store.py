@@ -377,3 +377,30 @@ def test_a_stored_null_equals_nothing_as_in_llama_index(vector_memory: VectorMem
         for condition, expected in cases:
             query = VectorStoreQuery(query_embedding=axis[0], similarity_top_k=10, filters=all_of(condition))
             assert set(store.query(query).ids or []) == expected, (type(store).__name__, condition)
+
+
+def test_node_ids_select_by_document_id(vector_memory: VectorMemory) -> None:
+    # Node-id restrictions name documents: those another writer stored (no node JSON), a copy stored under a new id
+    # (its metadata, node JSON included, the original's) and a node whose own metadata has a `_node_id` key.
+    axis = [[1.0 if i == j else 0.0 for i in range(128)] for j in range(3)]
+    store = MemwovenVectorStore(vector_memory)
+    store.add([TextNode(id_="a", text="a", metadata={"k": 1, "_node_id": "mine"}, embedding=axis[0])])
+    vector_memory.store(
+        [
+            {"id": "lc", "embedding": axis[1], "content": "from LangChain", "metadata": {"k": 1}},
+            vector_memory.get(["a"])[0].model_copy(update={"id": "a-copy", "embedding": axis[2]}),
+        ]
+    )
+    k1 = all_of(f("k", "==", 1))
+
+    def queried(node_ids: list[str], filters: MetadataFilters | None = None) -> list[str]:
+        query = VectorStoreQuery(query_embedding=axis[0], similarity_top_k=10, node_ids=node_ids, filters=filters)
+        return store.query(query).ids or []
+
+    assert queried(["lc", "a"]) == ["a", "lc"]
+    assert sorted(queried(["a-copy", "lc"], k1)) == ["a-copy", "lc"]
+    assert queried(["a"], all_of(f("_node_id", "==", "mine"))) == ["a"]  # the node's own key, kept
+    assert [node.get_content() for node in store.get_nodes(["lc", "a"], filters=k1)] == ["from LangChain", "a"]
+    assert len(store.get_nodes(["a-copy"], filters=k1)) == 1
+    store.delete_nodes(["lc", "a"], filters=k1)
+    assert vector_memory.ids() == ["a-copy"]

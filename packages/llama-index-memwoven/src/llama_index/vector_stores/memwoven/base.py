@@ -2,8 +2,8 @@
 
 A node is stored as a `VectorDocument` with the node's id, its text as `content`, its embedding, and as metadata
 LlamaIndex's usual flattening (`node_to_metadata_dict`: the node's own metadata at the top level, so that filters
-reach it, plus the whole node as JSON in `_node_content` and its `ref_doc_id`), plus `_node_id` so that queries can
-be restricted to given node ids through the filter language.
+reach it, plus the whole node as JSON in `_node_content` and its `ref_doc_id`). Restrictions to node ids select by
+document id.
 """
 
 from __future__ import annotations
@@ -32,14 +32,12 @@ from llama_index.core.vector_stores.utils import (
 from llama_index.vector_stores.memwoven._filters import to_core_filter
 from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.contracts import Metric, VectorMemory
+from memwoven.filters import compile_filter
 from memwoven.models import ScoredDocument, VectorDocument
 from memwoven.urls import open_vector_memory
-from memwoven.vector_index import store_columns
+from memwoven.vector_index import VectorIndex, store_columns
 
-__all__ = ["NODE_ID_KEY", "MemwovenVectorStore"]
-
-NODE_ID_KEY = "_node_id"
-"""The metadata key holding the node id (the document id), for `node_ids` restrictions."""
+__all__ = ["MemwovenVectorStore"]
 
 DEFAULT_MMR_PREFETCH_FACTOR = 4.0
 """In MMR mode, how many candidates per result are fetched before re-ranking (unless `mmr_prefetch_k` is given)."""
@@ -106,6 +104,9 @@ class MemwovenVectorStore(BasePydanticVectorStore, Runner):
         and `mmr_prefetch_k` or `mmr_prefetch_factor`).
         """
         search = _Search.of(query, **kwargs)
+        if query.node_ids:
+            candidates = yield Call(self._memory, "get", (query.node_ids,))
+            return search.result(search.among(candidates, self._memory.metric))
         hits = yield Call(self._memory, "search", (search.embedding,), {"top_k": search.top_k, "filter": search.filter})
         return search.result(hits)
 
@@ -113,9 +114,9 @@ class MemwovenVectorStore(BasePydanticVectorStore, Runner):
         self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None
     ) -> Steps[list[BaseNode]]:
         """The nodes with these ids (in that order) and/or matching `filters`; every node if given neither."""
-        if filters is None and node_ids is not None:
-            return [_node(document) for document in (yield Call(self._memory, "get", (node_ids,)))]
-        return _ordered((yield Call(self._memory, "documents", (_selection(node_ids, filters),))), node_ids)
+        if node_ids is not None:
+            return [_node(document) for document in _matching((yield Call(self._memory, "get", (node_ids,))), filters)]
+        return [_node(document) for document in (yield Call(self._memory, "documents", (to_core_filter(filters),)))]
 
     def _delete_nodes(
         self, /, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **delete_kwargs: Any
@@ -123,9 +124,12 @@ class MemwovenVectorStore(BasePydanticVectorStore, Runner):
         """Delete the nodes with these ids and/or matching `filters` (nothing if given neither)."""
         if filters is None:
             yield Call(self._memory, "delete", (node_ids or [],))
+            return
+        if node_ids is not None:
+            found = _matching((yield Call(self._memory, "get", (node_ids,))), filters)
         else:
-            found = yield Call(self._memory, "documents", (_selection(node_ids, filters),))
-            yield Call(self._memory, "delete", ((document.id for document in found),))
+            found = yield Call(self._memory, "documents", (to_core_filter(filters),))
+        yield Call(self._memory, "delete", ((document.id for document in found),))
 
     def _clear(self) -> Steps[None]:
         """Delete every node of the collection."""
@@ -174,11 +178,16 @@ class _Search:
         restrictions = [
             to_core_filter(query.filters),
             {"ref_doc_id": {"$in": query.doc_ids}} if query.doc_ids else None,
-            {NODE_ID_KEY: {"$in": query.node_ids}} if query.node_ids else None,
         ]
         if mmr_threshold is not None and query.mmr_threshold is None:  # as a retriever's `vector_store_kwargs`
             query = dataclasses.replace(query, mmr_threshold=mmr_threshold)
         return cls(query, list(embedding), top_k, _all_of(restrictions))
+
+    def among(self, documents: list[VectorDocument], metric: Metric) -> list[ScoredDocument]:
+        """This search run over `documents` only (the nodes `node_ids` names): exact, as the backend would score."""
+        index = VectorIndex(metric=metric)
+        index.upsert(index.prepare(documents, stored=True))
+        return index.search(self.embedding, top_k=self.top_k, filter=self.filter)
 
     def result(self, hits: list[ScoredDocument]) -> VectorStoreQueryResult:
         if self.query.mode == VectorStoreQueryMode.MMR and hits:
@@ -198,9 +207,8 @@ class _Search:
 
 
 def _metadata(node: BaseNode) -> dict[str, Any]:
-    """The node's stored metadata: LlamaIndex's flattening plus its id under `NODE_ID_KEY`."""
-    metadata = node_to_metadata_dict(node, remove_text=True, flat_metadata=False)
-    return {**metadata, NODE_ID_KEY: node.node_id}
+    """The node's stored metadata: LlamaIndex's flattening."""
+    return node_to_metadata_dict(node, remove_text=True, flat_metadata=False)
 
 
 def _node(document: VectorDocument) -> BaseNode:
@@ -227,12 +235,9 @@ def _all_of(clauses: list[dict[str, Any] | None]) -> dict[str, Any] | None:
     return present[0] if present else None
 
 
-def _selection(node_ids: list[str] | None, filters: MetadataFilters | None) -> dict[str, Any] | None:
-    return _all_of([to_core_filter(filters), {NODE_ID_KEY: {"$in": node_ids}} if node_ids is not None else None])
-
-
-def _ordered(documents: list[VectorDocument], node_ids: list[str] | None) -> list[BaseNode]:
-    if node_ids is not None:
-        rank = {node_id: i for i, node_id in reversed(list(enumerate(node_ids)))}
-        documents = sorted(documents, key=lambda document: rank[document.id])
-    return [_node(document) for document in documents]
+def _matching(documents: list[VectorDocument], filters: MetadataFilters | None) -> list[VectorDocument]:
+    spec = to_core_filter(filters)
+    if spec is None:
+        return documents
+    predicate = compile_filter(spec)
+    return [document for document in documents if predicate(document.metadata)]
