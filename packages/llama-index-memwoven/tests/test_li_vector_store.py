@@ -404,3 +404,13 @@ def test_node_ids_select_by_document_id(vector_memory: VectorMemory) -> None:
     assert len(store.get_nodes(["a-copy"], filters=k1)) == 1
     store.delete_nodes(["lc", "a"], filters=k1)
     assert vector_memory.ids() == ["a-copy"]
+
+
+def test_documents_another_framework_wrote_come_back_with_mutable_metadata(vector_memory: VectorMemory) -> None:
+    metadata = {"source": "s", "nested": {"a": [1, 2]}}
+    vector_memory.store([{"id": "lc-1", "embedding": [1.0] + [0.0] * 127, "content": "x", "metadata": metadata}])
+    (node,) = MemwovenVectorStore(vector_memory).get_nodes(["lc-1"])
+    assert type(node.metadata["nested"]) is dict
+    assert type(node.metadata["nested"]["a"]) is list
+    node.metadata["nested"]["a"].append(3)  # as on any LlamaIndex node
+    assert node.metadata == {"source": "s", "nested": {"a": [1, 2, 3]}}

@@ -33,7 +33,7 @@ from llama_index.vector_stores.memwoven._filters import to_core_filter
 from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.contracts import Metric, VectorMemory
 from memwoven.filters import compile_filter
-from memwoven.models import ScoredDocument, VectorDocument
+from memwoven.models import ScoredDocument, VectorDocument, thaw
 from memwoven.urls import open_vector_memory
 from memwoven.vector_index import VectorIndex, store_columns
 
@@ -217,7 +217,7 @@ def _node(document: VectorDocument) -> BaseNode:
     try:
         return metadata_dict_to_node(document.metadata, text=document.content)
     except ValueError:
-        metadata, info, relationships = legacy_metadata_dict_to_node(dict(document.metadata))
+        metadata, info, relationships = legacy_metadata_dict_to_node(thaw(document.metadata))
         return TextNode(
             id_=document.id,
             text=document.content,
