@@ -27,13 +27,15 @@ class UnsupportedFilterError(NotImplementedError):
 
 def to_core_filter(filters: MetadataFilters | None) -> dict[str, Any] | None:
     """The memwoven filter for LlamaIndex `filters` (None when there is nothing to filter on)."""
-    if filters is None or not filters.filters:
-        return None
-    return _combine(filters)
+    return None if filters is None else _combine(filters)
 
 
-def _combine(filters: MetadataFilters) -> dict[str, Any]:
+def _combine(filters: MetadataFilters) -> dict[str, Any] | None:
+    """A group's filter; None for an empty group, nested or not, as LlamaIndex reads one: no condition."""
     clauses = [_combine(f) if isinstance(f, MetadataFilters) else _clause(f) for f in filters.filters]
+    clauses = [clause for clause in clauses if clause is not None]
+    if not clauses:
+        return None
     condition = filters.condition or FilterCondition.AND
     if condition == FilterCondition.AND:
         return clauses[0] if len(clauses) == 1 else {"$and": clauses}
