@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+import pytest
 from llama_index.core.llms import ChatMessage
 from llama_index.core.memory import Memory
 from llama_index.core.storage.chat_store.base_db import MessageStatus
@@ -11,6 +13,7 @@ from llama_index.core.storage.chat_store.base_db import MessageStatus
 from llama_index.storage.chat_store.memwoven import MemwovenChatStore, MemwovenDBChatStore
 from llama_index.storage.chat_store.memwoven.db import STATUS_KEY
 from memwoven import ChatMemory, Message
+from memwoven.errors import InvalidInputError
 
 ACTIVE, ARCHIVED = MessageStatus.ACTIVE, MessageStatus.ARCHIVED
 
@@ -47,6 +50,23 @@ def test_the_async_db_chat_store_api(chat_memory: ChatMemory) -> None:
         assert await store.get_keys() == ["k"]
         await store.delete_messages("k")
         assert await store.get_keys() == []
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "page", [{"offset": -1}, {"limit": -1}, {"offset": 1, "limit": -2}, {"limit": 1.5}, {"offset": True}]
+)
+def test_a_page_of_messages_is_counted_in_ints_from_zero(chat_memory: ChatMemory, page: dict[str, Any]) -> None:
+    # not Python slicing from the end: SQL stores refuse negatives or read them each their own way
+    store = MemwovenDBChatStore(chat_memory)
+
+    async def scenario() -> None:
+        await store.add_messages("k", said("a", "b", "c", "d"))
+        assert texts(await store.get_messages("k", offset=10)) == []
+        assert texts(await store.get_messages("k", offset=None, limit=0)) == []
+        with pytest.raises(InvalidInputError, match="must be an int >= 0"):
+            await store.get_messages("k", **page)
 
     asyncio.run(scenario())
 
