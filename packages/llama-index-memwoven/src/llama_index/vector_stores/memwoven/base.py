@@ -32,6 +32,7 @@ from llama_index.core.vector_stores.utils import (
 from llama_index.vector_stores.memwoven._filters import to_core_filter
 from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.contracts import Metric, VectorMemory
+from memwoven.errors import InvalidInputError
 from memwoven.filters import compile_filter
 from memwoven.models import ScoredDocument, VectorDocument, thaw
 from memwoven.urls import open_vector_memory
@@ -56,6 +57,8 @@ class MemwovenVectorStore(BasePydanticVectorStore, Runner):
     _memory: VectorMemory = PrivateAttr()
 
     def __init__(self, memory: VectorMemory, **kwargs: Any) -> None:
+        if not isinstance(memory, VectorMemory):
+            raise InvalidInputError(f"MemwovenVectorStore needs a memwoven VectorMemory, got {type(memory).__name__}")
         super().__init__(**kwargs)
         self._memory = memory
 

@@ -12,6 +12,7 @@ from llama_index.storage.chat_store.memwoven import _edits
 from llama_index.storage.chat_store.memwoven._convert import to_chat, to_chat_many, to_core, to_core_many
 from memwoven._steps import Call, Runner, Steps, twins
 from memwoven.contracts import ChatMemory
+from memwoven.errors import InvalidInputError
 from memwoven.models import Message
 from memwoven.namespaces import check_namespace, keys_in_namespace, namespaced_id
 from memwoven.urls import open_chat_memory
@@ -28,6 +29,8 @@ class SessionStore(BaseModel, Runner):
     _memory: ChatMemory = PrivateAttr()
 
     def __init__(self, memory: ChatMemory, *, key_prefix: str = "", **kwargs: Any) -> None:
+        if not isinstance(memory, ChatMemory):
+            raise InvalidInputError(f"{type(self).__name__} needs a memwoven ChatMemory, got {type(memory).__name__}")
         super().__init__(key_prefix=check_namespace(key_prefix, "key_prefix"), **kwargs)
         self._memory = memory
 
