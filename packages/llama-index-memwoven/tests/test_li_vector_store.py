@@ -418,3 +418,36 @@ def test_documents_another_framework_wrote_come_back_with_mutable_metadata(vecto
     assert type(node.metadata["nested"]["a"]) is list
     node.metadata["nested"]["a"].append(3)  # as on any LlamaIndex node
     assert node.metadata == {"source": "s", "nested": {"a": [1, 2, 3]}}
+
+
+def test_boolean_metadata_is_matched_by_1_and_0_as_in_llama_index(vector_memory: VectorMemory) -> None:
+    # MetadataFilter refuses boolean values; SimpleVectorStore compares with Python's ==, where True == 1
+    values: dict[str, Any] = {"true": True, "false": False, "one": 1, "zero": 0.0, "two": 2, "text": "1"}
+    axis = [[1.0 if i == j else 0.0 for i in range(128)] for j in range(len(values) + 1)]
+    nodes = [
+        TextNode(id_=name, text=name, metadata={"v": value}, embedding=axis[i])
+        for i, (name, value) in enumerate(values.items())
+    ]
+    nodes.append(TextNode(id_="missing", text="missing", embedding=axis[-1]))
+    cases = [
+        ("==", 1),
+        ("==", 0),
+        ("==", 1.0),
+        ("==", 2),
+        ("!=", 1),
+        ("!=", 0),
+        ("in", [1]),
+        ("in", [0, 2]),
+        ("nin", [0]),
+        ("nin", [1, 2]),
+    ]
+    found: dict[str, list[set[str]]] = {}
+    for store in (MemwovenVectorStore(vector_memory), SimpleVectorStore()):
+        store.add(nodes)
+        for operator, value in cases:
+            query = VectorStoreQuery(
+                query_embedding=[1.0] * 128, similarity_top_k=10, filters=all_of(f("v", operator, value))
+            )
+            found.setdefault(type(store).__name__, []).append(set(store.query(query).ids or []))
+    assert found["MemwovenVectorStore"] == found["SimpleVectorStore"]
+    assert found["MemwovenVectorStore"][:2] == [{"true", "one"}, {"false", "zero"}]

@@ -52,6 +52,10 @@ def _clause(f: MetadataFilter) -> dict[str, Any]:
         return {key: {"$in": []}}
     if operator == FilterOperator.NE and value is None:
         return {key: {"$nin": []}}
+    if operator in (FilterOperator.EQ, FilterOperator.NE) and _with_bools([value]) != [value]:
+        return {key: {"$in" if operator == FilterOperator.EQ else "$nin": _with_bools([value])}}
+    if operator in (FilterOperator.IN, FilterOperator.NIN) and isinstance(value, list):
+        return {key: {_COMPARISONS[operator]: _with_bools(value)}}
     if operator in _COMPARISONS:
         return {key: {_COMPARISONS[operator]: value}}
     values = value if isinstance(value, list) else [value]
@@ -65,3 +69,9 @@ def _clause(f: MetadataFilter) -> dict[str, Any]:
         f"the {operator.value!r} filter operator (substring match) has no memwoven equivalent: "
         "the core filter language has no text-match operator"
     )
+
+
+def _with_bools(values: list[Any]) -> list[Any]:
+    """`values` plus the boolean each 0 or 1 among them stands for: `MetadataFilter` refuses boolean values, so 1 and
+    0 are how LlamaIndex asks for them, and its own stores compare with Python's ==, where True == 1."""
+    return values + [bool(v) for v in values if type(v) in (int, float) and v in (0, 1)]
