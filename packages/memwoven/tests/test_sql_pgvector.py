@@ -161,6 +161,40 @@ def test_server_search_equals_the_exact_index(
         memory.drop_tables()
 
 
+@pytest.mark.parametrize("index", [None, "hnsw"])
+def test_the_preselection_keeps_integers_a_float_equals(pgvector_url: str, index: str | None) -> None:
+    # jsonb compares decimal text: 2.0**80 is written 1.2089258196146292e+24 and 1e23 as 1e+23, neither the integer
+    # it equals; the pre-selection must not drop those documents (the filters compare exact values).
+    documents = [
+        VectorDocument(id="big", content="", embedding=[1.0, 0.0], metadata={"a": 2**80}),
+        VectorDocument(id="e23", content="", embedding=[0.0, 1.0], metadata={"a": 99999999999999991611392}),
+        VectorDocument(id="half", content="", embedding=[1.0, 1.0], metadata={"a": 0.5}),
+        VectorDocument(id="two", content="", embedding=[1.0, 2.0], metadata={"a": 2}),
+    ]
+    memory = _server_memory(pgvector_url, unique_name("pgv") + "_", collection="c", index=index)
+    try:
+        memory.store(documents)
+        for filter_, expected in [
+            ({"a": 2.0**80}, ["big"]),
+            ({"a": 1e23}, ["e23"]),
+            ({"a": {"$in": [1e23, 5]}}, ["e23"]),
+            ({"a": {"$eq": 2.0**80}}, ["big"]),
+            ({"a": 0.5}, ["half"]),
+            ({"a": 2.0}, ["two"]),
+        ]:
+            assert sorted(hit.document.id for hit in memory.search([1.0, 1.0], top_k=5, filter=filter_)) == expected
+    finally:
+        memory.drop_tables()
+    # Exact floats stay pre-selected (a GIN index answers them); the others are left to Python.
+    assert _pgvector._equalities({"a": 0.5, "b": 2.0, "c": 2**53, "d": -(2.0**53)}) == [
+        ("a", [0.5]),
+        ("b", [2.0]),
+        ("c", [2**53]),
+        ("d", [-(2.0**53)]),
+    ]
+    assert _pgvector._equalities({"a": 2.0**80, "b": 1e23, "c": {"$in": [1.5, 2.0**54]}, "d": 2**53 + 1}) == []
+
+
 def test_server_mode_holds_no_index_and_a_new_object_reads_the_table(pgvector_url: str) -> None:
     prefix = unique_name("pgv") + "_"
     writer = _server_memory(pgvector_url, prefix, collection="c")

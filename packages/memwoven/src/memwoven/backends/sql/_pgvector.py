@@ -251,8 +251,9 @@ def _jsonb_type() -> Any:
 def _equalities(spec: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
     """(key, values) per top-level field whose value every match equals one of (as JSON: `true` is not 1).
 
-    Only keys without a dot (a dotted key also matches a nested path) and scalar operands (strings, finite numbers,
-    booleans) of ``$eq``/``$in`` or a bare value; anything else selects nothing here (Python decides).
+    Only keys without a dot (a dotted key also matches a nested path) and scalar operands that jsonb compares as
+    Python does (`_plain_scalar`) of ``$eq``/``$in`` or a bare value; anything else selects nothing here (Python
+    decides).
     """
     conditions: list[tuple[str, list[Any]]] = []
     for key, condition in spec.items():
@@ -274,13 +275,20 @@ def _equalities(spec: Mapping[str, Any]) -> list[tuple[str, list[Any]]]:
 
 
 def _plain_scalar(value: Any) -> bool:
+    """Whether jsonb equality with `value`'s JSON text agrees with Python's: strings without NUL, booleans, and
+    numbers that no stored value of another decimal form equals.
+
+    jsonb compares the decimal text, Python the exact value: an integer beyond 2**53 or a float of such an integer
+    (2.0**80, 1e23, whose shortest form is not the integer it equals) may equal a stored value written otherwise.
+    Any other float equals only itself (stored, as here, in its shortest form) or an integer written exactly.
+    """
     if isinstance(value, str):
         return "\x00" not in value
     if isinstance(value, bool):
         return True
-    if isinstance(value, int):
-        return abs(value) <= 2**53
-    return isinstance(value, float) and math.isfinite(value)
+    if isinstance(value, float):
+        return math.isfinite(value) and (not value.is_integer() or abs(value) <= 2**53)
+    return isinstance(value, int) and abs(value) <= 2**53
 
 
 @dataclass(frozen=True)
