@@ -7,6 +7,7 @@ in-process index on random collections (paging, filters, thresholds, both metric
 from __future__ import annotations
 
 import contextlib
+import math
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -195,6 +196,56 @@ def test_the_preselection_keeps_integers_a_float_equals(pgvector_url: str, index
     assert _pgvector._equalities({"a": 2.0**80, "b": 1e23, "c": {"$in": [1.5, 2.0**54]}, "d": 2**53 + 1}) == []
 
 
+@pytest.mark.parametrize(("index", "target"), [(None, 64), ("hnsw", 2)])  # the first row of the second page
+def test_a_delete_between_pages_skips_no_row(
+    pgvector_url: str, index: str | None, target: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another client deletes the nearest row once the first page is read: pages read by offset in separate
+    # statements would then start one row late and skip the target, the only match. The pages after the first
+    # share a snapshot, read again from the start.
+    prefix = unique_name("pgv") + "_"
+    memory = _server_memory(pgvector_url, prefix, collection="c", index=index)
+    other = _server_memory(pgvector_url, prefix, collection="c", index=index)
+    try:
+        memory.store(
+            VectorDocument(
+                id=f"d{i:03d}",
+                content="",
+                embedding=[math.cos(i * 0.005), math.sin(i * 0.005)],  # ranked by i from the query [1, 0]
+                metadata={"t": int(i == target)},
+            )
+            for i in range(200)
+        )
+        filter_ = {"t": {"$gt": 0}}  # no equality: no pre-selection, every row is paged through
+        assert [hit.document.id for hit in memory.search([1.0, 0.0], top_k=1, filter=filter_)] == [f"d{target:03d}"]
+        absorb, pages = _pgvector._absorb, []
+
+        def absorb_then_delete(*args: Any, **kwargs: Any) -> Any:
+            pages.append(absorb(*args, **kwargs))
+            if len(pages) == 1:
+                other.delete(["d000"])
+            return pages[-1]
+
+        monkeypatch.setattr(_pgvector, "_absorb", absorb_then_delete)
+        statements: list[str] = []
+        sa.event.listen(memory.engine, "before_cursor_execute", lambda *args: statements.append(args[2]))
+        assert [hit.document.id for hit in memory.search([1.0, 0.0], top_k=1, filter=filter_)] == [f"d{target:03d}"]
+        assert len(pages) == 2
+        assert [sql for sql in statements if sql.startswith(("BEGIN", "ROLLBACK"))] == [
+            "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY",
+            "ROLLBACK",
+        ]
+        # The snapshot ended with the search: the next one sees a write made since.
+        other.store([VectorDocument(id="new", content="", embedding=[1.0, 0.0], metadata={"t": 1})])
+        assert [hit.document.id for hit in memory.search([1.0, 0.0], top_k=1, filter=filter_)] == ["new"]
+        statements.clear()
+        assert [hit.document.id for hit in memory.search([1.0, 0.0], top_k=1)] == ["new"]  # one page: no snapshot
+        assert not [sql for sql in statements if sql.startswith(("BEGIN", "ROLLBACK"))]
+    finally:
+        memory.drop_tables()
+        other.close()
+
+
 def test_server_mode_holds_no_index_and_a_new_object_reads_the_table(pgvector_url: str) -> None:
     prefix = unique_name("pgv") + "_"
     writer = _server_memory(pgvector_url, prefix, collection="c")
@@ -303,9 +354,13 @@ def test_hnsw_search_is_approximate_with_exact_scores_through_the_index(
                 above = memory.search(query, top_k=10, threshold=threshold, filter=filter_)
                 assert [h.document.id for h in above] == [h.document.id for h in got[:4]]  # exclusive
         assert found / total >= 0.9  # recall@10 (it is ~0.99 here; 1.0 is not promised)
-        # Each search is its page statements alone (no BEGIN, SET LOCAL, COMMIT): each sets ef_search, and pgvector
-        # 0.8's iterative scan where a pre-selection may reject rows, for its own transaction; the vector is bound.
-        assert not [sql for sql, _, _ in statements if "BEGIN" in sql or "SET LOCAL" in sql or "COMMIT" in sql]
+        # Each search is its page statements alone (no SET LOCAL, COMMIT): each sets ef_search, and pgvector 0.8's
+        # iterative scan where a pre-selection may reject rows, for its own transaction; the vector is bound. A
+        # search of several pages reads those after the first in one snapshot (`_pgvector._Pages`).
+        assert not [sql for sql, _, _ in statements if "SET LOCAL" in sql or "COMMIT" in sql]
+        snapshots = [sql for sql, _, _ in statements if sql.startswith(("BEGIN", "ROLLBACK"))]
+        assert snapshots == ["BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", "ROLLBACK"] * (len(snapshots) // 2)
+        statements = [statement for statement in statements if statement[0] not in snapshots]
         pages = [(sql, parameters) for sql, parameters, binary in statements if " AS VECTOR(24)" in sql.upper()]
         assert len(pages) == len(statements) >= 20 * 3 * 2  # nothing but page statements
         assert all(binary for _, _, binary in statements)  # results in binary format

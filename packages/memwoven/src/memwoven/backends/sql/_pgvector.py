@@ -6,13 +6,13 @@ document's embedding as a pgvector ``vector``, its norm, and its metadata as ``j
 an escaped NUL, which ``jsonb`` cannot), for the database to search.
 
 A search is exact: the database orders the collection's rows by pgvector's distance (``<=>`` for cosine, ``<#>`` for
-dot) and returns them a page at a time; the rows read are then scored again in float32 by `VectorIndex`, the same code
-client-side search runs, so scores, the exclusive threshold, ties (by id) and filters are exactly those of client-side
-search. pgvector's float arithmetic differs from numpy's by at most `rounding_margin` (a bound on the rounding error of
-both dot products), so paging stops only once no unread row can score within reach of the k-th match, and the threshold
-is pushed into SQL widened by the same margin. Filters are applied in Python (`memwoven.filters`, the one definition);
-their top-level equality and ``$in`` parts on plain keys become a ``jsonb`` containment pre-selection (a superset of the
-matches), which a GIN index answers.
+dot) and returns them a page at a time (the pages after the first in one snapshot, `_Pages`); the rows read are then
+scored again in float32 by `VectorIndex`, the same code client-side search runs, so scores, the exclusive threshold,
+ties (by id) and filters are exactly those of client-side search. pgvector's float arithmetic differs from numpy's by at
+most `rounding_margin` (a bound on the rounding error of both dot products), so paging stops only once no unread row can
+score within reach of the k-th match, and the threshold is pushed into SQL widened by the same margin. Filters are
+applied in Python (`memwoven.filters`, the one definition); their top-level equality and ``$in`` parts on plain keys
+become a ``jsonb`` containment pre-selection (a superset of the matches), which a GIN index answers.
 
 With ``index="hnsw"`` a search is approximate: each collection gets its own partial HNSW index on
 ``embedding::vector(d)`` (``WHERE collection_key = ...``: the table is shared by every collection of the prefix, and
@@ -336,33 +336,34 @@ def candidates(connection: Connection, search: Search) -> list[DocumentBatch]:
         conditions.append(distance < _distance_bound(metric, query.threshold) + slack)
     batches: list[DocumentBatch] = []
     matched: list[float] = []  # the pgvector distances of the matching rows read, ascending
-    page = max(_FIRST_PAGE, 4 * query.top_k)
-    offset = 0
-    while True:
-        # The ordering reads the embeddings table alone; only the page's rows are joined to their documents.
-        where = list(conditions)
-        if len(matched) >= query.top_k:  # read only what may still reach the k-th match
-            where.append(distance <= matched[query.top_k - 1] + 2 * slack)
-        ranked = sa.select(e.c.doc_key, distance).where(*where).order_by(distance, e.c.doc_key)
-        rows = _read_page(connection, ranked.limit(page).offset(offset), search, batches)
-        matched.extend(distance for distance, match, _ in rows if match)
-        if len(rows) < page:
-            return batches
-        if len(matched) >= query.top_k and rows[-1][0] > matched[query.top_k - 1] + 2 * slack:
-            return batches  # every unread row is farther still
-        offset += page
-        page = min(2 * page, _PAGE_LIMIT)
+    with _Pages(connection, max(_FIRST_PAGE, 4 * query.top_k)) as pages:
+        while True:
+            # The ordering reads the embeddings table alone; only the page's rows are joined to their documents.
+            where = list(conditions)
+            if len(matched) >= query.top_k:  # read only what may still reach the k-th match
+                where.append(distance <= matched[query.top_k - 1] + 2 * slack)
+            ranked = sa.select(e.c.doc_key, distance).where(*where).order_by(distance, e.c.doc_key)
+            rows = _read_page(connection, ranked.limit(pages.size).offset(pages.offset), search, batches)
+            matched.extend(distance for distance, match, _ in rows if match)
+            if len(rows) < pages.size:
+                return batches
+            if len(matched) >= query.top_k and rows[-1][0] > matched[query.top_k - 1] + 2 * slack:
+                return batches  # every unread row is farther still
+            if pages.advance():
+                batches.clear()
+                matched.clear()
 
 
 def approximate_candidates(connection: Connection, search: Search, hnsw: Hnsw, iterative: bool) -> list[DocumentBatch]:
     """The rows the collection's HNSW index (`ensure_hnsw`) finds nearest, until `query.top_k` of them match.
 
-    Pages of `top_k` + 1 rows, then twice as many each time (every page is one index scan, skipping what earlier
-    pages read), until `top_k` rows read match the filter and a row farther than the k-th was read (so ties with it
-    are read too), the index has no more, or a whole page lies beyond the threshold. `ef_search` (and pgvector's
-    iterative scan, when `iterative`) is set by each page's own statement, for its own transaction (`_settings`).
-    Each page statement's SQL is compiled once per shape (`_hnsw_page_sql`) and sent as it is, with the values as
-    parameters.
+    Pages of `top_k` + 1 rows, then twice as many each time (every page is one index scan, skipping what earlier pages
+    read; the pages after the first in one snapshot, `_Pages`), until `top_k` rows read match the filter and a row
+    farther than the k-th was read (so ties with it are read too), the index has no more, or a whole page lies beyond
+    the threshold. `ef_search` (and pgvector's iterative scan, when `iterative`) is set by each page's own statement,
+    for its own transaction (`_settings`; in the snapshot, until it ends: a later page never needs the scan off once an
+    earlier one turned it on). Each page statement's SQL is compiled once per shape (`_hnsw_page_sql`) and sent as it
+    is, with the values as parameters.
     """
     metric, query, vector = search.metric, search.query, search.vector
     equalities = _equalities(query.filter or {})
@@ -378,32 +379,74 @@ def approximate_candidates(connection: Connection, search: Search, hnsw: Hnsw, i
     matched: list[float] = []  # the distances of the matching rows read
     farthest = -math.inf  # the largest distance read
     max_norm = 1.0 if metric == "cosine" else 0.0  # of the rows read (dot: the margin scales with it)
-    page = query.top_k + 1  # one more than asked: a row beyond the k-th tells that no tie is left unread
-    offset = 0
-    while True:
-        # A scan returns at most ef_search rows unless iterative: needed when the pre-selection rejects rows the index
-        # finds, or this page ends beyond them (an unfiltered first page, the common case, is cheaper without).
-        scan = iterative and (bool(equalities) or offset + page > hnsw.ef_search)
-        page_sql = _hnsw_page_sql(connection, search, _PageShape(len(vector), binary, shape, scan, page, offset))
-        found = list(_driver.rows(connection, page_sql.text, page_sql.arguments(values, hnsw), binary=binary))
-        rows = _absorb(found, search, batches, base64=not binary)
-        matched.extend(distance for distance, match, _ in rows if match)
-        farthest = max([farthest, *(distance for distance, _, _ in rows)])
-        if metric == "dot":
-            max_norm = max([max_norm, *(norm for _, _, norm in rows)])
-        if len(rows) < page:
-            return batches
-        # Equal vectors have equal distances: a row read beyond the k-th match's distance means no exact tie is cut
-        # (near ties within rounding are left to approximation, or a second page would be the rule on dense data).
-        if len(matched) >= query.top_k and farthest > sorted(matched)[query.top_k - 1]:
-            return batches  # the index scan goes outwards: what it has not read yet is farther (approximately)
-        slack = rounding_margin(metric, len(vector), query_norm, max_norm)
-        if query.threshold is not None and min(distance for distance, _, _ in rows) >= (
-            _distance_bound(metric, query.threshold) + slack
-        ):
-            return batches  # every row of the page is beyond the threshold, and so are the rows after them
-        offset += page
-        page = min(2 * page, _PAGE_LIMIT)
+    # One row more than asked in the first page: a row beyond the k-th tells that no tie is left unread.
+    with _Pages(connection, query.top_k + 1) as pages:
+        while True:
+            # A scan returns at most ef_search rows unless iterative: needed when the pre-selection rejects rows the
+            # index finds, or this page ends beyond them (an unfiltered first page, the common case, is cheaper
+            # without).
+            scan = iterative and (bool(equalities) or pages.offset + pages.size > hnsw.ef_search)
+            page_shape = _PageShape(len(vector), binary, shape, scan, pages.size, pages.offset)
+            page_sql = _hnsw_page_sql(connection, search, page_shape)
+            found = list(_driver.rows(connection, page_sql.text, page_sql.arguments(values, hnsw), binary=binary))
+            rows = _absorb(found, search, batches, base64=not binary)
+            matched.extend(distance for distance, match, _ in rows if match)
+            farthest = max([farthest, *(distance for distance, _, _ in rows)])
+            if metric == "dot":
+                max_norm = max([max_norm, *(norm for _, _, norm in rows)])
+            if len(rows) < pages.size:
+                return batches
+            # Equal vectors have equal distances: a row read beyond the k-th match's distance means no exact tie is
+            # cut (near ties within rounding are left to approximation, or a second page would be the rule on dense
+            # data).
+            if len(matched) >= query.top_k and farthest > sorted(matched)[query.top_k - 1]:
+                return batches  # the index scan goes outwards: what it has not read yet is farther (approximately)
+            slack = rounding_margin(metric, len(vector), query_norm, max_norm)
+            if query.threshold is not None and min(distance for distance, _, _ in rows) >= (
+                _distance_bound(metric, query.threshold) + slack
+            ):
+                return batches  # every row of the page is beyond the threshold, and so are the rows after them
+            if pages.advance():
+                batches.clear()
+                matched.clear()
+                farthest = -math.inf
+                max_norm = 1.0 if metric == "cosine" else 0.0
+
+
+class _Pages:
+    """The offset and size of a search's pages: `size` rows first, then twice as many each time (up to `_PAGE_LIMIT`).
+
+    The first page is one statement, a snapshot of its own (no round trip more for the common single-page search);
+    the pages after it share one REPEATABLE READ snapshot, begun by `advance` and ended with the ``with`` block.
+    Pages of separate statements would each see the writes committed before them: a row deleted before the offset
+    would shift an unread row into the pages already read, and skip it.
+    """
+
+    def __init__(self, connection: Connection, size: int) -> None:
+        self.connection = connection
+        self.offset = 0
+        self.size = size
+        self.shared = False  # whether the pages are read in the snapshot
+
+    def __enter__(self) -> _Pages:
+        return self
+
+    def __exit__(self, *exception: object) -> None:
+        if self.shared:  # read only: nothing to commit, and ROLLBACK also ends a failed transaction
+            self.connection.exec_driver_sql("ROLLBACK")
+
+    def advance(self) -> bool:
+        """Move to the next page; True if the search starts again, its rows read so far to be dropped: the snapshot
+        begins here, and its first page holds the rows of the first page and the next."""
+        following = min(2 * self.size, _PAGE_LIMIT)
+        if self.shared:
+            self.offset, self.size = self.offset + self.size, following
+            return False
+        # The read connection is in autocommit: this transaction is the driver's only one, ended in __exit__.
+        self.connection.exec_driver_sql("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        self.shared = True
+        self.offset, self.size = 0, self.offset + self.size + following
+        return True
 
 
 _QUERY_VECTOR, _COLLECTION_KEY = "query_vector", "collection_key"  # the page statement's parameter names
