@@ -246,6 +246,29 @@ def test_a_delete_between_pages_skips_no_row(
         other.close()
 
 
+def test_short_vectors_are_found_by_cosine_search(pgvector_url: str) -> None:
+    # pgvector's <=> sums squared norms in float32: 1e-23 squared underflows to 0 (a NaN distance, sorted after
+    # every row, so paging stopped before it) and 1e-20 squared keeps a few bits; the exact search must find both.
+    generator = random.Random(2)
+    documents = [
+        VectorDocument(id=f"n{i:02d}", content="", embedding=[generator.gauss(0, 1), generator.gauss(3, 1)])
+        for i in range(100)
+    ]
+    documents.append(VectorDocument(id="tiny", content="", embedding=[1e-23, 0.0]))
+    documents.append(VectorDocument(id="short", content="", embedding=[-3e-21, -1e-20]))
+    index = VectorIndex(2, "cosine")
+    index.upsert(index.prepare(documents))
+    memory = _server_memory(pgvector_url, unique_name("pgv") + "_", collection="c")
+    try:
+        memory.store(documents)
+        for query in ([0.0, -1.0], [1.0, -1.0], [0.0, 1.0]):
+            for top_k in (1, 2, 5):
+                _same_hits(memory.search(query, top_k=top_k), index.search(query, top_k=top_k))
+        assert {"short", "tiny"} <= {hit.document.id for hit in memory.search([0.0, -1.0], top_k=5)}
+    finally:
+        memory.drop_tables()
+
+
 def test_server_mode_holds_no_index_and_a_new_object_reads_the_table(pgvector_url: str) -> None:
     prefix = unique_name("pgv") + "_"
     writer = _server_memory(pgvector_url, prefix, collection="c")

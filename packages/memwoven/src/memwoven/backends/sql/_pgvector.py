@@ -5,14 +5,15 @@ version, tombstones), written in the same transactions; beside them `{prefix}pgv
 document's embedding as a pgvector ``vector``, its norm, and its metadata as ``jsonb`` (NULL where the JSON text holds
 an escaped NUL, which ``jsonb`` cannot), for the database to search.
 
-A search is exact: the database orders the collection's rows by pgvector's distance (``<=>`` for cosine, ``<#>`` for
-dot) and returns them a page at a time (the pages after the first in one snapshot, `_Pages`); the rows read are then
-scored again in float32 by `VectorIndex`, the same code client-side search runs, so scores, the exclusive threshold,
-ties (by id) and filters are exactly those of client-side search. pgvector's float arithmetic differs from numpy's by at
-most `rounding_margin` (a bound on the rounding error of both dot products), so paging stops only once no unread row can
-score within reach of the k-th match, and the threshold is pushed into SQL widened by the same margin. Filters are
-applied in Python (`memwoven.filters`, the one definition); their top-level equality and ``$in`` parts on plain keys
-become a ``jsonb`` containment pre-selection (a superset of the matches), which a GIN index answers.
+A search is exact: the database orders the collection's rows by distance (pgvector's ``<#>``, minus the dot product, for
+dot; for cosine ``1 + <#>`` over the stored norm times the query's, not ``<=>``, whose float32 squared norms underflow
+for short rows) and returns them a page at a time (the pages after the first in one snapshot, `_Pages`); the rows read
+are then scored again in float32 by `VectorIndex`, the same code client-side search runs, so scores, the exclusive
+threshold, ties (by id) and filters are exactly those of client-side search. pgvector's float arithmetic differs from
+numpy's by at most `rounding_margin` (a bound on the rounding error of both dot products), so paging stops only once no
+unread row can score within reach of the k-th match, and the threshold is pushed into SQL widened by the same margin.
+Filters are applied in Python (`memwoven.filters`, the one definition); their top-level equality and ``$in`` parts on
+plain keys become a ``jsonb`` containment pre-selection (a superset of the matches), which a GIN index answers.
 
 With ``index="hnsw"`` a search is approximate: each collection gets its own partial HNSW index on
 ``embedding::vector(d)`` (``WHERE collection_key = ...``: the table is shared by every collection of the prefix, and
@@ -322,7 +323,9 @@ def candidates(connection: Connection, search: Search) -> list[DocumentBatch]:
     dimension = len(vector)
     values = _operand(connection, vector)
     if metric == "cosine":
-        distance = e.c.embedding.cosine_distance(values)
+        # Not pgvector's <=>, which sums the squared norms in float32: a short row's underflows (a NaN distance,
+        # sorted last, or a few bits left); the dot product over the stored float64 norm is as exact as the scores.
+        distance = 1.0 + e.c.embedding.max_inner_product(values) / (e.c.norm * query_norm)
         max_norm = 1.0
     else:
         distance = e.c.embedding.max_inner_product(values)  # minus the dot product
