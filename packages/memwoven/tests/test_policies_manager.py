@@ -75,6 +75,7 @@ def test_steps_have_their_own_conversation_and_share_working_memory(chat_memory:
     assert manager.steps() == [1, 2]
     chat_memory.append("chat:step-²", [Message(role="user", content="a superscript is no step number")])
     chat_memory.append("chat:step-٣", [Message(role="user", content="nor an Arabic-Indic digit")])
+    chat_memory.append("chat:step-007", [Message(role="user", content="nor a padded number: step(7) is not it")])
     assert manager.steps() == [1, 2]
 
 

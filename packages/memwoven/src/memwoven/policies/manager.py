@@ -56,7 +56,8 @@ def _pinned_by(memory: ChatMemory) -> int:
 def _steps_of(session_id: str, sessions: Sequence[str]) -> list[int]:
     prefix = session_id + STEP_SEPARATOR
     numbers = (s[len(prefix) :] for s in sessions if s.startswith(prefix))
-    found = {int(number) for number in numbers if number.isascii() and number.isdecimal()}  # "²" is a digit
+    # only the form step_id writes: "²" is a digit, and "007" would list a step whose step(7) is another session
+    found = {int(n) for n in numbers if n.isascii() and n.isdecimal() and str(int(n)) == n}
     return sorted(found)
 
 
