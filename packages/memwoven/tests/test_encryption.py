@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 import sqlite3
@@ -311,11 +312,31 @@ def test_the_keys_never_show() -> None:
 
 @pytest.mark.parametrize(
     "bad",
-    ["", "not base64 !!", generate_key()[:-8], b"short", b"x" * 31, 32, [], [KEY, KEY]],
+    [
+        "",
+        "not base64 !!",
+        generate_key()[:-8],
+        b"short",
+        b"x" * 31,
+        32,
+        [],
+        [KEY, KEY],
+        KEY + "!!",  # stray characters were dropped: the same key as KEY
+        f'"{KEY}"',
+        f"{KEY[:10]} {KEY[10:]}",
+    ],
 )
 def test_unusable_keys_are_refused(bad: Any) -> None:
     with pytest.raises(InvalidInputError):
         EncryptedChatMemory(InMemoryChatMemory(), key=bad)
+
+
+def test_a_text_key_may_use_either_base64_alphabet_and_surrounding_whitespace() -> None:
+    raw = bytes([0xFB, 0xFF]) * 16  # encodes with "-" and "_" in one alphabet, "+" and "/" in the other
+    chat = EncryptedChatMemory(InMemoryChatMemory(), key=raw)
+    chat.save("s", [turn(1)])
+    for text in (base64.urlsafe_b64encode(raw).decode(), base64.b64encode(raw).decode()):
+        assert EncryptedChatMemory(chat.inner, key=f" {text}\n").load("s") == [turn(1)]
 
 
 def test_keys_can_be_raw_bytes_of_every_aes_size() -> None:

@@ -54,10 +54,14 @@ def generate_key(size: int = 32) -> str:
     return base64.urlsafe_b64encode(os.urandom(size)).decode("ascii")
 
 
+_URLSAFE = bytes.maketrans(b"-_", b"+/")
+
+
 def _key_bytes(key: object, what: str = "key") -> bytes:
     if isinstance(key, str):
         try:
-            key = base64.urlsafe_b64decode(key.strip().encode("ascii") + b"=" * (-len(key.strip()) % 4))
+            text = key.strip().encode("ascii").translate(_URLSAFE)  # either alphabet; any other character is refused
+            key = base64.b64decode(text + b"=" * (-len(text) % 4), validate=True)
         except (binascii.Error, UnicodeEncodeError, ValueError):
             raise InvalidInputError(f"a text {what} must be URL-safe base64 (see generate_key())") from None
     if not isinstance(key, bytes):
