@@ -10,6 +10,7 @@ from memwoven import InMemoryChatMemory, InMemoryVectorMemory, Message, VectorDo
 from memwoven.contracts import ChatMemory, Metric, VectorMemory, next_version
 from memwoven.errors import InvalidInputError
 from memwoven.testing import ChatMemoryContract, VectorMemoryContract
+from memwoven.vector_index import Scan, SearchQuery, VectorIndex, rank
 
 
 class TestInMemoryChatMemory(ChatMemoryContract):
@@ -124,3 +125,31 @@ def test_vectors_of_tiny_norm_keep_their_direction() -> None:
     memory.store([VectorDocument(id="small", embedding=[1e-23, 0.0])])
     with pytest.raises(InvalidInputError, match="no direction"):
         memory.store([VectorDocument(id="subnormal", embedding=[1e-40, 0.0])])
+
+
+@pytest.mark.parametrize("scan", ["float32", "bfloat16"])
+@pytest.mark.parametrize("fillers", [0, 2, 40], ids=["every row", "most rows", "a few rows gathered"])
+def test_a_short_query_and_short_rows_score_their_cosines(scan: Scan, fillers: int) -> None:
+    """Cosine scores a short query and short rows by their directions: 1 / (|row| |query|) in float32 overflowed to
+    inf for the query [1e-23, 0] (its dot with [1e-23, 0] underflowed to 0: NaN, ranked below 0.71) or [1e-30, 0]
+    (scores clipped to ±1), on every scan path (with a filter keeping every row, most rows, or a few) and in `rank`,
+    which rescores what a server found."""
+    memory = InMemoryVectorMemory(dimension=2, scan=scan)
+    short = {"kind": "short"}
+    documents = [
+        VectorDocument(id="tiny", embedding=[1e-23, 0.0], metadata=short),
+        VectorDocument(id="unit", embedding=[1.0, 1.0], metadata=short),
+        VectorDocument(id="diag", embedding=[1e-10, 1e-10], metadata=short),
+        VectorDocument(id="anti", embedding=[-1e-10, 1e-11], metadata=short),
+    ]
+    filler = [VectorDocument(id=f"f{i}", embedding=[-1.0, -2.0], metadata={"kind": "filler"}) for i in range(fillers)]
+    memory.store(documents + filler)
+    expected = {"tiny": 1.0, "unit": 0.70710677, "diag": 0.70710677, "anti": -0.99503719}
+    batch = VectorIndex(2).prepare(documents)
+    for query in ([1e-23, 0.0], [1e-30, 0.0], [1e-20, 0.0], [1.0, 0.0]):
+        for top_k in (1, 4):
+            hits = memory.search(query, top_k=top_k, filter=short if fillers else None)
+            ranked = rank(batch, SearchQuery.of(query, top_k, None, None, "cosine"), "cosine")
+            for found in (hits, ranked):
+                assert [h.document.id for h in found] == ["tiny", "diag", "unit", "anti"][:top_k]
+                assert [h.score for h in found] == pytest.approx([expected[h.document.id] for h in found], abs=1e-6)

@@ -775,6 +775,11 @@ def _scores(matrix: Matrix, inverse_norms: Matrix, query: Matrix, rows: Rows | N
     identical embeddings scored differently (no tie, hence no tie-break by id) and a row's score changed with a
     filter that gathered it."""
     scores: Matrix
+    if metric == "cosine":
+        # The query scaled by a power of two (exactly) to a norm in [0.5, 1): for a short query and row, 1 / (|row|
+        # |query|) overflowed float32 to inf while their dot underflowed (a NaN score) or lost its digits (±1)
+        length, exponent = math.frexp(_norm(query))
+        query = np.ldexp(query, -exponent)
     if rows is None or 4 * len(rows) > len(matrix):  # gathering most of the rows costs more than scanning them all
         scores = np.einsum("ij,j->i", matrix, query)
         if rows is not None:
@@ -782,7 +787,7 @@ def _scores(matrix: Matrix, inverse_norms: Matrix, query: Matrix, rows: Rows | N
     else:
         scores, inverse_norms = np.einsum("ij,j->i", matrix[rows], query), inverse_norms[rows]
     if metric == "cosine":
-        scores *= inverse_norms / np.float32(_norm(query))
+        scores *= inverse_norms / np.float32(length)
         np.clip(scores, -1.0, 1.0, out=scores)
     return scores
 
