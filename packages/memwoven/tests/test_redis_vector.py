@@ -5,6 +5,7 @@ import itertools
 import random
 from collections.abc import Callable, Iterator
 
+import numpy as np
 import pytest
 import redis
 import redis.asyncio
@@ -311,6 +312,28 @@ def test_corrupt_documents_are_reported(open_memory: Callable[..., RedisVectorMe
     memory._client.hset(memory._keys[0], "a", b"{not json")
     with pytest.raises(CorruptMemoryError, match="'a'"):
         open_memory().count()
+
+
+@pytest.mark.parametrize(
+    ("vector", "metric"),
+    [([float("nan"), 0.0], "dot"), ([0.0, 0.0], "cosine"), ([3e38, 3e38], "dot")],
+    ids=["NaN", "zero vector (cosine)", "norm beyond float32"],
+)
+def test_a_vector_store_refuses_is_reported(
+    open_memory: Callable[..., RedisVectorMemory], vector: list[float], metric: str
+) -> None:
+    """A stored vector `store` refuses raises `CorruptMemoryError` naming it, loaded whole or pulled as a change:
+    only finiteness was checked, and a zero vector scored 0 under cosine, an overlong one inf or NaN."""
+    memory = open_memory(metric=metric)
+    memory.store([doc("a", 1.0, 0.0), doc("b", 0.0, 1.0)])
+    reader = open_memory(metric=metric)
+    assert len(reader.search([1.0, 1.0])) == 2  # loaded before the damage: it pulls only the changes after it
+    memory.store([doc("c", 1.0, 1.0)])
+    for doc_id in ("b", "c"):
+        memory._client.hset(memory._keys[1], doc_id, np.array(vector, dtype="<f4").tobytes())
+    for opened in (reader, open_memory(metric=metric)):
+        with pytest.raises(CorruptMemoryError, match=r"'[bc]': its vector is damaged"):
+            opened.search([1.0, 1.0])
 
 
 @pytest.mark.parametrize(("field", "value"), [("metric", "garbage"), ("dimension", "0"), ("seq", "-5"), ("seq", "x")])

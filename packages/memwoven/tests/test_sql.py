@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import sqlalchemy as sa
 from cancel_support import cancel_a_locked_update
@@ -915,6 +916,27 @@ def test_a_damaged_vector_row_raises_corrupt_memory(place: Place, damage: dict[s
     _execute(memory, sa.update(vectors).where(vectors.c.doc_id == "b").values(**damage))
     with pytest.raises(CorruptMemoryError, match=named):
         place.vector(collection="c").search([1.0, 0.0])
+
+
+@pytest.mark.parametrize(
+    ("embedding", "metric"),
+    [([float("nan"), 0.0], "dot"), ([0.0, float("-inf")], "cosine"), ([0.0, 0.0], "cosine"), ([3e38, 3e38], "dot")],
+    ids=["NaN", "infinity", "zero vector (cosine)", "norm beyond float32"],
+)
+def test_a_vector_row_store_refuses_raises_corrupt_memory(place: Place, embedding: list[float], metric: str) -> None:
+    """A row holding an embedding `store` refuses (a damaged table) raises `CorruptMemoryError` naming it, whether
+    the index is loaded whole or brought up to date: only its length was checked, and it scored NaN, inf or 0."""
+    memory = place.vector(collection="c", metric=metric)
+    memory.store([_doc("a", [1.0, 0.0]), _doc("b", [0.0, 1.0])])
+    reader = place.vector(collection="c", metric=metric)
+    assert len(reader.search([1.0, 1.0])) == 2  # loaded before the damage: it reads only the changes after it
+    vectors = Tables.build(place.prefix, None).vectors
+    memory.store([_doc("c", [1.0, 1.0])])
+    damaged = np.array(embedding, dtype="<f4").tobytes()
+    _execute(memory, sa.update(vectors).where(vectors.c.doc_id.in_(["b", "c"])).values(embedding=damaged))
+    for opened in (reader, place.vector(collection="c", metric=metric)):
+        with pytest.raises(CorruptMemoryError, match=r"'[bc]': its embedding is damaged"):
+            opened.search([1.0, 1.0])
 
 
 # Several processes ----------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sqlite3
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,15 +14,19 @@ from typing import Any
 
 import numpy as np
 import pytest
+import sqlalchemy as sa
 from process_support import process_context, start
 from sql_support import sql_place
 
+from memwoven import _vector_cache as vector_cache
 from memwoven._vector_cache import CachedIndex, CacheFile, CacheWriter, writing
 from memwoven.backends.sql import SQLVectorMemory
+from memwoven.backends.sql._schema import Tables
 from memwoven.contracts import VectorMemory
-from memwoven.errors import InvalidInputError
+from memwoven.errors import CorruptMemoryError, InvalidInputError
 from memwoven.testing import VectorMemoryContract
 from memwoven.urls import open_vector_memory, vector_collections
+from memwoven.vector_index import inverse_norms
 from memwoven_test_support import unique_name
 
 CACHED_KINDS = ("sqlite", "postgresql")
@@ -281,6 +286,60 @@ def test_copies_of_a_database_read_only_the_files_of_their_own_history(tmp_path:
     copy("a-backup", "a")  # restored to version 1
     store("a", "a-other", [0.6, 0.8])  # version 2 again, another history
     assert read("a") == (["a-other", "a-secret"], ["a-secret", "a-other"], True)
+
+
+def test_a_file_of_format_3_is_not_served_its_rows_were_not_checked(
+    where: tuple[str, str], filled: tuple[np.ndarray, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before format 4 a file was written from the table's rows unchecked, under valid checksums: one written while
+    a row was damaged (NaN) served that row's NaN score after the row was mended. Such a file is rebuilt."""
+    vectors, cache = filled
+    table = Tables.build(where[1], None).vectors
+    with _open(where, False) as plain:
+        expected = _top(plain, vectors[9])
+
+        def set_d9(embedding: np.ndarray) -> None:
+            with plain.engine.begin() as connection:
+                statement = sa.update(table).where(table.c.doc_id == "d9")
+                connection.execute(statement.values(embedding=embedding.astype("<f4").tobytes()))
+
+        set_d9(np.full(8, np.nan))
+        with monkeypatch.context() as older:
+
+            def unchecked(vectors: np.ndarray, metric: str, corrupt: object) -> np.ndarray:
+                return inverse_norms(vectors)
+
+            older.setattr(vector_cache, "_FORMAT", 3)
+            for module in (vector_cache, sys.modules[SQLVectorMemory.__module__]):
+                older.setattr(module, "stored_scales", unchecked, raising=False)
+            for path in cache.glob("*.mwvc"):
+                path.unlink()
+            with _open(where, cache) as writer:
+                assert writer.count() == 300  # its file written, row d9 in it
+        set_d9(vectors[9])
+    (path,) = cache.glob("*.mwvc")
+    with _open(where, cache) as reader:
+        assert _top(reader, vectors[9]) == expected
+    assert not path.exists()
+
+
+def test_a_damaged_row_is_never_written_to_a_file(where: tuple[str, str], filled: tuple[np.ndarray, Path]) -> None:
+    """A row `store` refuses raises `CorruptMemoryError` as the file is written (from the table, or by the writer
+    given it), and no file is left holding it."""
+    _, cache = filled
+    table = Tables.build(where[1], None).vectors
+    with _open(where, False) as plain, plain.engine.begin() as connection:
+        statement = sa.update(table).where(table.c.doc_id == "d9")
+        connection.execute(statement.values(embedding=np.zeros(8, "<f4").tobytes()))
+    for path in cache.glob("*.mwvc"):
+        path.unlink()
+    with _open(where, cache) as reader, pytest.raises(CorruptMemoryError, match="'d9'"):
+        reader.count()
+    assert _files(cache) == []
+    writer = CacheWriter(cache, "x" * 40, 2, "dot")
+    with pytest.raises(CorruptMemoryError, match="'b'"):
+        writer.add(["a", "b"], ["", ""], ["{}", "{}"], np.array([[1.0, 0.0], [np.inf, 0.0]], np.float32))
+    writer.abort()
 
 
 def test_a_file_of_the_earlier_format_is_removed_when_a_file_is_written(

@@ -37,8 +37,9 @@ import xxhash
 
 from memwoven._durable import fsync_directory
 from memwoven.contracts import DocumentsIn, Metric, check_ids
+from memwoven.errors import CorruptMemoryError
 from memwoven.models import FrozenDict, FrozenList, ScoredDocument, VectorDocument, freeze_json
-from memwoven.vector_index import DocumentBatch, Matrix, Rows, SearchQuery, VectorIndex, best_rows, inverse_norms
+from memwoven.vector_index import DocumentBatch, Matrix, Rows, SearchQuery, VectorIndex, best_rows, stored_scales
 
 __all__ = [
     "CacheFile",
@@ -55,7 +56,9 @@ logger = logging.getLogger(__name__)
 
 _MAGIC = b"MWVCACH2"
 _OLD_MAGICS = (b"MWVCACHE",)  # format 1: CRC-32 checksums; such a file is removed and rebuilt
-_FORMAT = 3  # 3: a file names the stamp its database vouches for it by
+# 3: a file names the stamp its database vouches for it by; 4: its rows are checked as `store` checks them (a file
+# of format 3 may hold a damaged table's NaN, zero or overlong rows, under valid checksums)
+_FORMAT = 4
 _HEADER = 4096  # bytes before the first section
 _ALIGN = 4096  # sections start on a page
 _PREFIX = struct.Struct("<8sIQ")  # magic, JSON length, JSON XXH3-64
@@ -130,7 +133,11 @@ class CacheWriter:
         raw = data.data.cast("B")
         self._file.write(raw)
         self._matrix_hash.update(raw)
-        self._norms.append(inverse_norms(data))
+        self._norms.append(
+            stored_scales(
+                data, self.metric, lambda row, problem: CorruptMemoryError(f"document {ids[row]!r}: {problem}")
+            )
+        )
         self._hashes.append(id_hashes(ids) if hashes is None else hashes.astype(np.uint64))
         for name, values in zip(_TEXTS, (ids, contents, metadata)):
             blob, lengths = self._texts[name]

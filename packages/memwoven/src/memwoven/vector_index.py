@@ -18,7 +18,7 @@ import json
 import math
 import mmap
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -62,6 +62,7 @@ __all__ = [
     "require_utf8",
     "rounding_margin",
     "store_columns",
+    "stored_scales",
 ]
 
 Matrix = npt.NDArray[np.float32]
@@ -272,19 +273,39 @@ def _checked_matrix(vectors: Any, dimension: int | None, metric: Metric) -> tupl
     _check_width(matrix.shape[1], dimension)
     with np.errstate(over="ignore", invalid="ignore"):
         squares = _squared_norms(matrix)
-    # NaN and ±inf propagate into their row's sum of squares: a finite sum proves the row finite without a
-    # matrix-sized temporary; a sum that is not finite may also be an overflow, which the norm check refuses
-    if not np.isfinite(squares).all() and not np.isfinite(matrix).all():
-        raise InvalidInputError("embeddings cannot contain NaN or infinity (or values beyond float32 range)")
-    if metric == "cosine" and not np.all(squares >= _MIN_NORM**2):
-        raise InvalidInputError(
-            "a zero vector (or one of norm under 1e-37) has no direction; cosine similarity is undefined for it"
-        )
-    # |a.b| <= |a| |b| (Cauchy-Schwarz): with every squared norm at most half the float32 range, no score (and no
-    # partial sum of one) can overflow to inf or NaN, whatever the metric
-    if not np.all(squares <= _MAX_SQUARED_NORM):
-        raise InvalidInputError("an embedding's norm is beyond float32 range (over 1.3e19); scale it down")
+    refused = _refused(matrix, squares, metric)
+    if refused is not None:
+        raise InvalidInputError(refused[1])
     return matrix, squares
+
+
+def stored_scales(vectors: Matrix, metric: Metric, corrupt: Callable[[int, str], Exception]) -> Matrix:
+    """`inverse_norms` of embeddings read back from storage, checked as `store` checks what it writes (finite,
+    norm within range, not zero for cosine): raises `corrupt(row, problem)` for the first row it would refuse."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        squares = _squared_norms(vectors)
+    refused = _refused(vectors, squares, metric)
+    if refused is not None:
+        raise corrupt(*refused)
+    return _inverse(squares)
+
+
+def _refused(matrix: Matrix, squares: Squares, metric: Metric) -> tuple[int, str] | None:
+    """The first row of `matrix` (whose squared norms are `squares`) that `store` refuses, and why; None if none."""
+    # |a.b| <= |a| |b| (Cauchy-Schwarz): with every squared norm at most half the float32 range, no score (and no
+    # partial sum of one) can overflow to inf or NaN, whatever the metric. NaN and ±inf propagate into their row's
+    # sum of squares, which this comparison refuses: no matrix-sized temporary.
+    fits = squares <= _MAX_SQUARED_NORM
+    if metric == "cosine":
+        fits &= squares >= _MIN_NORM**2
+    if fits.all():
+        return None
+    row = int(np.argmin(fits))
+    if not np.isfinite(matrix[row]).all():
+        return row, "embeddings cannot contain NaN or infinity (or values beyond float32 range)"
+    if squares[row] > _MAX_SQUARED_NORM:
+        return row, "an embedding's norm is beyond float32 range (over 1.3e19); scale it down"
+    return row, "a zero vector (or one of norm under 1e-37) has no direction; cosine similarity is undefined for it"
 
 
 def _check_width(width: int, dimension: int | None) -> None:
@@ -406,7 +427,8 @@ class VectorIndex:
         index._columns.reserve(len(index.ids), len(index.ids))
         for row, metadata in enumerate(index.metadata):
             index._columns.set(row, metadata)
-        index._matrix, index._inverse_norms = vectors, inverse_norms(vectors)
+        index._matrix = vectors
+        index._inverse_norms = inverse_norms(vectors) if batch.scales is None else batch.scales
         return index
 
     def __len__(self) -> int:
@@ -722,7 +744,8 @@ def rank(batch: DocumentBatch, search: SearchQuery, metric: Metric) -> list[Scor
         predicate = search.predicate
         rows = np.flatnonzero([predicate(metadata) for metadata in batch.metadata])
     vectors = batch.vectors
-    picked, scores = best_rows(vectors, inverse_norms(vectors), query, rows, search, metric)
+    scales = inverse_norms(vectors) if batch.scales is None else batch.scales
+    picked, scores = best_rows(vectors, scales, query, rows, search, metric)
     return _hits(batch.ids, batch.contents, batch.metadata, vectors, picked, scores, search.top_k)
 
 

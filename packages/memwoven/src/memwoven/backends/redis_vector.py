@@ -55,7 +55,14 @@ from memwoven.errors import (
     InvalidInputError,
 )
 from memwoven.models import FrozenDict, ScoredDocument, VectorDocument, freeze_json
-from memwoven.vector_index import DocumentBatch, SearchQuery, VectorIndex, VectorMemoryBase, check_stored_dimension
+from memwoven.vector_index import (
+    DocumentBatch,
+    SearchQuery,
+    VectorIndex,
+    VectorMemoryBase,
+    check_stored_dimension,
+    stored_scales,
+)
 
 __all__ = ["RedisVectorMemory", "list_collections"]
 
@@ -449,12 +456,11 @@ class RedisVectorMemory(RedisBackend, VectorMemoryBase):
         for doc_id, vector in zip(ids, vectors):
             if dimension is None or len(vector) != 4 * dimension:
                 raise self._corrupt(doc_id, f"its vector has {len(vector)} bytes, not 4 x dimension {dimension}")
-        matrix = np.frombuffer(b"".join(vectors), dtype="<f4").reshape(len(ids), dimension or 0)
-        if not np.isfinite(matrix).all():
-            raise self._corrupt(
-                ids[int(np.flatnonzero(~np.isfinite(matrix).all(axis=1))[0])], "its vector is not finite"
-            )
-        return DocumentBatch([as_text(i) for i in ids], contents, metadata, matrix.astype(np.float32))
+        matrix = np.frombuffer(b"".join(vectors), dtype="<f4").reshape(len(ids), dimension or 0).astype(np.float32)
+        scales = stored_scales(
+            matrix, self.metric, lambda row, problem: self._corrupt(ids[row], f"its vector is damaged: {problem}")
+        )
+        return DocumentBatch([as_text(i) for i in ids], contents, metadata, matrix, scales)
 
     def _check_pairs(self, ids: Sequence[bytes], docs: Sequence[bytes | None], vectors: Sequence[bytes | None]) -> None:
         """Raise `CorruptMemoryError` for an id, read atomically, that has a document without a vector or back."""

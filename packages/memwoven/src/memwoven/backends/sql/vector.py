@@ -62,6 +62,7 @@ from memwoven.vector_index import (
     check_metric,
     check_stored_dimension,
     rank,
+    stored_scales,
 )
 
 if TYPE_CHECKING:
@@ -679,6 +680,7 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         ids: list[str] = []
         contents: list[str] = []
         metadata: list[FrozenDict] = []
+        scales: list[Any] = []  # each page's inverse norms, computed by `_decode` as it checked the rows
         for rows in self._live_pages(connection, expected):
             page = self._decode(rows, dimension).live
             start, end = len(ids), len(ids) + len(page.ids)
@@ -688,7 +690,9 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
             ids += page.ids
             contents += page.contents
             metadata += page.metadata
-        return VectorIndex.of_batch(DocumentBatch(ids, contents, metadata, matrix[: len(ids)]), self.metric)
+            scales.append(page.scales)
+        batch = DocumentBatch(ids, contents, metadata, matrix[: len(ids)], np.concatenate(scales) if scales else None)
+        return VectorIndex.of_batch(batch, self.metric)
 
     def _check_generation(self, connection: Connection, stored: _Collection) -> None:
         """Raise `_GenerationMoved` if the collection was cleared since `stored` was read (the rows read since may
@@ -758,7 +762,14 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         # A read-only view of the joined bytes (no copy on little-endian machines): the index copies the rows in.
         joined = np.frombuffer(b"".join(blobs), dtype="<f4").astype(np.float32, copy=False)
         vectors = joined.reshape(len(ids), dimension or 0)
-        return _Changes(DocumentBatch(ids, contents, metadata, vectors), removed)
+        scales = stored_scales(
+            vectors,
+            self.metric,
+            lambda row, problem: CorruptMemoryError(
+                f"collection {self.collection!r}: document {ids[row]!r}: its embedding is damaged: {problem}"
+            ),
+        )
+        return _Changes(DocumentBatch(ids, contents, metadata, vectors, scales), removed)
 
     # After commit -------------------------------------------------------------------------------------------
 
