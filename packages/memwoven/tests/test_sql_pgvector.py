@@ -6,6 +6,7 @@ in-process index on random collections (paging, filters, thresholds, both metric
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import random
@@ -246,6 +247,54 @@ def test_a_delete_between_pages_skips_no_row(
         other.close()
 
 
+@pytest.mark.parametrize("index", [None, "hnsw"])
+def test_a_connection_lost_or_a_search_cancelled_between_pages_is_retried_or_cancelled(
+    pgvector_url: str, index: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The snapshot of the pages after the first was ended with a ROLLBACK on the connection SQLAlchemy had
+    # invalidated, which raised PendingRollbackError: no retry through the pool, and no CancelledError.
+    memory = _server_memory(pgvector_url, unique_name("pgv") + "_", collection="c", index=index)
+    try:
+        memory.store(
+            VectorDocument(id=f"d{i:03d}", content="", embedding=[math.cos(i * 0.005), math.sin(i * 0.005)])
+            for i in range(200)
+        )
+        filter_ = {"i": {"$gt": 0}}  # no match: every page is read
+        absorb, pages = _pgvector._absorb, []
+
+        def absorb_then_lose_the_snapshot(*args: Any, **kwargs: Any) -> Any:
+            pages.append(1)
+            if len(pages) == 2:  # the snapshot's first page is read: its connection goes
+                with psycopg.connect(pgvector_url, autocommit=True) as admin:
+                    admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                        " WHERE state = 'idle in transaction' AND datname = current_database()"
+                    )
+            return absorb(*args, **kwargs)
+
+        monkeypatch.setattr(_pgvector, "_absorb", absorb_then_lose_the_snapshot)
+        assert memory.search([1.0, 0.0], top_k=1, filter=filter_) == []  # retried through the pool
+        assert len(pages) > 2
+        pages.clear()
+        assert asyncio.run(memory.asearch([1.0, 0.0], top_k=1, filter=filter_)) == []
+        assert len(pages) > 2
+        monkeypatch.setattr(_pgvector, "_absorb", lambda *args, **kwargs: [pages.append(1), absorb(*args, **kwargs)][1])
+
+        async def cancelled() -> list[Any]:
+            search = asyncio.ensure_future(memory.asearch([1.0, 0.0], top_k=1, filter=filter_))
+            while len(pages) < 2:  # noqa: ASYNC110 - waits for the page counter the patched reader moves
+                await asyncio.sleep(0)
+            search.cancel()  # in the snapshot, at its next statement
+            with pytest.raises(asyncio.CancelledError):
+                await search
+            return await memory.asearch([1.0, 0.0], top_k=1)
+
+        pages.clear()
+        assert [hit.document.id for hit in asyncio.run(cancelled())] == ["d000"]
+    finally:
+        memory.drop_tables()
+
+
 def test_short_vectors_are_found_by_cosine_search(pgvector_url: str) -> None:
     # pgvector's <=> sums squared norms in float32: 1e-23 squared underflows to 0 (a NaN distance, sorted after
     # every row, so paging stopped before it) and 1e-20 squared keeps a few bits; the exact search must find both.
@@ -261,7 +310,8 @@ def test_short_vectors_are_found_by_cosine_search(pgvector_url: str) -> None:
     memory = _server_memory(pgvector_url, unique_name("pgv") + "_", collection="c")
     try:
         memory.store(documents)
-        for query in ([0.0, -1.0], [1.0, -1.0], [0.0, 1.0]):
+        # short queries too: their float32 dot with a short row underflowed in the database (distance 1)
+        for query in ([0.0, -1.0], [1.0, -1.0], [0.0, 1.0], [1e-23, 0.0], [1e-23, 1e-25], [-3e-30, -1e-29]):
             for top_k in (1, 2, 5):
                 _same_hits(memory.search(query, top_k=top_k), index.search(query, top_k=top_k))
         assert {"short", "tiny"} <= {hit.document.id for hit in memory.search([0.0, -1.0], top_k=5)}

@@ -56,6 +56,7 @@ __all__ = [
     "check_scan",
     "check_search_args",
     "check_stored_dimension",
+    "cosine_query",
     "exact_scores",
     "inverse_norms",
     "rank",
@@ -799,10 +800,8 @@ def _scores(matrix: Matrix, inverse_norms: Matrix, query: Matrix, rows: Rows | N
     filter that gathered it."""
     scores: Matrix
     if metric == "cosine":
-        # The query scaled by a power of two (exactly) to a norm in [0.5, 1): for a short query and row, 1 / (|row|
-        # |query|) overflowed float32 to inf while their dot underflowed (a NaN score) or lost its digits (±1)
-        length, exponent = math.frexp(_norm(query))
-        query = np.ldexp(query, -exponent)
+        query = cosine_query(query)
+        length = _norm(query)  # the norm scaled exactly as the query was
     if rows is None or 4 * len(rows) > len(matrix):  # gathering most of the rows costs more than scanning them all
         scores = np.einsum("ij,j->i", matrix, query)
         if rows is not None:
@@ -874,6 +873,13 @@ def _squared_norms(vectors: Matrix) -> Squares:
         rows = vectors[small].astype(np.float64)
         squares[small] = np.einsum("ij,ij->i", rows, rows)
     return squares
+
+
+def cosine_query(query: Matrix) -> Matrix:
+    """A cosine query scaled by a power of two (exactly: the same direction, every score the same) to a norm in
+    [0.5, 1): for a short query and row, 1 / (|row| |query|) overflowed float32 to inf while their float32 dot
+    underflowed (a NaN score) or lost its digits (±1); a database or Qdrant given it has the same trouble."""
+    return np.ldexp(query, -math.frexp(_norm(query))[1]).astype(query.dtype, copy=False)
 
 
 def _norm(vector: Matrix) -> float:

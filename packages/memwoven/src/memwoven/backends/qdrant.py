@@ -59,6 +59,7 @@ from memwoven.vector_index import (
     check_dimension,
     check_metric,
     check_stored_dimension,
+    cosine_query,
     exact_scores,
     rounding_margin,
 )
@@ -281,6 +282,8 @@ class QdrantVectorMemory(VectorMemoryBase):
         if top_k == 0 or not (yield from self._ensure_steps(self._dimension)):
             return []
         vector = query.vector_for(self._dimension)  # the collection's dimension is known now
+        if self.metric == "cosine":
+            vector = cosine_query(vector)
         prefilter = translate_filter(filter) if filter is not None else True
         if prefilter is False:
             return []

@@ -434,9 +434,18 @@ class _Pages:
     def __enter__(self) -> _Pages:
         return self
 
-    def __exit__(self, *exception: object) -> None:
-        if self.shared:  # read only: nothing to commit, and ROLLBACK also ends a failed transaction
+    def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
+        # Read only: nothing to commit, and ROLLBACK also ends a failed transaction. Not on a connection SQLAlchemy
+        # invalidated (lost, or cancelled from async code), which refuses every statement until rolled back: that
+        # would hide the error that invalidated it, which a retry or the cancellation needs to see.
+        if not self.shared or self.connection.invalidated:
+            return
+        try:
             self.connection.exec_driver_sql("ROLLBACK")
+        except BaseException:
+            self.connection.invalidate()  # never kept with the snapshot open
+            if error is None:
+                raise
 
     def advance(self) -> bool:
         """Move to the next page; True if the search starts again, its rows read so far to be dropped: the snapshot

@@ -61,6 +61,7 @@ from memwoven.vector_index import (
     check_dimension,
     check_metric,
     check_stored_dimension,
+    cosine_query,
     rank,
     stored_scales,
 )
@@ -390,6 +391,8 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         vector = query.vector_for(dimension)
         if query.top_k == 0 or dimension is None:
             return []
+        if self.metric == "cosine":
+            vector = cosine_query(vector)
 
         def decode(rows: Sequence[Any]) -> DocumentBatch:
             return self._decode(rows, dimension).live
