@@ -744,3 +744,16 @@ def test_a_clear_embedding_changed_in_the_store_raises_corrupt_memory_error() ->
         notes.search([0.0, 1.0, 0.0], top_k=2)
     inner.store([{"id": "a", "content": token, "embedding": [1.0, 0.0, 0.01 * (1 + 1e-6)]}])  # rounding: still it
     assert notes.get(["a"])[0].embedding == [1.0, 0.0, pytest.approx(0.01, rel=1e-5)]
+
+
+def test_cleanup_expired_reaches_an_inner_memory_with_a_sync_one_only() -> None:
+    class SyncOnly(InMemoryChatMemory):
+        acleanup_expired = None  # no async twin: run in a worker thread from async code
+        calls = 0
+
+        def cleanup_expired(self) -> int:
+            SyncOnly.calls += 1
+            return 3
+
+    memory = EncryptedChatMemory(SyncOnly(), key=KEY)
+    assert (memory.cleanup_expired(), asyncio.run(memory.acleanup_expired()), SyncOnly.calls) == (3, 3, 2)

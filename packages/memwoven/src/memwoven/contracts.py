@@ -57,6 +57,7 @@ __all__ = [
     "check_item_value",
     "check_namespace",
     "check_ttl",
+    "cleanup_expired_steps",
     "compare_and_set",
     "is_collection_name",
     "namespace_matches",
@@ -366,6 +367,36 @@ class SupportsExpiry(Protocol):
     async def acleanup_expired(self) -> int:
         """`cleanup_expired` from async code."""
         ...
+
+
+@runtime_checkable
+class _Expiring(Protocol):
+    """A memory with a sync `cleanup_expired` only (`SupportsExpiry` has the async one too)."""
+
+    def cleanup_expired(self) -> int: ...
+
+
+class _InThread(Runner):
+    """The step target for a memory whose `cleanup_expired` has no async twin: from async code, a worker thread."""
+
+    def __init__(self, memory: _Expiring) -> None:
+        self.memory = memory
+
+    def cleanup_expired(self) -> int:
+        """The memory's `cleanup_expired`."""
+        return int(self.memory.cleanup_expired())
+
+    acleanup_expired = async_twin(cleanup_expired)
+
+
+def cleanup_expired_steps(memory: object) -> Steps[int]:
+    """The steps of `cleanup_expired()` of any memory that has one, sync only or not: how many expired sessions
+    (or documents, or items) it deleted; 0 for a memory without it."""
+    if not isinstance(memory, _Expiring):
+        return 0
+    target = memory if isinstance(memory, SupportsExpiry) else _InThread(memory)
+    removed = yield Call(target, "cleanup_expired")
+    return int(removed)
 
 
 class ChatSession(Runner):

@@ -17,8 +17,8 @@ from memwoven.contracts import (
     ChatMemory,
     History,
     MessagesIn,
-    SupportsExpiry,
     check_id,
+    cleanup_expired_steps,
 )
 from memwoven.encryption._keys import HASHED_ID, MARKER, IdHasher, KeyLike, Keyring, Wrapper, keyring, utf8
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
@@ -317,10 +317,7 @@ class EncryptedChatMemory(Wrapper[ChatMemory], ChatMemory):
 
     def _cleanup_expired(self) -> Steps[int]:
         """Delete `inner`'s expired sessions and return how many (0 if `inner` has no TTL)."""
-        if not isinstance(self.inner, SupportsExpiry):
-            return 0
-        removed: int = yield Call(self.inner, "cleanup_expired")
-        return removed
+        return (yield from cleanup_expired_steps(self.inner))
 
     cleanup_expired, acleanup_expired = twins(_cleanup_expired)
 

@@ -15,7 +15,16 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from memwoven._steps import Call, Runner, Steps, twins
-from memwoven.contracts import ChatMemory, History, ItemMemory, MessagesIn, Namespace, check_id, compare_and_set
+from memwoven.contracts import (
+    ChatMemory,
+    History,
+    ItemMemory,
+    MessagesIn,
+    Namespace,
+    check_id,
+    cleanup_expired_steps,
+    compare_and_set,
+)
 from memwoven.errors import CorruptMemoryError, InvalidInputError, MemwovenError
 from memwoven.models import Item, Message
 
@@ -320,8 +329,6 @@ class WrappingChatMemory(ChatMemory):
 
     def _cleanup_expired(self) -> Steps[int]:
         """Delete the inner memory's expired sessions (see `memwoven.policies.cleanup_expired`)."""
-        from memwoven.policies.limits import cleanup_expired_steps
-
         return (yield from cleanup_expired_steps(self.inner))
 
     cleanup_expired, acleanup_expired = twins(_cleanup_expired)

@@ -16,10 +16,9 @@ expires natively or has no TTL.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
 
-from memwoven._steps import Call, Runner, Steps, async_twin, function_twins, twins
-from memwoven.contracts import ChatMemory, SupportsExpiry, check_id
+from memwoven._steps import Steps, function_twins, twins
+from memwoven.contracts import ChatMemory, check_id, cleanup_expired_steps
 from memwoven.models import Message
 from memwoven.policies._base import (
     ARCHIVE_SUFFIX,
@@ -89,35 +88,6 @@ class TrimmingChatMemory(WrappingChatMemory):
 
     def _after_write(self, session_id: str) -> Steps[None]:
         yield from _trim_steps(self.inner, session_id, self.max_messages, self.archive)
-
-
-@runtime_checkable
-class _Expiring(Protocol):
-    """A memory with a sync `cleanup_expired` only (`SupportsExpiry` has the async one too)."""
-
-    def cleanup_expired(self) -> int: ...
-
-
-class _InThread(Runner):
-    """The step target for a memory whose `cleanup_expired` has no async twin: from async code, a worker thread."""
-
-    def __init__(self, memory: _Expiring) -> None:
-        self.memory = memory
-
-    def cleanup_expired(self) -> int:
-        """The memory's `cleanup_expired`."""
-        return int(self.memory.cleanup_expired())
-
-    acleanup_expired = async_twin(cleanup_expired)
-
-
-def cleanup_expired_steps(memory: ChatMemory) -> Steps[int]:
-    """Delete the expired sessions of any memory that has a `cleanup_expired()`; return how many (0 otherwise)."""
-    if not isinstance(memory, _Expiring):
-        return 0
-    target = memory if isinstance(memory, SupportsExpiry) else _InThread(memory)
-    removed = yield Call(target, "cleanup_expired")
-    return int(removed)
 
 
 cleanup_expired, acleanup_expired = function_twins(cleanup_expired_steps)
