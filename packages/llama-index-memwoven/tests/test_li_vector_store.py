@@ -90,10 +90,14 @@ NESTED_CASES: list[tuple[MetadataFilters, set[str]]] = [
         {"n1", "n2"},
     ),
     (all_of(f("tags", "contains", "b"), all_of(f("year", "==", 2020), condition="not")), {"p2"}),
-    # an empty group is no condition, nested as at the top level
+    # an empty group is no condition (every node holds), nested as at the top level: adding a condition to an OR
+    # never narrows it, and a NOT of one matches nothing
     (all_of(f("kind", "==", "post"), all_of()), {"p1", "p2"}),
-    (all_of(f("kind", "==", "post"), all_of(condition="not"), condition="or"), {"p1", "p2"}),
-    (all_of(all_of(), all_of(all_of(), condition="or"), condition="not"), ALL),
+    (all_of(f("kind", "==", "post"), all_of(condition="not"), condition="or"), ALL),
+    (all_of(all_of(), f("kind", "==", "post"), condition="or"), ALL),
+    (all_of(all_of(), condition="or"), ALL),
+    (all_of(all_of(), all_of(all_of(), condition="or"), condition="not"), set()),
+    (all_of(f("kind", "==", "post"), all_of(all_of(), condition="not")), set()),
 ]
 
 

@@ -31,17 +31,19 @@ def to_core_filter(filters: MetadataFilters | None) -> dict[str, Any] | None:
 
 
 def _combine(filters: MetadataFilters) -> dict[str, Any] | None:
-    """A group's filter; None for an empty group, nested or not, as LlamaIndex reads one: no condition."""
-    clauses = [_combine(f) if isinstance(f, MetadataFilters) else _clause(f) for f in filters.filters]
-    clauses = [clause for clause in clauses if clause is not None]
-    if not clauses:
+    """A group's filter; None (no condition: every node matches) for an empty group, nested or not, as LlamaIndex
+    reads one at the top level. So an OR holding an empty group is no condition either, and a NOT matches nothing."""
+    if not filters.filters:
         return None
+    nested = [_combine(f) if isinstance(f, MetadataFilters) else _clause(f) for f in filters.filters]
+    clauses = [clause for clause in nested if clause is not None]
+    always = len(clauses) < len(nested)  # an empty group among them
     condition = filters.condition or FilterCondition.AND
     if condition == FilterCondition.AND:
-        return clauses[0] if len(clauses) == 1 else {"$and": clauses}
+        return None if not clauses else clauses[0] if len(clauses) == 1 else {"$and": clauses}
     if condition == FilterCondition.OR:
-        return {"$or": clauses}
-    return {"$not": {"$or": clauses}}  # LlamaIndex's NOT: none of the filters matches
+        return None if always else {"$or": clauses}
+    return {"$not": {} if always else {"$or": clauses}}  # LlamaIndex's NOT: none of the filters matches
 
 
 def _clause(f: MetadataFilter) -> dict[str, Any]:
