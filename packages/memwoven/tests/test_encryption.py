@@ -337,6 +337,7 @@ def test_a_text_key_may_use_either_base64_alphabet_and_surrounding_whitespace() 
     chat.save("s", [turn(1)])
     for text in (base64.urlsafe_b64encode(raw).decode(), base64.b64encode(raw).decode()):
         assert EncryptedChatMemory(chat.inner, key=f" {text}\n").load("s") == [turn(1)]
+        assert EncryptedChatMemory(chat.inner, key=text.rstrip("=") + "==").load("s") == [turn(1)]  # any padding
 
 
 def test_keys_can_be_raw_bytes_of_every_aes_size() -> None:

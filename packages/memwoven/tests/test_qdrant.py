@@ -477,3 +477,6 @@ def test_client_options_with_a_client_passed_in_are_refused() -> None:
     with QdrantVectorMemory("qdrant+memory://", timeout=3, collection="c") as memory:  # a client option: taken
         assert memory.collection == "c"
     client.close()
+    for option in ({"location": "elsewhere"}, {"path": "/tmp/elsewhere"}):  # the URL's own: refused, not a TypeError
+        with pytest.raises(InvalidInputError, match="unexpected keyword argument"):
+            QdrantVectorMemory("qdrant+memory://", **option)

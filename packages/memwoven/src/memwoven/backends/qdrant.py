@@ -639,9 +639,23 @@ def _clients_from_location(location: str, options: dict[str, Any]) -> tuple[Qdra
         server["prefix"] = parts.path.strip("/")
     server.update(options)
     try:
-        return QdrantClient(**server), AsyncQdrantClient(**server)
+        client = QdrantClient(**server)
     except TypeError as error:  # an option neither QdrantClient nor httpx takes
         raise InvalidInputError(f"QdrantVectorMemory: {error}") from None
+    try:
+        return client, AsyncQdrantClient(**server)
+    except BaseException:
+        client.close()
+        raise
 
 
-_CLIENT_PARAMETERS = frozenset(inspect.signature(QdrantClient.__init__).parameters) - {"self", "kwargs"}
+# The options an embedded client takes from the caller: not those its URL sets (location, path)
+_CLIENT_PARAMETERS = frozenset(inspect.signature(QdrantClient.__init__).parameters) - {
+    "self",
+    "kwargs",
+    "location",
+    "path",
+    "url",
+    "host",
+    "force_disable_check_same_thread",
+}

@@ -60,7 +60,8 @@ _URLSAFE = bytes.maketrans(b"-_", b"+/")
 def _key_bytes(key: object, what: str = "key") -> bytes:
     if isinstance(key, str):
         try:
-            text = key.strip().encode("ascii").translate(_URLSAFE)  # either alphabet; any other character is refused
+            # either alphabet, padded or not; any other character is refused
+            text = key.strip().encode("ascii").translate(_URLSAFE).rstrip(b"=")
             key = base64.b64decode(text + b"=" * (-len(text) % 4), validate=True)
         except (binascii.Error, UnicodeEncodeError, ValueError):
             raise InvalidInputError(f"a text {what} must be URL-safe base64 (see generate_key())") from None
