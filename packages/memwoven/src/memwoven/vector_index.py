@@ -800,8 +800,7 @@ def _scores(matrix: Matrix, inverse_norms: Matrix, query: Matrix, rows: Rows | N
     filter that gathered it."""
     scores: Matrix
     if metric == "cosine":
-        query = cosine_query(query)
-        length = _norm(query)  # the norm scaled exactly as the query was
+        query, length = _cosine_scaled(query)
     if rows is None or 4 * len(rows) > len(matrix):  # gathering most of the rows costs more than scanning them all
         scores = np.einsum("ij,j->i", matrix, query)
         if rows is not None:
@@ -879,7 +878,13 @@ def cosine_query(query: Matrix) -> Matrix:
     """A cosine query scaled by a power of two (exactly: the same direction, every score the same) to a norm in
     [0.5, 1): for a short query and row, 1 / (|row| |query|) overflowed float32 to inf while their float32 dot
     underflowed (a NaN score) or lost its digits (±1); a database or Qdrant given it has the same trouble."""
-    return np.ldexp(query, -math.frexp(_norm(query))[1]).astype(query.dtype, copy=False)
+    return _cosine_scaled(query)[0]
+
+
+def _cosine_scaled(query: Matrix) -> tuple[Matrix, float]:
+    """`cosine_query(query)` and its norm."""
+    length, exponent = math.frexp(_norm(query))
+    return np.ldexp(query, -exponent).astype(query.dtype, copy=False), length
 
 
 def _norm(vector: Matrix) -> float:
