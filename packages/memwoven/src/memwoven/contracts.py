@@ -56,12 +56,14 @@ __all__ = [
     "check_item_keys",
     "check_item_value",
     "check_namespace",
+    "check_page",
     "check_ttl",
     "cleanup_expired_steps",
     "compare_and_set",
     "is_collection_name",
     "namespace_matches",
     "next_version",
+    "page_of",
 ]
 
 Metric = Literal["cosine", "dot"]
@@ -706,7 +708,7 @@ def _check_version(value: object) -> int | None:
     return value
 
 
-def _check_page(limit: object, offset: object) -> tuple[int | None, int]:
+def check_page(limit: object, offset: object) -> tuple[int | None, int]:
     """Validate a page: `limit` None (no limit) or an int >= 0, `offset` an int >= 0."""
     for name, value in (("limit", limit), ("offset", offset)):
         if value is None and name == "limit":
@@ -716,7 +718,8 @@ def _check_page(limit: object, offset: object) -> tuple[int | None, int]:
     return limit, offset  # type: ignore[return-value]
 
 
-def _page(values: list[_T], limit: int | None, offset: int) -> list[_T]:
+def page_of(values: list[_T], limit: int | None, offset: int) -> list[_T]:
+    """The page of `values` that `check_page`'s `limit` and `offset` select."""
     return values[offset:] if limit is None else values[offset : offset + limit]
 
 
@@ -755,7 +758,7 @@ class ItemQuery(NamedTuple):
             order == "desc",
             None if after is None else check_id(after, "after key"),
             None if before is None else check_id(before, "before key"),
-            *_check_page(limit, offset),
+            *check_page(limit, offset),
         )
 
     def in_range(self, key: str) -> bool:
@@ -772,7 +775,7 @@ class ItemQuery(NamedTuple):
 
     def page(self, values: list[_T]) -> list[_T]:
         """`values` (in the query's order) with `offset` skipped and at most `limit` kept."""
-        return _page(values, self.limit, self.offset)
+        return page_of(values, self.limit, self.offset)
 
 
 class NamespaceQuery(NamedTuple):
@@ -800,7 +803,7 @@ class NamespaceQuery(NamedTuple):
             () if prefix is None else check_namespace(prefix, "namespace prefix", prefix=True),
             () if suffix is None else check_namespace(suffix, "namespace suffix", prefix=True),
             max_depth,
-            *_check_page(limit, offset),
+            *check_page(limit, offset),
         )
 
     @property
@@ -811,7 +814,7 @@ class NamespaceQuery(NamedTuple):
     def answer(self, namespaces: Iterable[Namespace]) -> list[Namespace]:
         """The matching ones of `namespaces`, cut to `max_depth` labels, without duplicates, sorted, paged."""
         found = {ns[: self.max_depth] for ns in namespaces if namespace_matches(ns, self.prefix, self.suffix)}
-        return _page(sorted(found), self.limit, self.offset)
+        return page_of(sorted(found), self.limit, self.offset)
 
 
 class ItemMemory(_Closable, ABC):

@@ -18,7 +18,7 @@ from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, Messag
 from llama_index.storage.chat_store.memwoven import _edits
 from llama_index.storage.chat_store.memwoven._convert import to_chat, to_chat_many, to_core, to_core_many
 from llama_index.storage.chat_store.memwoven.base import SessionStore
-from memwoven.contracts import ChatMemory, _check_page, _page
+from memwoven.contracts import ChatMemory, check_page, page_of
 from memwoven.models import Message, freeze_json
 
 __all__ = ["STATUS_KEY", "MemwovenDBChatStore"]
@@ -52,9 +52,9 @@ class MemwovenDBChatStore(SessionStore, AsyncDBChatStore):
     ) -> list[ChatMessage]:
         """The messages of `key` with `status` (None: all), oldest first, from `offset`, at most `limit` (ints >= 0,
         `InvalidInputError` otherwise: SQL stores refuse negatives or read them each their own way)."""
-        limit, start = _check_page(limit, 0 if offset is None else offset)
+        limit, start = check_page(limit, 0 if offset is None else offset)
         messages = [m for m in await self._memory.aload(self._session(key)) if _has(m, status)]
-        return to_chat_many(_page(messages, limit, start))
+        return to_chat_many(page_of(messages, limit, start))
 
     async def count_messages(self, key: str, status: MessageStatus | None = MessageStatus.ACTIVE) -> int:
         """How many messages of `key` have `status` (None: all)."""
