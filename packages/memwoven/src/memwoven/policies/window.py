@@ -57,10 +57,6 @@ class Window:
         return iter(self.messages)
 
 
-def _check_budget(value: int | None, name: str) -> int | None:
-    return check_count(value, name, positive=True, optional=True)  # type: ignore[no-any-return]
-
-
 def window(
     messages: Sequence[Message],
     *,
@@ -74,8 +70,8 @@ def window(
     `tokenizer` is anything `memwoven.policies.token_counter` accepts (default: the offline estimator).
     See the module docstring for the rules.
     """
-    _check_budget(max_messages, "max_messages")
-    _check_budget(max_tokens, "max_tokens")
+    check_count(max_messages, "max_messages", positive=True, optional=True)
+    check_count(max_tokens, "max_tokens", positive=True, optional=True)
     check_count(keep_first, "keep_first")
     count = token_counter(tokenizer).count
     n = len(messages)
@@ -156,8 +152,8 @@ class ContextWindow(Runner):
     ) -> None:
         self.memory = memory
         self.session_id = check_id(session_id)
-        self.max_messages = _check_budget(max_messages, "max_messages")
-        self.max_tokens = _check_budget(max_tokens, "max_tokens")
+        self.max_messages = check_count(max_messages, "max_messages", positive=True, optional=True)
+        self.max_tokens = check_count(max_tokens, "max_tokens", positive=True, optional=True)
         self.counter = token_counter(tokenizer)
         self.keep_first = check_count(keep_first, "keep_first")
 
