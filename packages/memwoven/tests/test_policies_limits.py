@@ -114,6 +114,48 @@ def test_trimming_memory_can_delete_instead(chat_memory: ChatMemory) -> None:
     assert chat_memory.sessions() == ["s"]
 
 
+def test_a_message_reusing_a_trimmed_messages_id_is_archived_too(chat_memory: ChatMemory) -> None:
+    # a conversation started over in the same session, its ids numbered from 0 again: each message is archived
+    memory = TrimmingChatMemory(chat_memory, max_messages=2)
+    sent = []
+    for conversation_number in range(2):
+        memory.clear("s")
+        for number in range(3):
+            message = Message(role="user", content=f"{conversation_number}.{number}", id=f"m{number}")
+            memory.append("s", [message])
+            sent.append(message)
+    assert memory.load("s") == sent[-2:]
+    assert memory.archived("s") == [sent[0], sent[3]]
+    assert asyncio.run(memory.aarchived("s")) == [sent[0], sent[3]]
+
+
+def test_archiving_the_same_messages_again_stores_them_once() -> None:
+    # a crash between the archive's append and the session's save: the next trim archives the same messages again
+    inner = InMemoryChatMemory()
+    messages = [turn(i).model_copy(update={"id": f"m{i}"}) for i in range(5)]
+    inner.save("s", messages)
+    trim(inner, "s", 2)
+    archived_at = inner.load_versioned(archive_id("s")).version
+    inner.save("s", messages)
+    assert asyncio.run(atrim(inner, "s", 2)) is not None
+    assert TrimmingChatMemory(inner, max_messages=2).archived("s") == messages[:3]
+    assert inner.load_versioned(archive_id("s")).version == archived_at
+    # the archive's own session holds each id with a digest of its message after it
+    assert all(m.id is not None and m.id.startswith(f"{o.id}#") for m, o in zip(inner.load(archive_id("s")), messages))
+
+
+def test_archived_keeps_ids_it_did_not_derive() -> None:
+    # an archive written by an earlier version (plain ids), and ids of the app's own that look derived
+    inner = InMemoryChatMemory()
+    own = [
+        Message(role="user", content="a", id="plain"),
+        Message(role="user", content="b", id="looks#0123456789abcdef"),
+        Message(role="user", content="c"),
+    ]
+    inner.append(archive_id("s"), own)
+    assert TrimmingChatMemory(inner, max_messages=2).archived("s") == own
+
+
 def test_trim_once_sync_and_async() -> None:
     memory = InMemoryChatMemory()
     memory.save("s", [turn(i) for i in range(10)])

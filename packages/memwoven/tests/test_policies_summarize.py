@@ -330,6 +330,20 @@ def test_a_save_conflict_replans_without_archiving_twice() -> None:
     assert [*memory.archived("s"), *stored[1:]] == [*history, Message(role="user", content="raced")]
 
 
+def test_a_message_reusing_a_summarized_messages_id_is_archived_too() -> None:
+    # the conversation started over with ids numbered from 0 again: both messages named "m0" are archived
+    memory, _, _ = _simple(trigger=4, keep_recent=1)
+    sent = []
+    for conversation_number in range(2):
+        memory.clear("s")
+        for number in range(5):
+            message = Message(role="user", content=f"{conversation_number}.{number}", id=f"m{number}")
+            memory.append("s", [message])
+            sent.append(message)
+    assert memory.archived("s") == [*sent[0:4], *sent[5:9]]
+    assert asyncio.run(memory.aarchived("s")) == [*sent[0:4], *sent[5:9]]
+
+
 def test_archive_false_keeps_no_archive() -> None:
     memory, inner, _ = _simple(trigger=4, keep_recent=1, archive=False)
     memory.save("s", conversation(3, tools_every=0))

@@ -8,6 +8,7 @@ Each policy operation that does I/O is written once, as a generator of `Call`s r
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import threading
 import time
@@ -26,6 +27,7 @@ from memwoven.contracts import (
     compare_and_set,
 )
 from memwoven.errors import CorruptMemoryError, InvalidInputError, MemwovenError
+from memwoven.history import encode_message
 from memwoven.models import Item, Message
 
 __all__ = [
@@ -38,6 +40,8 @@ __all__ = [
     "UserCallable",
     "WrappingChatMemory",
     "archive_id",
+    "archive_steps",
+    "archived_steps",
     "call_async",
     "call_sync",
     "check_items",
@@ -65,6 +69,35 @@ SUMMARIZER_SUFFIX = ":summarizer"
 def archive_id(session_id: str) -> str:
     """The archive session of a session: ``<id>:archive``."""
     return check_id(session_id + ARCHIVE_SUFFIX)
+
+
+def _archive_tag(message: Message) -> str:
+    return hashlib.blake2b(encode_message(message).encode("utf-8"), digest_size=8).hexdigest()
+
+
+def archive_steps(memory: ChatMemory, session_id: str, messages: Sequence[Message]) -> Steps[None]:
+    """Append `messages` to the session's archive, each id stored as ``<id>#<digest of the message>``.
+
+    The archive's append is idempotent by id (CM10), as every session's is. Under the plain id, a message reusing
+    the id of one trimmed earlier would be skipped, then lost when trimmed in turn; under a digest of the whole
+    message, it is archived, and the same message archived again (a retry after a crash) is still stored once.
+    """
+    copies = [m if m.id is None else m.model_copy(update={"id": f"{m.id}#{_archive_tag(m)}"}) for m in messages]
+    yield Call(memory, "append", (archive_id(session_id), copies))
+
+
+def archived_steps(memory: ChatMemory, session_id: str) -> Steps[list[Message]]:
+    """The session's archive, oldest first, with the ids `archive_steps` stored them under mapped back."""
+    messages: list[Message] = yield Call(memory, "load", (archive_id(session_id),))
+    originals: list[Message] = []
+    for message in messages:
+        base, hashed, tag = (message.id or "").rpartition("#")
+        if hashed and len(tag) == 16:
+            original = message.model_copy(update={"id": base})
+            if _archive_tag(original) == tag:  # else an id of its own with a "#" (or an archive of an older version)
+                message = original
+        originals.append(message)
+    return originals
 
 
 def is_summary(message: Message) -> bool:
@@ -374,7 +407,7 @@ def rewrite_steps(
         if archive and removed:
             todo = not_yet_archived(removed, archived)
             if todo:
-                yield Call(memory, "append", (archive_id(session_id), todo))
+                yield from archive_steps(memory, session_id, todo)
                 archived = list(removed)
         saved: int = yield Call(memory, "save", (session_id, new), {"expected_version": version})
         return saved

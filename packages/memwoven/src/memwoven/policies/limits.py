@@ -3,8 +3,9 @@
 `TrimmingChatMemory(inner, max_messages=N)` keeps every session at N messages at most: after each write, the
 oldest messages after the pinned head (the leading system/developer messages and a summary) are removed, whole
 units at a time (a tool call is never separated from its results, and the kept history never starts with a
-tool result). With ``archive=True`` (the default) they are appended to ``<id>:archive`` first; with
-``archive=False`` they are deleted. `trim(memory, id, max_messages)` does the same once, on any `ChatMemory`.
+tool result). With ``archive=True`` (the default) they are appended to ``<id>:archive`` first (see
+`archive_steps` for the ids they are kept under; `archived(id)` reads them back); with ``archive=False`` they are
+deleted. `trim(memory, id, max_messages)` does the same once, on any `ChatMemory`.
 If the newest unit alone is longer than N it is kept whole.
 
 Expiry: every built-in backend takes ``ttl=`` (seconds, sliding: each write resets it). SQL, file and in-memory
@@ -23,12 +24,11 @@ from memwoven.models import Message
 from memwoven.policies._base import (
     ARCHIVE_SUFFIX,
     WrappingChatMemory,
-    archive_id,
+    archived_steps,
     check_count,
     group_end,
     group_start,
     head_end,
-    load_steps,
     rewrite_steps,
 )
 
@@ -82,7 +82,7 @@ class TrimmingChatMemory(WrappingChatMemory):
 
     def _archived(self, session_id: str) -> Steps[list[Message]]:
         """The messages trimmed from the session so far (when archiving), oldest first."""
-        return (yield from load_steps(self.inner, archive_id(session_id)))
+        return (yield from archived_steps(self.inner, session_id))
 
     archived, aarchived = twins(_archived)
 

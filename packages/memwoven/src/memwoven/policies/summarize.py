@@ -45,14 +45,14 @@ from memwoven.policies._base import (
     SUMMARY_KEY,
     PolicyError,
     WrappingChatMemory,
-    archive_id,
+    archive_steps,
+    archived_steps,
     call_async,
     call_sync,
     check_count,
     group_end,
     group_start,
     is_summary,
-    load_steps,
     not_yet_archived,
     pending_call_start,
 )
@@ -265,7 +265,7 @@ class SummarizingChatMemory(WrappingChatMemory):
 
     def _archived(self, session_id: str) -> Steps[list[Message]]:
         """The original messages summarized away from the session so far, oldest first."""
-        return (yield from load_steps(self.inner, archive_id(session_id)))
+        return (yield from archived_steps(self.inner, session_id))
 
     archived, aarchived = twins(_archived)
 
@@ -365,7 +365,7 @@ class SummarizingChatMemory(WrappingChatMemory):
             if self.archive:
                 todo = not_yet_archived(plan.originals, archived)
                 if todo:
-                    yield Call(self.inner, "append", (archive_id(session_id), todo))
+                    yield from archive_steps(self.inner, session_id, todo)
                 archived = plan.originals
             new = [*plan.pinned, self._summary_message(plan.middle, text), *plan.recent]
             try:
