@@ -461,11 +461,11 @@ def _coerce(items: Iterable[_M | Mapping[str, Any]], model: type[_M], what: str,
         raise InvalidInputError(f"expected a list of {what}s, got a single value")
     result: list[_M] = []
     for position, item in enumerate(items, start):
-        if isinstance(item, model):
+        if type(item) is model:
             result.append(item)
-        elif isinstance(item, Mapping):
+        elif isinstance(item, (model, Mapping)):  # a subclass's extra fields, which no backend keeps, are refused
             try:
-                result.append(model.model_validate(item))
+                result.append(model.model_validate(dict(item)))
             except ValidationError as error:
                 raise _invalid(error, f"{what} {position}") from None
         else:

@@ -185,6 +185,26 @@ class ChatMemoryContract(StorageHooks[ChatMemory]):
             memory.save("s", [turn(0), message])
         assert memory.load_versioned("s") == ([turn(0)], version)
 
+    def test_cm4_a_message_subclass_is_stored_as_a_message(self, memory: Driver) -> None:
+        """A subclass's own fields have no place in storage: refused, while one without any is a plain message."""
+
+        class Tagged(Message):
+            tag: str = "kept nowhere"
+
+        class Plain(Message):
+            pass
+
+        version = memory.save("s", [turn(0)])
+        with pytest.raises(InvalidInputError):
+            memory.append("s", [Tagged(role="user")])
+        with pytest.raises(InvalidInputError):
+            memory.save("s", [Tagged(role="user")])
+        assert memory.load_versioned("s") == ([turn(0)], version)
+        memory.append("s", [Plain(role="user", content="plain")])
+        loaded = memory.load("s")
+        assert [type(m) for m in loaded] == [Message, Message]
+        assert loaded[1] == Message(role="user", content="plain")
+
     def test_cm4_every_accepted_value_reads_back_equal(self, memory: Driver) -> None:
         values = values_at_the_limits()
         message = Message(
