@@ -94,7 +94,7 @@ class MemwovenVectorStore(VectorStore, Runner):
         texts: Iterable[str],
         metadatas: list[dict[str, Any]] | None = None,
         *,
-        ids: list[str] | None = None,
+        ids: Sequence[str | None] | None = None,
         **kwargs: Any,
     ) -> Steps[list[str]]:
         """Embed and upsert texts; returns their ids (generated where `ids` has none)."""
@@ -107,6 +107,17 @@ class MemwovenVectorStore(VectorStore, Runner):
             yield from store_columns(self.memory, final_ids, vectors, contents=texts, metadata=metadatas)
         return final_ids
 
+    def _add_documents(
+        self, /, documents: list[Document], ids: list[str] | None = None, **kwargs: Any
+    ) -> Steps[list[str]]:
+        """Embed and upsert documents; returns their ids: `ids` if given, else each document's `id` (generated where
+        it has none), as `InMemoryVectorStore` does (LangChain's base ignores `Document.id` once ``ids=None`` is
+        passed)."""
+        texts = [doc.page_content for doc in documents]
+        metadatas = [doc.metadata for doc in documents]
+        given: Sequence[str | None] = ids or [doc.id for doc in documents]
+        return (yield from self._add_texts(texts, metadatas, ids=given, **kwargs))
+
     def _delete(self, /, ids: list[str] | None = None, **kwargs: Any) -> Steps[bool | None]:
         """Delete documents by id (unknown ids are ignored); with no ids, delete every document. Other keyword
         arguments (another store's `filter=`, say) are refused, so that they never read as "delete everything"."""
@@ -116,6 +127,7 @@ class MemwovenVectorStore(VectorStore, Runner):
         return True
 
     add_texts, aadd_texts = twins(_add_texts)
+    add_documents, aadd_documents = twins(_add_documents)
     delete, adelete = twins(_delete)
 
     # --- reads ----------------------------------------------------------------------------------------------

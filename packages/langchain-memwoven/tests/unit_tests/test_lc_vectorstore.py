@@ -85,6 +85,30 @@ def test_get_by_ids_keeps_order_and_metadata_is_a_plain_copy(store: MemwovenVect
     assert store.get_by_ids(["t2"])[0].metadata["year"] == 2024
 
 
+async def test_add_documents_takes_the_documents_ids_unless_ids_are_given(store: MemwovenVectorStore) -> None:
+    # ids=None passed on by a wrapper still means "the documents' own ids", as in InMemoryVectorStore
+    documents = [
+        Document(id="d1", page_content="one"),
+        Document(page_content="two"),
+        Document(id="d3", page_content="x"),
+    ]
+    added = store.add_documents(documents[:2], ids=None)
+    assert added[0] == "d1"
+    assert added[1] not in ("", None)
+    assert await store.aadd_documents(documents[2:], ids=None) == ["d3"]
+    assert store.add_documents([Document(id="d1", page_content="one again")], ids=["e1"]) == ["e1"]
+    assert [doc.page_content for doc in store.get_by_ids(["d1", added[1], "d3", "e1"])] == [
+        "one",
+        "two",
+        "x",
+        "one again",
+    ]
+    assert store.add_documents(documents[:1]) == ["d1"]  # stored again under its id: an upsert, not a copy
+    assert store.memory.count() == len(TEXTS) + 4
+    with pytest.raises(InvalidInputError):
+        store.add_documents(documents, ids=["only one"])
+
+
 def test_delete_without_ids_clears_everything(store: MemwovenVectorStore) -> None:
     assert store.delete(["t1", "unknown"]) is True
     assert store.memory.count() == 3
