@@ -23,9 +23,10 @@ class MemwovenChatMessageHistory(BaseChatMessageHistory, Runner):
 
     `add_messages` is one atomic `append` (concurrent writers lose nothing); reads and writes have native async
     twins that use the backend's async methods. Messages round-trip exactly (see `langchain_memwoven._convert`)
-    and are stored with standard fields other frameworks read. A message without an `id` is given one (a UUID, set
-    on the message itself, as LangGraph's `add_messages` does), so adding the same messages again after an error
-    whose outcome was unknown stores them once (CM10).
+    and are stored with standard fields other frameworks read. A message without an `id` (or with an empty one) is
+    given one (a UUID, set on the message itself, as LangGraph's `add_messages` does), so adding the same messages
+    again after an error whose outcome was unknown stores them once (CM10). So does adding the same message object
+    again on purpose: to add a message twice (a constant ``HumanMessage("continue")``, say), add a new object.
 
     ```python
     memory = SQLChatMemory("sqlite:///chat.db")  # or any ChatMemory, shared by every session
@@ -101,6 +102,6 @@ def _with_ids(messages: Iterable[BaseMessage]) -> list[BaseMessage]:
     caller's object, so a retry carries it)."""
     messages = list(messages)
     for message in messages:
-        if isinstance(message, BaseMessage) and message.id is None:
+        if isinstance(message, BaseMessage) and not message.id:  # "" is no id either: all would share it
             message.id = str(uuid.uuid4())
     return messages

@@ -141,6 +141,15 @@ def test_every_message_gets_an_id_so_a_retried_add_is_stored_once() -> None:
     assert [m.id for m in memory.load("s")] == [turn[0].id, "given"]
 
 
+def test_an_empty_id_is_no_id() -> None:
+    history = MemwovenChatMessageHistory(InMemoryChatMemory(), "s")
+    history.add_messages([HumanMessage("first", id="")])
+    history.add_messages([HumanMessage("second", id=""), AIMessage("third", id="")])
+    stored = history.messages
+    assert [m.content for m in stored] == ["first", "second", "third"]
+    assert len({m.id for m in stored}) == 3
+
+
 def test_messages_given_as_a_generator_are_all_stored() -> None:
     history = MemwovenChatMessageHistory(InMemoryChatMemory(), "s")
     history.add_messages(message for message in [HumanMessage("hi"), AIMessage("hello")])
