@@ -19,7 +19,9 @@ Storage design
   and objects too) and ``$eq $ne $gt $gte $lt $lte`` (and memwoven's ``$in $nin $exists $contains $and $or
   $not``) compare; a dotted key reaches into nested objects (``{"user.level": 3}``). Comparisons with ±infinity
   and NaN, which no stored JSON value holds, are resolved here (``{"$lt": inf}``: any number; ``{"$eq": nan}``:
-  nothing).
+  nothing). Where LangGraph's own stores disagree, this follows `PostgresStore`: ``{"f": None}`` matches a stored
+  null, not a missing field (``{"f": {"$exists": False}}`` does), and an object matches an equal object only
+  (`InMemoryStore` matches a missing field and any object holding the given keys).
 * **Semantic search** (`index=`): each text of an item (the index `fields`, LangGraph's path syntax) is one
   vector document, with ids ``<item>@<version>#0``, ``#1``, ...: a put writes its version's documents, then
   deletes those of the version it replaced (their number read from its document ``#0``), and a delete removes
