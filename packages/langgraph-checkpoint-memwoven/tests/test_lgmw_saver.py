@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import enum
 import json
+import operator
 import pickle
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -223,6 +224,38 @@ def test_small_values_live_inside_the_checkpoint_and_others_in_blobs(items: Item
     lone = put(saver, "u", s="\ud800")
     assert {json.loads(key)[0] for key in namespace_keys(items, (*saver.namespace, "blobs", "u"))} == {"s"}
     assert saver.get_tuple(lone) is not None
+
+
+class Profile(TypedDict):
+    name: str
+    count: int
+    log: Annotated[list[int], operator.add]
+
+
+class OwnSerde(JsonPlusSerializer):
+    """A serde of the user's: it sees every value, so its saver keeps none inside checkpoints."""
+
+
+def test_a_thread_continued_with_another_serde_keeps_its_unchanged_values(items: ItemMemory) -> None:
+    builder = StateGraph(Profile)
+    builder.add_node("step", lambda state: {"log": [len(state["log"])]})  # name and count never change
+    builder.add_edge(START, "step")
+    config: Any = {"configurable": {"thread_id": "t"}}
+    default, own = MemwovenSaver(items), MemwovenSaver(items, serde=OwnSerde())
+    builder.compile(checkpointer=default).invoke({"name": "alice", "count": 7, "log": []}, config)
+    # both ways, by savers that wrote the parent or not, with retention dropping the parents
+    continuing = [own, default, own, MemwovenSaver(items, serde=OwnSerde(), keep_last=1), default]
+    for turn, saver in enumerate(continuing, start=1):
+        graph = builder.compile(checkpointer=saver)
+        graph.invoke({"log": []}, config)
+        for reader in (default, own):
+            assert builder.compile(checkpointer=reader).get_state(config).values == {
+                "name": "alice",
+                "count": 7,
+                "log": list(range(turn + 1)),
+            }
+        if saver is own:
+            own.prune(["t"])
 
 
 ERROR = "__error__"  # a special channel (WRITES_IDX_MAP): its write is replaced, not kept

@@ -8,7 +8,8 @@ writes only what changed (as LangGraph's `PostgresSaver` does):
   own types (`_inline`: rewritten with every checkpoint, as PostgresSaver keeps its primitive values, since an
   item of their own costs more). Checkpoint ids (uuid6) sort by time, so the newest is the last key.
 - ``(*namespace, "blobs", thread_id, "=" + checkpoint_ns)`` / ``[channel, version]``: one other channel value,
-  written when its version changes.
+  written when its version changes (or when a saver whose serde sees every value continues a checkpoint holding
+  it inside, `_carried`).
 - ``(*namespace, "writes", thread_id, "=" + checkpoint_ns, checkpoint_id)`` / ``[task_id]``: a task's pending
   writes for a checkpoint, one item per task (special channels at their fixed negative index, `WRITES_IDX_MAP`);
   data stored before that keeps one item per write, ``[task_id, index]``, and still reads.
@@ -315,6 +316,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         # (namespace, checkpoint id) -> whether it is rebuilt from its ancestors (`_rebuilt_from_ancestors`)
         self._delta_marks: LRUCache[tuple[Namespace, str], bool] = LRUCache(16_384)
         self._used_blobs: LRUCache[tuple[Namespace, str], frozenset[str]] = LRUCache(16_384)  # `_blob_keys`
+        self._sealed: LRUCache[tuple[Namespace, str], bool] = LRUCache(4096)  # checkpoints put without `_inline`
         self._floors: LRUCache[Namespace, tuple[str | None]] = LRUCache(4096)  # a namespace's last `keep_last` floor
         self._passes: LRUCache[Namespace, int] = LRUCache(4096)  # retention passes of a namespace (`_retain`)
         self._calling: LRUCache[str, bool] = LRUCache(4096)  # threads this saver put subgraph call checkpoints in
@@ -666,13 +668,15 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         inline = {channel: value for channel, value in values.items() if self._inlines and _inline(value)}
         full_metadata = get_checkpoint_metadata(config, metadata)
         run_id = full_metadata.get("run_id")
+        stored_at = (self._ns(_CHECKPOINTS, thread_id, label), checkpoint["id"])
+        carried = yield from self._carried(stored_at[0], parent_id, checkpoint, new_versions)
         writes = [
             ItemWrite(
                 self._ns(_BLOBS, thread_id, label),
                 _blob_key(channel, version),
                 {"value": self._dump(values[channel])} if channel in values else {"empty": True},
             )
-            for channel, version in new_versions.items()
+            for channel, version in {**carried, **new_versions}.items()
             if channel not in inline
         ]
         entry = {
@@ -686,7 +690,6 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         if self.keep_last is not None:  # retention reads it back: known without decoding
             if ":" in checkpoint_ns:  # a subgraph call's: the root's retention drops it with its root checkpoint
                 self._calling.put(thread_id, True)
-            stored_at = (self._ns(_CHECKPOINTS, thread_id, label), checkpoint["id"])
             self._delta_marks.put(stored_at, bool(_DELTA_MARKS & full_metadata.keys()))
             versions = checkpoint["channel_versions"].items()
             self._used_blobs.put(stored_at, frozenset(_blob_key(channel, version) for channel, version in versions))
@@ -694,11 +697,28 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             yield Call(self.items, "put_many", (writes,))
         else:
             yield from self._put_with_record(thread_id, writes, continues=bool(parent_id) or bool(checkpoint_ns))
+        if not self._inlines:
+            self._sealed.put(stored_at, True)
         if self.keep_last is not None:
             yield from self._retain(thread_id, checkpoint_ns, self.keep_last)
         return self._config(thread_id, checkpoint_ns, checkpoint["id"])
 
     put, aput = twins(_put)
+
+    def _carried(
+        self, namespace: Namespace, parent_id: str | None, checkpoint: Checkpoint, new_versions: ChannelVersions
+    ) -> Steps[dict[str, Any]]:
+        """The channels (-> version) unchanged since the parent checkpoint that it keeps inside itself (`_inline`,
+        put by a saver with the default serde), for a saver whose serde sees every value to write to blobs: no
+        blob holds them, and its checkpoint keeps nothing inside. Nothing to read for a parent it put itself."""
+        if self._inlines or not parent_id or self._sealed.get((namespace, parent_id)):
+            return {}
+        parent: Item | None = yield Call(self.items, "get", (namespace, parent_id))
+        inline = {} if parent is None else parent.value.get("values", {})
+        if not isinstance(inline, Mapping):
+            raise CorruptMemoryError(f"stored checkpoint {parent_id!r} has damaged channel values")
+        versions = checkpoint["channel_versions"]
+        return {channel: versions[channel] for channel in inline if channel in versions and channel not in new_versions}
 
     def _put_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
