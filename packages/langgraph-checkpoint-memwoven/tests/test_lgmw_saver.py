@@ -9,7 +9,7 @@ import enum
 import json
 import operator
 import pickle
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,7 +22,7 @@ from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.graph import START, StateGraph
 from langgraph.store.memory import InMemoryStore
 from saver_graphs import agent, call
-from saver_support import item_memory
+from saver_support import item_memory, kind_params
 from typing_extensions import TypedDict
 
 from langgraph.checkpoint.memwoven import MemwovenSaver
@@ -420,6 +420,44 @@ def _finish(steps: Any, step: Any) -> Any:
             step = steps.send(execute(step))
     except StopIteration as done:
         return done.value
+
+
+@pytest.mark.parametrize("kind", kind_params(["memory", "file", "sqlite"]))
+@pytest.mark.parametrize(
+    "drop", [lambda saver: saver.delete_for_runs(["r1"]), lambda saver: saver.prune(["t"])], ids=["runs", "prune"]
+)
+def test_deleting_old_checkpoints_keeps_the_values_of_a_put_under_way(
+    kind: str, drop: Callable[[MemwovenSaver], None], tmp_path: Path
+) -> None:
+    """A put's values are visible before its checkpoint (the file backend makes a batch visible namespace by
+    namespace): `delete_for_runs` and `prune` meanwhile leave them (they deleted them, used by no checkpoint)."""
+    with item_memory(kind, tmp_path) as items:
+        saver = MemwovenSaver(items)
+        parent = None
+        for step, run in enumerate(["r1", "r2", "r2"]):
+            config: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": "", "run_id": run}}
+            if parent:
+                config["configurable"]["checkpoint_id"] = parent
+            new = checkpoint(big=[step])  # a list: a value of its own
+            new["id"] = str(uuid6(clock_seq=step))
+            new["channel_versions"] = {"big": saver.get_next_version(f"{step:032}.0", None)}
+            putting = saver._put(config, new, {"source": "loop", "step": step}, dict(new["channel_versions"]))
+            stored = next(putting)
+            if step < 2:
+                parent = _finish(putting, stored)["configurable"]["checkpoint_id"]
+        assert isinstance(stored, Call)
+        assert stored.method == "put_many"
+        writes = stored.args[0]
+        values = [write for write in writes if "blobs" in write.namespace]
+        assert writes[: len(values)] == values
+        versions = items.put_many(values)
+        drop(saver)
+        versions += items.put_many(writes[len(values) :])  # then the checkpoint
+        with pytest.raises(StopIteration) as done:
+            putting.send(versions)
+        newest = saver.get_tuple(done.value.value)
+        assert newest is not None
+        assert newest.checkpoint["channel_values"] == {"big": [2]}
 
 
 def test_prune_refuses_threads_using_a_delta_channel(items: ItemMemory) -> None:

@@ -1032,12 +1032,18 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         dropped: Sequence[Item | PlainItem],
         kept: Sequence[PlainItem] | None = None,
     ) -> Steps[None]:
-        """Delete `dropped` (checkpoint items of one thread and namespace) with their writes, then the channel
-        values only they used: those no checkpoint in `kept` (the namespace's others) uses, without reading any
-        other value; or, without `kept`, every value of the namespace no remaining checkpoint uses."""
+        """Delete `dropped` (checkpoint items of one thread and namespace) with their writes and the channel values
+        only they used: those no checkpoint in `kept` (the namespace's others; without it, listed here) uses. Only
+        the dropped ones' values, never all those no checkpoint uses: a `put` under way may have written its new
+        values and not yet its checkpoint (the file backend makes a batch visible namespace by namespace)."""
         if not dropped:
             return
         label = _label(checkpoint_ns)
+        namespace = self._ns(_CHECKPOINTS, thread_id, label)
+        if kept is None:
+            listed: builtins.list[PlainItem] = yield Call(self.items, "list_plain", (namespace,))
+            gone = {item.key for item in dropped}
+            kept = [item for item in listed if item.key not in gone]
         doomed = [(item.namespace, item.key) for item in dropped]
         crowded = []  # writes namespaces holding a page or more: deleted page by page after
         for item in dropped:
@@ -1046,34 +1052,13 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             doomed += [(write.namespace, write.key) for write in writes]
             if len(writes) == _PAGE:
                 crowded.append(space)
-        if kept is not None:
-            namespace = self._ns(_CHECKPOINTS, thread_id, label)
-            used = set().union(*(self._blob_keys(namespace, item) for item in kept))
-            unused = set().union(*(self._blob_keys(namespace, item) for item in dropped)) - used
-            blobs = self._ns(_BLOBS, thread_id, label)
-            doomed += [(blobs, key) for key in sorted(unused)]
+        used = set().union(*(self._blob_keys(namespace, item) for item in kept))
+        unused = set().union(*(self._blob_keys(namespace, item) for item in dropped)) - used
+        blobs = self._ns(_BLOBS, thread_id, label)
+        doomed += [(blobs, key) for key in sorted(unused)]
         for chunk in _chunks(doomed):  # mostly one transaction: the checkpoints, their writes and values together
             yield Call(self.items, "delete_many", (chunk,))
         yield from self._delete_under(crowded)
-        if kept is None:
-            yield from self._collect_blobs(thread_id, checkpoint_ns)
-
-    def _collect_blobs(self, thread_id: str, checkpoint_ns: str) -> Steps[None]:
-        """Delete the channel values of a thread's namespace that no checkpoint of it uses. The values are listed
-        before the checkpoints: a value and the checkpoint first using it are written together, so a value seen
-        here has its checkpoint visible in the second listing."""
-        label = _label(checkpoint_ns)
-        blobs: builtins.list[Item] = yield Call(self.items, "list", (self._ns(_BLOBS, thread_id, label),))
-        if not blobs:
-            return
-        kept: builtins.list[Item] = yield Call(self.items, "list", (self._ns(_CHECKPOINTS, thread_id, label),))
-        used: set[str] = set()
-        for item in kept:
-            checkpoint = self._load(item.value.get("checkpoint"))
-            used.update(_blob_key(k, v) for k, v in checkpoint.get("channel_versions", {}).items())
-        unused = [(blob.namespace, blob.key) for blob in blobs if blob.key not in used]
-        for chunk in _chunks(unused):
-            yield Call(self.items, "delete_many", (chunk,))
 
     def _retention_floor(
         self, thread_id: str, checkpoint_ns: str, keep: int, *, complete: bool = True
@@ -1130,11 +1115,11 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
 
     def _retain(self, thread_id: str, checkpoint_ns: str, keep: int, *, sweep: bool = False) -> Steps[None]:
         """Keep the newest `keep` checkpoints of a thread's namespace (see `_retention_floor`): drop the older
-        ones, their writes and the channel values only they used (`sweep`: every value no checkpoint left uses,
-        as `prune` does; else only those of the dropped ones, without reading the others), then the writes of
-        any older checkpoint. LangGraph stores writes asynchronously, so a write for a dropped checkpoint may land
-        after it was dropped; such a write is deleted here, or by `_put_writes` when it lands after this pass. In
-        the root namespace, the subgraph calls started from a dropped checkpoint go too (`_drop_calls`)."""
+        ones, their writes and the channel values only they used, then (`sweep`, as `prune` does: always; else
+        now and then) the writes of any older checkpoint. LangGraph stores writes asynchronously, so a write for a
+        dropped checkpoint may land after it was dropped; such a write is deleted here, or by `_put_writes` when it
+        lands after this pass. In the root namespace, the subgraph calls started from a dropped checkpoint go too
+        (`_drop_calls`)."""
         label = _label(checkpoint_ns)
         namespace = self._ns(_CHECKPOINTS, thread_id, label)
         floor = yield from self._retention_floor(thread_id, checkpoint_ns, keep)
@@ -1142,7 +1127,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             self._floors.put(namespace, (None if floor is None else floor.oldest,))
         if floor is None:
             return
-        yield from self._drop_checkpoints(thread_id, checkpoint_ns, floor.dropped, None if sweep else floor.kept)
+        yield from self._drop_checkpoints(thread_id, checkpoint_ns, floor.dropped, floor.kept)
         # Leftovers: writes that landed after their checkpoint was dropped by another process (this one's own
         # `put_writes` deletes such a write itself), and subgraph calls another process started. Looked for on a
         # namespace's first pass and every `_HOUSEKEEPING` passes after (a prune's every time): invisible
