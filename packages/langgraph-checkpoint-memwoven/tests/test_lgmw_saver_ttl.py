@@ -23,6 +23,7 @@ from saver_support import item_memory, kind_params
 from langgraph.checkpoint.memwoven import MemwovenSaver, ThreadDeletedError
 from memwoven import ItemMemory
 from memwoven._steps import execute
+from memwoven.contracts import MAX_TTL
 from memwoven.errors import ConcurrentModificationError, InvalidInputError
 
 if TYPE_CHECKING:
@@ -251,6 +252,18 @@ def test_bad_ttl_configs_are_refused(local_items: ItemMemory) -> None:
         with pytest.raises(InvalidInputError):
             MemwovenSaver(local_items, ttl=bad)  # type: ignore[arg-type]
     assert local_items.list(()) == []
+
+
+def test_a_default_ttl_up_to_max_ttl_is_taken_and_a_longer_one_refused(items: ItemMemory) -> None:
+    for minutes in (MAX_TTL / 60 * 1.001, 1e300):  # their expiries were past what list_threads could show
+        with pytest.raises(InvalidInputError, match="at most"):
+            MemwovenSaver(items, ttl={"default_ttl": minutes})
+    saver = MemwovenSaver(items, ttl={"default_ttl": MAX_TTL / 60})
+    saver.put({"configurable": {"thread_id": "t", "checkpoint_ns": ""}}, empty_checkpoint(), {}, {})
+    [thread] = saver.list_threads()
+    assert thread.expires_at is not None
+    assert thread.expires_at.year > 2300
+    assert saver.sweep_ttl() == 0
 
 
 @pytest.mark.parametrize("kind", kind_params(["sqlite", "postgresql", "redis"]))
