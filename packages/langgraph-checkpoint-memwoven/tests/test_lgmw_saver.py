@@ -29,6 +29,7 @@ from langgraph.checkpoint.memwoven import MemwovenSaver
 from langgraph.checkpoint.memwoven import base as saver_module
 from memwoven import ItemMemory
 from memwoven._steps import Call, execute
+from memwoven.contracts import MAX_ID_BYTES
 from memwoven.errors import CorruptMemoryError, InvalidInputError
 
 
@@ -86,6 +87,23 @@ def test_bad_input_is_refused_before_anything_is_written(items: ItemMemory) -> N
             MemwovenSaver(items, **bad)
     with pytest.raises(InvalidInputError):
         MemwovenSaver({})  # type: ignore[arg-type]
+
+
+def test_a_thread_id_too_long_for_its_writes_is_refused_by_put(items: ItemMemory) -> None:
+    """A checkpoint's writes namespace is one label longer than its own: a thread id fitting the checkpoint but not
+    its writes was stored, then every read of the thread failed."""
+    saver = MemwovenSaver(items)
+    new = checkpoint(a=1)
+    room = MAX_ID_BYTES - sum(len(label) for label in (*saver.namespace, "writes", "=", new["id"]))
+    with pytest.raises(InvalidInputError, match="writes namespace"):
+        saver.put({"configurable": {"thread_id": "x" * (room + 1), "checkpoint_ns": ""}}, new, {}, {"a": 1})
+    assert items.list(()) == []
+    stored = saver.put({"configurable": {"thread_id": "x" * room, "checkpoint_ns": ""}}, new, {}, {"a": 1})
+    saver.put_writes(stored, [("a", 2)], "task")
+    found = saver.get_tuple(stored)
+    assert found is not None
+    assert found.pending_writes == [("task", "a", 2)]
+    assert len(list(saver.list({"configurable": {"thread_id": "x" * room}}))) == 1
 
 
 def test_damaged_storage_raises_corrupt_memory_error(items: ItemMemory) -> None:

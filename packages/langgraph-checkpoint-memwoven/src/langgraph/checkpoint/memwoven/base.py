@@ -65,7 +65,7 @@ from langgraph.checkpoint.memwoven.ttl import DEFAULT_SWEEP_MINUTES, TTLSweeper,
 from memwoven import Item, ItemMemory, ItemWrite, Message, open_item_memory
 from memwoven._cache import LRUCache
 from memwoven._steps import Call, Runner, Sleep, Steps, twins
-from memwoven.contracts import MAX_ID_BYTES, MAX_TTL, WILDCARD, PlainItem
+from memwoven.contracts import MAX_ID_BYTES, MAX_TTL, WILDCARD, PlainItem, check_namespace
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 
 __all__ = ["MemwovenSaver", "ThreadDeletedError", "ThreadInfo", "ThreadTTLConfig", "messages_of"]
@@ -668,6 +668,9 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         config naming it. With `keep_last`, older checkpoints of its thread and namespace beyond that are deleted."""
         thread_id, checkpoint_ns, parent_id = self._where(config)
         label = _label(checkpoint_ns)
+        # the checkpoint's writes live one label deeper than it: an address too long for them is refused now, not
+        # after the checkpoint is stored (every read of the thread would then fail)
+        check_namespace(self._ns(_WRITES, thread_id, label, checkpoint["id"]), "the writes namespace of the checkpoint")
         saved = dict(checkpoint)
         values: dict[str, Any] = saved.pop("channel_values", {})  # type: ignore[assignment]
         inline = {channel: value for channel, value in values.items() if self._inlines and _inline(value)}
