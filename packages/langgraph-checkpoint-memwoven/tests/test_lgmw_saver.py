@@ -136,6 +136,36 @@ def test_damaged_storage_raises_corrupt_memory_error(items: ItemMemory) -> None:
             list(saver.list(None))
 
 
+def test_stored_fields_decoding_to_the_wrong_type_raise_corrupt_memory_error(items: ItemMemory) -> None:
+    """A damaged checkpoint or metadata that still decodes, to a list: `CorruptMemoryError`, not a list returned
+    as metadata or an AttributeError."""
+    saver = MemwovenSaver(items)
+    first = put(saver, "t", a=1)
+    second = put(saver, "t", first["configurable"]["checkpoint_id"], a=2)
+    thread: Any = {"configurable": {"thread_id": "t", "checkpoint_ns": ""}}
+    reads = {
+        "metadata": [
+            lambda: saver.get_tuple(second),
+            lambda: list(saver.list(thread, filter={"step": 0})),
+            lambda: saver.prune(["t"]),
+        ],
+        "checkpoint": [lambda: saver.get_delta_channel_history(config=second, channels=["a"])],
+    }
+    for field, calls in reads.items():
+        damaged = first if field == "checkpoint" else second
+        address = ((*saver.namespace, "checkpoints", "t", "="), damaged["configurable"]["checkpoint_id"])
+        original = items.get(*address)
+        assert original is not None
+        items.put(*address, {**original.value, field: saver._dump([1, 2])})
+        for read in calls:
+            with pytest.raises(CorruptMemoryError, match=field):
+                read()
+        items.put(*address, original.value)
+    metadata = {"source": "loop", "step": 0, "channel_versions": "mine"}  # a checkpoint's field name, in metadata
+    saver.put(second, checkpoint(a=3), metadata, {})  # type: ignore[arg-type]
+    assert saver.get_tuple(thread).metadata["channel_versions"] == "mine"  # type: ignore[union-attr]
+
+
 UNPICKLED: list[bool] = []
 
 

@@ -381,6 +381,18 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         except (ValueError, TypeError) as error:  # ormsgpack's and json's decode errors are ValueErrors
             raise CorruptMemoryError(f"a stored checkpoint value of type {kind!r} is damaged: {error!r:.200}") from None
 
+    def _decoded(self, item: Item | PlainItem, field: Literal["checkpoint", "metadata"]) -> Any:
+        """A checkpoint item's `field` decoded: a dict (a checkpoint's channel versions a dict too), else
+        `CorruptMemoryError`."""
+        found = self._load(item.value.get(field))
+        versions = found.get("channel_versions", {}) if isinstance(found, dict) and field == "checkpoint" else {}
+        if not isinstance(found, dict) or not isinstance(versions, dict):
+            thread_id = self._place(item)[0]
+            raise CorruptMemoryError(
+                f"the {field} of stored checkpoint {item.key!r} of thread {thread_id!r} is damaged"
+            )
+        return found
+
     def _values_at(self, item: Item, versions: Mapping[str, Any]) -> Steps[tuple[dict[str, Any], bool]]:
         """The values of the channels in `versions` (channel -> version) as of the checkpoint `item`: those kept
         inside it (`_inline`), the others read from their blobs; a channel without a value is left out. And
@@ -431,7 +443,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         return [space for space in spaces if space[: len(prefix)] == prefix]
 
     @staticmethod
-    def _place(item: Item) -> tuple[str, str]:
+    def _place(item: Item | PlainItem) -> tuple[str, str]:
         """The (thread id, checkpoint namespace) of a checkpoint item."""
         thread_id, label = item.namespace[-2:]
         return thread_id, label[1:]
@@ -448,9 +460,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         for item in found:
             thread_id, checkpoint_ns = self._place(item)
             value: dict[str, Any] = dict(item.value)
-            checkpoint: Checkpoint = self._load(value.get("checkpoint"))
-            if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("channel_versions", {}), dict):
-                raise CorruptMemoryError(f"stored checkpoint {item.key!r} of thread {thread_id!r} is damaged")
+            checkpoint: Checkpoint = self._decoded(item, "checkpoint")
             versions = checkpoint.get("channel_versions", {})
             channel_values, missing = yield from self._values_at(item, versions)
             writes = yield from self._writes_of(thread_id, checkpoint_ns, item.key)
@@ -463,7 +473,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
                 CheckpointTuple(
                     config=self._config(thread_id, checkpoint_ns, item.key),
                     checkpoint={**checkpoint, "channel_values": channel_values},
-                    metadata=self._load(value.get("metadata")),
+                    metadata=self._decoded(item, "metadata"),
                     parent_config=(
                         self._config(thread_id, checkpoint_ns, parent)
                         if parent and (item.namespace, parent) in parents
@@ -563,7 +573,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             item: Item | None = yield Call(self.items, "get", (namespace, parent))
             if item is None:
                 break
-            versions = self._load(item.value.get("checkpoint")).get("channel_versions", {})
+            versions = self._decoded(item, "checkpoint").get("channel_versions", {})
             asked = {channel: versions[channel] for channel in remaining if channel in versions}
             found, _ = yield from self._values_at(item, asked)
             for write in reversed((yield from self._writes_of(thread_id, checkpoint_ns, item.key))):
@@ -619,7 +629,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
                 candidates = yield Call(self.items, "list", (prefix,), options)
             for item in candidates:
                 if filter:
-                    metadata = self._load(item.value.get("metadata"))
+                    metadata = self._decoded(item, "metadata")
                     if not all(metadata.get(key) == wanted for key, wanted in filter.items()):
                         continue
                 chosen.append(item)
@@ -1107,8 +1117,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         counts updates since a snapshot); remembered per checkpoint, which never changes."""
         found = self._delta_marks.get((namespace, item.key))
         if found is None:
-            metadata = self._load(item.value.get("metadata"))
-            found = isinstance(metadata, Mapping) and bool(_DELTA_MARKS & metadata.keys())
+            found = bool(_DELTA_MARKS & self._decoded(item, "metadata").keys())
             self._delta_marks.put((namespace, item.key), found)
         return found
 
@@ -1116,7 +1125,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         """The keys of the channel values a stored checkpoint uses; remembered per checkpoint."""
         found = self._used_blobs.get((namespace, item.key))
         if found is None:
-            versions = self._load(item.value.get("checkpoint")).get("channel_versions", {})
+            versions = self._decoded(item, "checkpoint").get("channel_versions", {})
             found = frozenset(_blob_key(channel, version) for channel, version in versions.items())
             self._used_blobs.put((namespace, item.key), found)
         return found
@@ -1161,7 +1170,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
             root = self._call_roots.get(space)
             if root is None:  # a call's root never changes: read once per call namespace (a call per step, N kept)
                 newest: builtins.list[Item] = yield Call(self.items, "list", (space,), {"order": "desc", "limit": 1})
-                parents = self._load(newest[0].value.get("metadata")).get("parents") if newest else None
+                parents = self._decoded(newest[0], "metadata").get("parents") if newest else None
                 root = parents.get("") if isinstance(parents, Mapping) else None
                 if not isinstance(root, str):
                     continue
@@ -1177,8 +1186,7 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         delta = []
         for thread_id in thread_ids:
             found: builtins.list[Item] = yield Call(self.items, "list", (self._ns(_CHECKPOINTS, thread_id),))
-            metadata = [self._load(item.value.get("metadata")) for item in found]
-            if any(isinstance(m, Mapping) and _DELTA_MARKS & m.keys() for m in metadata):
+            if any(_DELTA_MARKS & self._decoded(item, "metadata").keys() for item in found):
                 delta.append(thread_id)
         if delta:
             raise NotImplementedError(f"keep_latest can't prune threads that use a DeltaChannel: {', '.join(delta)}")
