@@ -486,6 +486,13 @@ class FlakyStore(MemwovenStore):
         return await super().asweep_ttl()
 
 
+@pytest.mark.parametrize("option", ["default_ttl", "sweep_interval_minutes"])
+def test_a_ttl_config_past_max_ttl_is_refused_at_construction(option: str) -> None:
+    # it was taken, and refused at the first put (default_ttl) or never (the sweeper's interval)
+    with pytest.raises(InvalidInputError, match="at most"):
+        MemwovenStore(InMemoryItemMemory(), ttl={option: 1e10})  # type: ignore[misc]
+
+
 def test_the_sweeper_runs_by_default_every_5_minutes_as_langgraphs() -> None:
     store = MemwovenStore(InMemoryItemMemory(), ttl={"default_ttl": 1})  # no sweep_interval_minutes
     done = store.start_ttl_sweeper()

@@ -65,7 +65,7 @@ from langgraph.checkpoint.memwoven.ttl import DEFAULT_SWEEP_MINUTES, TTLSweeper,
 from memwoven import Item, ItemMemory, ItemWrite, Message, open_item_memory
 from memwoven._cache import LRUCache
 from memwoven._steps import Call, Runner, Sleep, Steps, twins
-from memwoven.contracts import MAX_ID_BYTES, MAX_TTL, WILDCARD, PlainItem, check_namespace
+from memwoven.contracts import MAX_ID_BYTES, WILDCARD, PlainItem, check_namespace
 from memwoven.errors import ConcurrentModificationError, CorruptMemoryError, InvalidInputError
 
 __all__ = ["MemwovenSaver", "ThreadDeletedError", "ThreadInfo", "ThreadTTLConfig", "messages_of"]
@@ -297,10 +297,6 @@ class MemwovenSaver(TTLSweeper, BaseCheckpointSaver[str], Runner):
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
             raise InvalidInputError(f"ttl sweep_limit must be None or an int >= 1, got {limit!r:.120}")
         default_ttl = minutes_to_seconds(config.get("default_ttl"), "default_ttl")
-        if default_ttl is not None and default_ttl > MAX_TTL:  # expiries must stay times every backend represents
-            raise InvalidInputError(
-                f"ttl default_ttl must be at most {MAX_TTL / 60:.0f} minutes, got {config['default_ttl']!r:.80}"
-            )
         interval = minutes_to_seconds(config.get("sweep_interval_minutes"), "sweep_interval_minutes")
         super().__init__(serde=serde)
         # small values skip the serde only when it is the default one: a serde of the user's (EncryptedSerializer,

@@ -13,6 +13,7 @@ from concurrent.futures import Future
 from typing_extensions import Self
 
 from memwoven import InvalidInputError
+from memwoven.contracts import MAX_TTL
 
 __all__ = ["DEFAULT_SWEEP_MINUTES", "TTLSweeper", "minutes_to_seconds"]
 
@@ -24,11 +25,16 @@ logger = logging.getLogger(__name__)
 
 
 def minutes_to_seconds(minutes: float | None, what: str) -> float | None:
-    """`minutes` in seconds (None stays None); `InvalidInputError` unless a positive finite number."""
+    """`minutes` in seconds (None stays None); `InvalidInputError` unless a positive number of seconds up to
+    memwoven's `MAX_TTL` (about 317 years: an expiry every backend can represent)."""
     if minutes is None:
         return None
     if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not 0 < minutes < math.inf:
         raise InvalidInputError(f"{what} must be a positive number of minutes or None, got {minutes!r:.80}")
+    if minutes * _SECONDS_PER_MINUTE > MAX_TTL:
+        raise InvalidInputError(
+            f"{what} must be at most {MAX_TTL / _SECONDS_PER_MINUTE:.0f} minutes, got {minutes!r:.80}"
+        )
     return float(minutes) * _SECONDS_PER_MINUTE
 
 

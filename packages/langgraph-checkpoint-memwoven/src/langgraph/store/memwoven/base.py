@@ -85,7 +85,6 @@ from memwoven.contracts import (
     check_item_keys,
     check_item_value,
     check_namespace,
-    check_ttl,
 )
 from memwoven.embed import EmbedFn
 from memwoven.filters import compile_filter
@@ -508,7 +507,7 @@ class MemwovenStore(TTLSweeper, BaseStore, Runner):
                 continue
             if op.ttl is not None and not isinstance(op.ttl, (int, float)):
                 raise InvalidInputError(f"ttl must be a number of minutes or None, got {op.ttl!r:.80}")
-            ttl = check_ttl(minutes_to_seconds(op.ttl, "ttl"))  # a huge number of minutes is infinite seconds
+            ttl = minutes_to_seconds(op.ttl, "ttl")
             value = check_item_value(op.value) if check else op.value
             writes.append(ItemWrite(self._full(op.namespace), op.key, value, ttl))
         if check:
