@@ -515,6 +515,24 @@ class ItemMemoryContract(StorageHooks[ItemMemory]):
             after = page[-1].key
         assert [key for page in pages for key in page] == keys
 
+    def test_im8_pages_beyond_64_bits_are_answered(self, memory: Driver) -> None:
+        keys = ["a", "b", "c"]
+        memory.put_many([(("n",), key, {"i": i}) for i, key in enumerate(keys)])
+        huge, past = 2**64, 2**63  # past every SQL integer
+        for prefix in [("n",), ()]:
+            for spec in [None, {"i": {"$gte": 0}}]:
+                for listed in (memory.list, memory.list_plain):
+                    assert [i.key for i in listed(prefix, filter=spec, limit=huge)] == keys
+                    assert [i.key for i in listed(prefix, filter=spec, limit=2**60, order="desc")] == keys[::-1]
+                    assert [i.key for i in listed(prefix, filter=spec, limit=past, offset=1)] == keys[1:]
+                    assert listed(prefix, filter=spec, offset=past) == []
+                    assert listed(prefix, filter=spec, limit=1, offset=past) == []
+                    assert listed(prefix, filter=spec, limit=huge, offset=huge) == []
+                    assert listed(prefix, filter=spec, limit=2**62, offset=2**62) == []
+        assert memory.namespaces(limit=huge) == [("n",)]
+        assert memory.namespaces(offset=past) == []
+        assert memory.namespaces(limit=huge, offset=huge) == []
+
     def test_im8_filters_select_on_the_value_with_dotted_paths(self, memory: Driver) -> None:
         values = {
             "a": {"kind": "fact", "user": {"level": 3, "access-level": "nested"}, "tags": ["x"], "flags": [True]},

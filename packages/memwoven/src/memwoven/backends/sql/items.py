@@ -113,6 +113,7 @@ _WIDE = 1024  # SQLite: a prefix holding this many rows is wide enough to read i
 _WALK_ROWS = 64  # SQLite: rows read in key order for a wide prefix, plus `_WALK_PER_ITEM` per item wanted
 _WALK_PER_ITEM = 8
 _RECOUNT = 64  # SQLite: listings of a prefix that reuse its counted width before it is counted again
+_SQL_INT_MAX = 2**63 - 1  # the largest integer SQLite and PostgreSQL take (a LIMIT or OFFSET)
 _COLUMNS = ("namespace", "item_key", "value", "version", "created_ms", "updated_ms", "expires_at_ms", "ttl")
 _ROW_FIXED = 2048  # an item row's values but its value, namespace and key, escaped (`_packet.check_rows`)
 _LISTED = (*_COLUMNS, "address")  # a listing's columns: the row key too, checked against the namespace and key
@@ -656,6 +657,10 @@ class SQLItemMemory(SQLBackend, ItemMemory):
 
     def _select_as(self, query: ItemQuery, convert: Callable[[Any], _Listed]) -> Steps[builtins.list[_Listed]]:
         """The answer to `query`, each row made an item by `convert` (`_listed_item` or `_plain_item`)."""
+        if query.offset > _SQL_INT_MAX:  # past any table; SQLite and PostgreSQL take no larger LIMIT or OFFSET
+            return []
+        if query.limit is not None and query.limit > _SQL_INT_MAX:
+            query = query._replace(limit=_SQL_INT_MAX)
 
         def read(connection: Connection, scope: _Scope, selected: _Preselection | None) -> builtins.list[_Listed]:
             if connection.dialect.name == "sqlite":
@@ -714,7 +719,10 @@ class SQLItemMemory(SQLBackend, ItemMemory):
             return None
         if scope.shape != "all" and not self._statements.wide(connection, scope):
             return None
-        params = {**scope.params, "walk": _WALK_ROWS + _WALK_PER_ITEM * wanted}
+        walk = _WALK_ROWS + _WALK_PER_ITEM * wanted
+        if walk > _SQL_INT_MAX:
+            return None
+        params = {**scope.params, "walk": walk}
         if query.predicate is None:  # the page is SQL's (a top-N sort of the rows walked)
             statement = self._statements.listing(scope, query, paged=True, walked=True)
             params.update(limit=query.limit, offset=query.offset)
