@@ -652,6 +652,40 @@ def test_a_damaged_version_ttl_expiry_or_time_column_raises_corrupt_memory(
         memory.drop_tables()
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "expires_at_ms = 'damaged'",
+        "expires_at_ms = X'00'",
+        "expires_at_ms = expires_at_ms + 0.5",
+        "version = 1.5",
+        "version = 'x'",
+        "created_ms = created_ms + 0.75",
+        "updated_ms = 'x'",
+    ],
+)
+def test_sqlite_an_integer_column_holding_text_or_a_real_raises_corrupt_memory(tmp_path: Path, damage: str) -> None:
+    """SQLite keeps text or a REAL in an integer column: every read and compare-and-set raises CorruptMemoryError
+    (never a TypeError, nor an item whose version is the REAL truncated, which a compare-and-set would then
+    accept); a plain delete still removes it."""
+    with sql_place("sqlite", tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
+        written = memory.put(("t",), "victim", {"s": 1}, ttl=600.0)
+        memory.put(("t",), "intact", {"s": 2})
+        with memory.engine.begin() as connection:
+            connection.exec_driver_sql(f"UPDATE {memory._items.name} SET {damage} WHERE item_key = 'victim'")
+        for name, args, kwargs in _DAMAGED_READS:
+            with pytest.raises(CorruptMemoryError, match=r"'victim'.*damaged"):
+                getattr(memory, name)(*args, **kwargs)
+        for expected in (0, 1, written):
+            with pytest.raises(CorruptMemoryError, match="'victim'"):
+                memory.put(("t",), "victim", {"s": 3}, expected_version=expected)
+            with pytest.raises(CorruptMemoryError, match="'victim'"):
+                memory.delete(("t",), "victim", expected_version=expected)
+        assert memory.delete(("t",), "victim") is True
+        assert memory.get(("t",), "victim") is None
+        assert [item.key for item in memory.list(("t",))] == ["intact"]
+
+
 def test_a_committed_version_0_is_damage_not_an_absent_item(sql_kind: str, tmp_path: Path) -> None:
     """A stored row at version 0 (only a write's own placeholders, inside its transaction, are) is damage: a write
     expecting the item absent, or a delete expecting a version, raises CorruptMemoryError rather than taking it

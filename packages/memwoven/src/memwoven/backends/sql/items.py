@@ -642,7 +642,7 @@ class SQLItemMemory(SQLBackend, ItemMemory):
             for start in range(0, len(wanted), _IN_CHUNK):
                 connection.execute(sa.delete(items).where(items.c.address.in_(wanted[start : start + _IN_CHUNK])))
             # unchecked: a plain delete removes a damaged item too (counted if its version reads as stored)
-            return sum(1 for row in rows.values() if row.version > 0 and _alive(row.expires_at_ms, now))
+            return sum(1 for row in rows.values() if _above(row.version, 0) and _alive(row.expires_at_ms, now))
 
         existed: int = yield Work(body, write=True)
         return existed
@@ -949,8 +949,29 @@ def _order(row: Any) -> tuple[str, str]:
     return row.item_key, row.namespace
 
 
-def _alive(expires_at_ms: int | None, now: int) -> bool:
-    return expires_at_ms is None or expires_at_ms > now
+def _above(column: Any, number: int) -> bool:
+    """``column > number`` as SQL judges it: SQLite orders text and blobs (damage its dynamic typing keeps in an
+    integer column) after every number, so an item holding them reads as live, and is refused as damaged."""
+    return isinstance(column, (str, bytes)) or column > number
+
+
+def _alive(expires_at_ms: Any, now: int) -> bool:
+    return expires_at_ms is None or _above(expires_at_ms, now)
+
+
+def _check_integers(version: Any, created_ms: Any, updated_ms: Any, expires_at_ms: Any) -> None:
+    """`ValueError` unless a row's integer columns hold ints: SQLite's dynamic typing keeps whatever a damaged row
+    holds, text, or a REAL that `int` would truncate into a version no write gave (1.5 read as 1)."""
+    if (
+        type(version) is not int
+        or type(created_ms) is not int
+        or type(updated_ms) is not int
+        or (expires_at_ms is not None and type(expires_at_ms) is not int)
+    ):
+        raise ValueError(
+            f"version {version!r:.40} or a time ({created_ms!r:.40}, {updated_ms!r:.40}, "
+            f"{expires_at_ms!r:.40}) is no integer"
+        )
 
 
 def _current(row: _Row | None, now: int, namespace: Namespace, key: str) -> int:
@@ -960,11 +981,11 @@ def _current(row: _Row | None, now: int, namespace: Namespace, key: str) -> int:
     if row is None or not _alive(row.expires_at_ms, now) or _is_placeholder(row):
         return 0
     try:
-        version = int(row.version)
-        check_stored_item(version, row.expires_at_ms, None if row.ttl is None else float(row.ttl))
+        _check_integers(row.version, row.created_ms, row.updated_ms, row.expires_at_ms)
+        check_stored_item(row.version, row.expires_at_ms, None if row.ttl is None else float(row.ttl))
     except (ValueError, TypeError) as error:
         raise _damaged(namespace, key, error) from None
-    return version
+    return row.version
 
 
 def _is_placeholder(row: _Row) -> bool:
@@ -978,8 +999,8 @@ def _item(row: Any, address: tuple[Namespace, str] | None = None) -> Item:
     (`CorruptMemoryError` naming it if damaged)."""
     namespace, key = address if address is not None else (_decoded_namespace(row.namespace), row.item_key)
     try:
-        version = int(row.version)
-        expires_at_ms = row.expires_at_ms
+        version, expires_at_ms = row.version, row.expires_at_ms
+        _check_integers(version, row.created_ms, row.updated_ms, expires_at_ms)
         ttl = None if row.ttl is None else float(row.ttl)
         check_stored_item(version, expires_at_ms, ttl)
         return Item.model_construct(
@@ -987,9 +1008,9 @@ def _item(row: Any, address: tuple[Namespace, str] | None = None) -> Item:
             key=key,
             value=decode_value(row.value),
             version=version,
-            created_at=_clock.utc(int(row.created_ms)),
-            updated_at=_clock.utc(int(row.updated_ms)),
-            expires_at=None if expires_at_ms is None else _clock.utc(int(expires_at_ms)),
+            created_at=_clock.utc(row.created_ms),
+            updated_at=_clock.utc(row.updated_ms),
+            expires_at=None if expires_at_ms is None else _clock.utc(expires_at_ms),
             ttl=ttl,
         )
     except (ValueError, TypeError, OverflowError) as error:  # OverflowError: a time beyond datetime's range
@@ -1007,7 +1028,7 @@ def _plain_item(row: Any) -> PlainItem:
     _checked_address(row)
     namespace, key, value, version, created_ms, updated_ms, expires_at_ms, ttl, _ = row
     try:
-        version = int(version)
+        _check_integers(version, created_ms, updated_ms, expires_at_ms)
         ttl = None if ttl is None else float(ttl)
         check_stored_item(version, expires_at_ms, ttl)
         return PlainItem(
@@ -1015,9 +1036,9 @@ def _plain_item(row: Any) -> PlainItem:
             key,
             decode_object(value),
             version,
-            _clock.utc(int(created_ms)),
-            _clock.utc(int(updated_ms)),
-            None if expires_at_ms is None else _clock.utc(int(expires_at_ms)),
+            _clock.utc(created_ms),
+            _clock.utc(updated_ms),
+            None if expires_at_ms is None else _clock.utc(expires_at_ms),
             ttl,
         )
     except (ValueError, TypeError, OverflowError) as error:
