@@ -94,7 +94,17 @@ def test_memories_spread_over_the_cluster_and_keep_their_keys_in_one_slot(cluste
 
 @pytest.mark.parametrize(
     "damage",
-    ["not-json", "not-an-object", "bad-header", "no-record", "stray-member", "wrong-type", "no-expiry", "stray-expiry"],
+    [
+        "not-json",
+        "not-an-object",
+        "bad-header",
+        "version-0",
+        "no-record",
+        "stray-member",
+        "wrong-type",
+        "no-expiry",
+        "stray-expiry",
+    ],
 )
 def test_damaged_items_raise_corrupt_memory_error(memory: RedisItemMemory, damage: str) -> None:
     memory.put(("n",), "k", {"v": 1}, ttl=None if damage == "stray-expiry" else 60)
@@ -108,6 +118,8 @@ def test_damaged_items_raise_corrupt_memory_error(memory: RedisItemMemory, damag
         client.hset(data, member, client.hget(data, member).rsplit(b",", 1)[0] + b",[1]")
     elif damage == "bad-header":
         client.hset(data, member, b"x" + rest)
+    elif damage == "version-0":  # no write leaves it: never taken for an absent item
+        client.hset(data, member, b"0," + rest)
     elif damage == "no-record":
         client.hdel(data, member)
     elif damage == "stray-member":
@@ -128,11 +140,12 @@ def test_damaged_items_raise_corrupt_memory_error(memory: RedisItemMemory, damag
     for refresh in (False, True):  # a damaged item is never read as absent, nor repaired by a refresh
         with pytest.raises(CorruptMemoryError, match="item"):
             memory.get(("n",), "k", refresh_ttl=refresh)
-    if damage == "bad-header":
-        with pytest.raises(CorruptMemoryError, match="expected_version"):
-            memory.put(("n",), "k", {"v": 3}, expected_version=int(version))
-        with pytest.raises(CorruptMemoryError, match="expected_version"):
-            memory.delete(("n",), "k", expected_version=int(version))
+    if damage in ("bad-header", "version-0"):
+        for expected in (0, int(version)):
+            with pytest.raises(CorruptMemoryError, match="expected_version"):
+                memory.put(("n",), "k", {"v": 3}, expected_version=expected)
+            with pytest.raises(CorruptMemoryError, match="expected_version"):
+                memory.delete(("n",), "k", expected_version=expected)
     if damage != "wrong-type":  # a plain put replaces a damaged item, with a version above every one given out
         assert memory.put(("n",), "k", {"v": 3}) > int(version)
         assert [item.value["v"] for item in memory.list()] == [2, 3]

@@ -120,7 +120,8 @@ for i = 1, n do
   local version, made, updated, current = nil, nil, nil, '0'
   if record then
     version, made, updated = string.match(record, '^(%d+),(%d+),(%d+),')
-    if live(member, now) then current = version else made = nil end
+    -- a live record whose version no write gives (none, '0', a leading zero) is damaged: never "absent"
+    if live(member, now) then current = version and string.match(version, '^[1-9]%d*$') else made = nil end
   end
   if expected ~= '' then
     if not current then return {-1, i} end
@@ -159,7 +160,7 @@ return versions
 local now = tonumber(ARGV[1])
 if ARGV[2] ~= '' then
   local record, current = redis.call('HGET', KEYS[1], ARGV[3]), '0'
-  if record and live(ARGV[3], now) then current = string.match(record, '^(%d+),') end
+  if record and live(ARGV[3], now) then current = string.match(record, '^([1-9]%d*),') end -- as in "write"
   if not current then return {-1} end
   if current ~= ARGV[2] then return {0, current} end
 end
