@@ -722,12 +722,18 @@ def test_a_committed_version_0_is_damage_not_an_absent_item(sql_kind: str, tmp_p
         ('{"a":' * 64 + "1" + "}" * 64, False),  # as deep as allowed
         ('{"a":[' + ",".join(["{}"] * 100) + '],"b":"[[[{{{"}', False),  # many brackets, shallow
         ('{"a":1.5e300,"b":-0.0}', False),
+        ('{"a":"\\ud800"}', True),  # a lone surrogate, escaped: no write stores one (IM6)
+        ('{"a":["x\\uDFFFy"]}', True),
+        ('{"\\udbff":1}', True),
+        ('{"a":"\\ud83d\\ude00 \\\\ud800"}', False),  # a surrogate pair, then a backslash and "ud800"
     ],
 )
 def test_list_plain_refuses_the_damaged_values_list_refuses(
     sql_kind: str, tmp_path: Path, text: str, refused: bool
 ) -> None:
     """`list_plain` holds a stored value to the limits `list` does (freeze_json's): never a value `list` refuses."""
+    if sql_kind == "postgresql" and refused and "\\ud" in text.lower():
+        pytest.skip("PostgreSQL's json type refuses a lone surrogate: no such damage to read")
     with sql_place(sql_kind, tmp_path) as (url, prefix), SQLItemMemory(url, table_prefix=prefix) as memory:
         memory.put(("t",), "victim", {"s": 1})
         items = memory._items

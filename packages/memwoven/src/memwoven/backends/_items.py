@@ -40,6 +40,7 @@ __all__ = [
 _SEPARATOR = "\x01"
 _ESCAPE = "\x02"
 _ESCAPED = re.compile("\x02(.)", re.DOTALL)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")  # JSON's escape of a code point D800-DFFF
 _ENCODED = re.compile("(?:(?:[^\x01\x02]|\x02[\x02\x03])+\x01)+")  # non-empty labels, each escaped, then the separator
 
 
@@ -114,8 +115,8 @@ def decode_value(text: str | bytes) -> FrozenDict:
 
 
 def _decoded(text: str | bytes, decoder: json.JSONDecoder) -> dict[str, Any]:
-    """The JSON object `text` holds (`ValueError` if none; Python's own limit refuses integers of more than
-    `MAX_INT_DIGITS` digits)."""
+    """The JSON object `text` holds (`ValueError` if none, or if it holds a lone surrogate, which no write stores;
+    Python's own limit refuses integers of more than `MAX_INT_DIGITS` digits)."""
     text = text if isinstance(text, str) else text.decode("utf-8")
     # `decode` first and last matches the whitespace around the value, which took twice as long as decoding a
     # store item's value: the text encode_value wrote has none, anything else is judged by `decode`.
@@ -127,6 +128,13 @@ def _decoded(text: str | bytes, decoder: json.JSONDecoder) -> dict[str, Any]:
         value = decoder.decode(text)
     if not isinstance(value, dict):
         raise ValueError("not a JSON object")
+    # json reads an escaped lone surrogate ("\ud800"): only text escaping a surrogate can hold one (a backslash
+    # first: one memchr, where a regex or a substring search scans each character)
+    if "\\" in text and _SURROGATE_ESCAPE.search(text):
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("a string holds a lone surrogate (not valid Unicode)") from None
     return value
 
 
