@@ -154,17 +154,20 @@ def test_damaged_items_raise_corrupt_memory_error(memory: RedisItemMemory, damag
         assert [item.value["v"] for item in memory.list()] == [2, 3]
 
 
-@pytest.mark.parametrize("damage", ["no-index", "no-record"])
+@pytest.mark.parametrize("damage", ["no-index", "no-record", "index-score"])
 def test_listings_counts_and_namespaces_notice_a_lost_key_or_record(memory: RedisItemMemory, damage: str) -> None:
     """Listings walk the index: without it (evicted, deleted) they read an empty memory, and a count without the
-    records read passed over a lost one. The data hash and the index hold as many members, always."""
+    records read passed over a lost one, and a member scored other than 0 hid namespaces. The data hash and the
+    index hold as many members, always, and every member is scored 0."""
     memory.put(("u", "1"), "a", {"v": 1})
     memory.put(("u", "1"), "b", {"v": 2})
     data, index, _, _ = memory._keys
     if damage == "no-index":
         memory._client.delete(index)
-    else:
+    elif damage == "no-record":
         memory._client.hdel(data, redis_items._member(("u", "1"), "a"))
+    else:
+        memory._client.zadd(index, {redis_items._member(("u", "1"), "a"): 5})
     for listing in (memory.list, memory.count, memory.namespaces, lambda: memory.count(("u",))):
         with pytest.raises(CorruptMemoryError, match="different numbers of items"):
             listing()

@@ -68,7 +68,10 @@ _PARTS = ("data", "index", "expiry", "clock")  # a memory's keys, in the order t
 _CHUNK = 1000  # index members per script call of a listing
 _NAMESPACES_PER_CALL = 500  # namespaces per script call of `namespaces`
 _Member = bytes  # an item's index member: encoded namespace, NUL, key (UTF-8)
-_DISAGREE = "its data hash and its index hold different numbers of items (a key evicted or deleted, a record lost)"
+_DISAGREE = (
+    "its data hash and its index hold different numbers of items (a key evicted or deleted, a record lost), or an "
+    "index member is scored other than 0"
+)
 
 # KEYS of every script: data, index, expiry, clock (`_PARTS`).
 _COMMON = """
@@ -76,10 +79,12 @@ local function live(member, now)
   local at = redis.call('ZSCORE', KEYS[3], member)
   return not at or tonumber(at) > now
 end
--- every write, delete and expiry changes the data hash and the index together: a listing that finds them of
--- different sizes (a key evicted or deleted, a record lost) reports it instead of listing what remains
+-- every write, delete and expiry changes the data hash and the index together, scoring every member 0 (the
+-- index is ordered by bytes for ZRANGEBYLEX, which another score breaks): a listing that finds them of different
+-- sizes (a key evicted or deleted, a record lost) or another score reports it instead of listing what remains
 local function intact()
-  return redis.call('HLEN', KEYS[1]) == redis.call('ZCARD', KEYS[2])
+  local members = redis.call('ZCARD', KEYS[2])
+  return redis.call('HLEN', KEYS[1]) == members and redis.call('ZCOUNT', KEYS[2], 0, 0) == members
 end
 """
 
