@@ -100,6 +100,7 @@ def test_memories_spread_over_the_cluster_and_keep_their_keys_in_one_slot(cluste
         "lone-surrogate",
         "bad-header",
         "version-0",
+        "leading-zero",
         "no-record",
         "stray-member",
         "wrong-type",
@@ -123,6 +124,8 @@ def test_damaged_items_raise_corrupt_memory_error(memory: RedisItemMemory, damag
         client.hset(data, member, b"x" + rest)
     elif damage == "version-0":  # no write leaves it: never taken for an absent item
         client.hset(data, member, b"0," + rest)
+    elif damage == "leading-zero":  # read as the version, where compare-and-set refuses it
+        client.hset(data, member, b"0" + version + b"," + rest)
     elif damage == "no-record":
         client.hdel(data, member)
     elif damage == "stray-member":
@@ -143,7 +146,7 @@ def test_damaged_items_raise_corrupt_memory_error(memory: RedisItemMemory, damag
     for refresh in (False, True):  # a damaged item is never read as absent, nor repaired by a refresh
         with pytest.raises(CorruptMemoryError, match="item"):
             memory.get(("n",), "k", refresh_ttl=refresh)
-    if damage in ("bad-header", "version-0"):
+    if damage in ("bad-header", "version-0", "leading-zero"):
         for expected in (0, int(version)):
             with pytest.raises(CorruptMemoryError, match="expected_version"):
                 memory.put(("n",), "k", {"v": 3}, expected_version=expected)

@@ -415,6 +415,8 @@ def _item(address: ItemAddress, record: bytes | str | None, expires: bytes | str
         raise _corrupt(address, "it is in the index but has no record")
     try:
         version, created, updated, ttl_ms, ttl, value = as_text(record).split(",", 5)
+        if not (version.isascii() and version.isdigit() and version[0] != "0"):  # as the scripts' compare-and-set
+            raise ValueError(f"version {version[:40]!r} is none a write gives")
         expires_at = as_text(expires)
         if bool(expires_at) != bool(ttl_ms) or bool(ttl) != bool(ttl_ms):  # every write and refresh keeps them together
             raise ValueError("an expiry without a ttl, or a ttl without an expiry")
