@@ -559,16 +559,77 @@ def test_a_process_starting_while_another_writes_the_file_waits_and_maps_it(
     path.rename(kept)  # no file yet: the first reader would read the table
     inode = kept.stat().st_ino
     result: list[Any] = []
-    with _open(where, cache) as reader:
-        with writing(cache, identity, wait=True):  # another process is writing it
+    context = process_context()
+    held, release = context.Event(), context.Event()
+    script = """
+from memwoven._vector_cache import writing
+with writing(cache, identity, wait=True):  # writing the file
+    held.set()
+    release.wait(60)
+"""
+    writer = start(context, script, cache=cache, identity=identity, held=held, release=release)
+    try:
+        assert held.wait(60)
+        with _open(where, cache) as reader:
             thread = threading.Thread(target=lambda: result.append(_top(reader, vectors[11], k=1)))
             thread.start()
             thread.join(0.5)
             assert thread.is_alive()  # waiting for the writer's file
             kept.rename(path)  # the writer's file, in place
-        thread.join(60)
-        assert result == [[("d11", pytest.approx(1.0))]]
-        assert isinstance(reader._index, CachedIndex)
-        assert reader._index.base.path == path  # mapped, not written again
+            release.set()
+            thread.join(60)
+            assert result == [[("d11", pytest.approx(1.0))]]
+            assert isinstance(reader._index, CachedIndex)
+            assert reader._index.base.path == path  # mapped, not written again
+    finally:
+        release.set()
+        writer.join(60)
     assert _files(cache) == [path.name]
     assert path.stat().st_ino == inode  # the same file, not one written again under its name
+
+
+def test_async_first_reads_never_block_the_event_loop_on_the_lock(
+    where: tuple[str, str], filled: tuple[np.ndarray, Path], tmp_path: Path
+) -> None:
+    """Two first reads of one object on one loop (the second must not wait, on the loop's thread, for the lock the
+    first holds while it awaits the table), then a first read while another process writes the file: both load."""
+    _, cache = filled
+    (identity,) = {name.split(".")[0] for name in _files(cache)}
+    fresh, busy = tmp_path / "fresh", tmp_path / "busy"
+    context = process_context()
+    results, locked = context.Queue(), context.Event()
+    script = """
+import asyncio
+from memwoven.backends.sql import SQLVectorMemory
+
+async def first_reads(cache):
+    memory = SQLVectorMemory(url, table_prefix=prefix, collection="docs", cache_dir=cache)
+    try:
+        return await asyncio.gather(memory.acount(), memory.acount(), memory.aids())
+    finally:
+        await memory.aclose()
+
+async def main():
+    counts = await first_reads(fresh)
+    results.put(counts[:2] + [len(counts[2])])
+    locked.wait(60)
+    counts = await first_reads(busy)
+    results.put(counts[:2] + [len(counts[2])])
+
+asyncio.run(main())
+"""
+    child = start(
+        context, script, url=where[0], prefix=where[1], fresh=fresh, busy=busy, results=results, locked=locked
+    )
+    try:
+        assert results.get(timeout=20) == [300, 300, 300]
+        assert len(_files(fresh)) == 1  # the first read wrote it
+        with writing(busy, identity, wait=True):  # as another process writing it
+            locked.set()
+            assert results.get(timeout=20) == [300, 300, 300]  # read from the table meanwhile
+        assert _files(busy) == []
+    finally:
+        locked.set()
+        child.join(10)
+        child.kill()  # if hung
+        child.join(10)

@@ -27,6 +27,7 @@ import mmap
 import os
 import struct
 import tempfile
+import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -215,11 +216,16 @@ class CacheWriter:
             self._path.unlink()
 
 
+_held: set[tuple[int, int]] = set()  # (device, inode) of the lock files this process's loaders hold
+_holding = threading.Lock()
+
+
 @contextlib.contextmanager
 def writing(directory: Path, identity: str, *, wait: bool) -> Iterator[bool]:
     """Hold the right to write a collection's file (an exclusive `flock` on ``<identity>.lock`` in `directory`,
-    released when the block ends or the process dies): yields True once held, or False at once if another process
-    holds it and `wait` is False. Without `fcntl` (Windows), always True."""
+    released when the block ends or the process dies): yields True once held, or False at once if another loader
+    of this process holds it, or another process does and `wait` is False. Without `fcntl` (Windows), always True.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     try:
         import fcntl
@@ -228,12 +234,25 @@ def writing(directory: Path, identity: str, *, wait: bool) -> Iterator[bool]:
         return
     descriptor = os.open(directory / f"{identity}.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
+        status = os.fstat(descriptor)
+        lock = (status.st_dev, status.st_ino)
+        with _holding:
+            free = lock not in _held
+            if free:
+                _held.add(lock)
+        if not free:  # its holder may be a task of this thread's event loop, or wait for what this thread holds
             yield False
             return
-        yield True
+        try:
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            yield True
+        finally:
+            with _holding:
+                _held.discard(lock)
     finally:
         os.close(descriptor)
 

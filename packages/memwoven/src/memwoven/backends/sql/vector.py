@@ -38,7 +38,7 @@ from memwoven._vector_cache import (
 from memwoven.backends.sql._base import SQLBackend, SQLOptions
 from memwoven.backends.sql._bulk import write_documents
 from memwoven.backends.sql._driver import OnDriver
-from memwoven.backends.sql._engine import Database, Work
+from memwoven.backends.sql._engine import Database, Work, _loop_running_here
 from memwoven.backends.sql._pgvector import (
     EmbeddingsTable,
     Search,
@@ -578,8 +578,10 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         self, connection: Connection, stored: _Collection, dimension: int, directory: Path
     ) -> CachedIndex | None:
         """The collection mapped from its newest cache file, with the changes since applied; written from the
-        table first if there is none (one process writes, the others wait for its file), or rewritten if the
-        changes since are many (unless another process is writing one). None if no file can be written (logged).
+        table first if there is none (one loader of the machine writes it; other processes wait for its file, except
+        on an event loop's thread, where waiting would freeze the loop's other tasks), or rewritten if the changes
+        since are many (unless another loader is writing one). None if no file is mapped: another loader is writing
+        it, or it cannot be written (logged).
         """
         meta = self._tables.meta
         token = connection.execute(sa.select(meta.c.value).where(meta.c.name == _CACHE_TOKEN)).scalar()
@@ -590,8 +592,8 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         if index is not None and not index.needs_rewrite():
             return index
         try:
-            with writing(directory, identity, wait=index is None) as held:
-                if not held:  # another process is writing a newer file: the overlay serves meanwhile
+            with writing(directory, identity, wait=index is None and not _loop_running_here()) as held:
+                if not held:  # another loader is writing a newer file: the overlay, or the rows, serve meanwhile
                     return index
                 if index is None:  # its file, if another process wrote one while this one waited
                     index = self._mapped(connection, stored, dimension, directory, identity)
