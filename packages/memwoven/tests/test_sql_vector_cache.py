@@ -460,15 +460,33 @@ def test_many_changes_since_the_file_write_a_new_one(where: tuple[str, str], fil
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [(True, "env"), ("on", "env"), (False, None), ("off", None), ("elsewhere", "elsewhere")],
+    [
+        (True, "env"),
+        ("on", "env"),
+        ("True", "env"),
+        ("YES", "env"),
+        ("1", "env"),
+        (False, None),
+        ("off", None),
+        ("False", None),  # as a URL's ?cache_dir=False reads: not a directory named "False"
+        ("Off", None),
+        ("no", None),
+        ("0", None),
+        ("elsewhere", "elsewhere"),
+        ("relative", "relative"),
+        ("~/home-relative", "home/home-relative"),
+    ],
 )
 def test_cache_dir_values(
     where: tuple[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path, value: Any, expected: str | None
 ) -> None:
     monkeypatch.setenv("MEMWOVEN_CACHE_DIR", str(tmp_path / "env"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
     if value == "elsewhere":
         value = tmp_path / "elsewhere"
     with _open(where, value) as memory:
+        monkeypatch.chdir("/")  # the directory was resolved when the object was made
         assert memory.cache_dir == (None if expected is None else tmp_path / expected)
 
 

@@ -149,9 +149,10 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
     a collection with the same `search`: the server-side copy is written only by objects in "server" mode.
 
     `cache_dir` keeps the client-side index in a memory-mapped file shared by every process of the machine
-    (`memwoven._vector_cache`): a directory, True (or "on") for `default_cache_dir()`, False (or "off", the default)
-    for none. A new process maps the collection's newest file and applies the changes since, instead of reading
-    every row; reads stay as fresh as without it.
+    (`memwoven._vector_cache`): a directory (made absolute at construction), True (or "on", "true", "yes", "1", in
+    any case) for `default_cache_dir()`, False (the default, or "off", "false", "no", "0") for none. A new process
+    maps the collection's newest file and applies the changes since, instead of reading every row; reads stay as
+    fresh as without it.
 
     `index="hnsw"` (server search only) makes server searches approximate through a pgvector HNSW index of the
     collection, built with `hnsw_m` (default 16) and `hnsw_ef_construction` (64) by the first object that needs it
@@ -847,12 +848,18 @@ def _sorted_ids(index: VectorIndex | CachedIndex) -> list[str]:
     return sorted(index.ids)
 
 
+_OFF = frozenset({"off", "false", "no", "0", ""})
+_ON = frozenset({"on", "true", "yes", "1"})
+
+
 def _check_cache_dir(cache_dir: str | os.PathLike[str] | bool | None) -> Path | None:
-    """The cache directory `cache_dir` names: False (or "off") none, True (or "on") `default_cache_dir()`."""
-    if cache_dir is None or cache_dir is False or cache_dir in ("off", "false", "0", ""):
+    """The cache directory `cache_dir` names, absolute: False (or "off", "false", "no", "0", in any case) none, True
+    (or "on", "true", "yes", "1") `default_cache_dir()`."""
+    word = cache_dir.strip().lower() if isinstance(cache_dir, str) else None
+    if cache_dir is None or cache_dir is False or word in _OFF:
         return None
-    if cache_dir is True or cache_dir in ("on", "true", "1"):
-        return default_cache_dir()
+    if cache_dir is True or word in _ON:
+        return default_cache_dir().expanduser().resolve()
     if not isinstance(cache_dir, (str, os.PathLike)):
         raise InvalidInputError(f"cache_dir must be a directory, True or False, got {cache_dir!r}")
-    return Path(cache_dir)
+    return Path(cache_dir).expanduser().resolve()  # a later chdir does not move it
