@@ -288,6 +288,21 @@ def test_copies_of_a_database_read_only_the_files_of_their_own_history(tmp_path:
     assert read("a") == (["a-other", "a-secret"], ["a-secret", "a-other"], True)
 
 
+def test_a_collection_made_again_after_its_rows_were_deleted_maps_no_file_of_the_old_one(
+    where: tuple[str, str], filled: tuple[np.ndarray, Path]
+) -> None:
+    vectors, cache = filled  # the old collection's file, vouched for at generation 0, version 1
+    tables = Tables.build(where[1], None)
+    with _open(where, False) as plain, plain.engine.begin() as connection:  # an operator deletes the collection
+        connection.execute(sa.delete(tables.vectors))
+        connection.execute(sa.delete(tables.collections))
+    with _open(where, False) as writer:  # made again: its versions start over
+        writer.store(_docs(vectors[:3], start=500))
+    with _open(where, cache) as reader:
+        assert reader.ids() == ["d500", "d501", "d502"]
+        assert _top(reader, vectors[0], k=1)[0][0] == "d500"
+
+
 def test_a_file_of_format_3_is_not_served_its_rows_were_not_checked(
     where: tuple[str, str], filled: tuple[np.ndarray, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

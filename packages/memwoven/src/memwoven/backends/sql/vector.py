@@ -478,6 +478,13 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
         metric = connection.execute(sa.select(c.c.metric).where(c.c.collection_key == self._key)).scalar_one()
         state = self._read_collection(connection, check_documents=True)  # every write bumps the version
         self._check_settings(metric, state.dimension)
+        if state.version == 0:
+            # Never written, or made again after its rows were deleted by hand: its versions start over, so files
+            # vouched for at them would hold an earlier collection's documents (a file at version 0 holds none).
+            meta = self._tables.meta
+            stale = connection.execute(sa.select(meta.c.name).where(self._vouches())).scalars().all()
+            if stale:  # deleted by name: locks those rows alone (MariaDB locks every key a range delete scans)
+                connection.execute(sa.delete(meta).where(meta.c.name.in_(stale)))
         if self.cache_dir is not None:  # names this database's tables in cache files: new tables, new token
             meta = self._tables.meta
             connection.execute(insert_ignoring(connection, meta, {"name": _CACHE_TOKEN, "value": uuid.uuid4().hex}))
@@ -610,13 +617,17 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
     def _vouched(self, connection: Connection) -> dict[str, tuple[int, int]]:
         """The stamps of the cache files this database vouches for, each with its (generation, version)."""
         meta = self._tables.meta
-        mine = sa.and_(meta.c.name.startswith(_VOUCH), meta.c.value.startswith(f"{self._key}:", autoescape=True))
         vouched = {}
-        for name, value in connection.execute(sa.select(meta.c.name, meta.c.value).where(mine)):
+        for name, value in connection.execute(sa.select(meta.c.name, meta.c.value).where(self._vouches())):
             with contextlib.suppress(ValueError):  # a row not as written vouches for nothing (files are a cache)
                 _, generation, version = value.rsplit(":", 2)
                 vouched[name.removeprefix(_VOUCH)] = (int(generation), int(version))
         return vouched
+
+    def _vouches(self) -> sa.ColumnElement[bool]:
+        """The meta rows vouching for this collection's cache files."""
+        meta = self._tables.meta
+        return sa.and_(meta.c.name.startswith(_VOUCH), meta.c.value.startswith(f"{self._key}:", autoescape=True))
 
     def _vouch(self, stamp: str, stored: _Collection) -> None:
         """Record in the database that the cache file `stamp` holds the collection at `stored` (its own
