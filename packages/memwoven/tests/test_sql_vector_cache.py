@@ -303,6 +303,24 @@ def test_a_collection_made_again_after_its_rows_were_deleted_maps_no_file_of_the
         assert _top(reader, vectors[0], k=1)[0][0] == "d500"
 
 
+def test_drop_tables_removes_the_cache_files_of_its_collections(
+    where: tuple[str, str], filled: tuple[np.ndarray, Path]
+) -> None:
+    vectors, cache = filled
+    with _open(where, False) as plain, SQLVectorMemory(where[0], table_prefix=where[1], collection="more") as other:
+        other.store(_docs(vectors[:3]))
+        unrelated = cache / f"{'0' * 40}.0.1.{'a' * 32}.mwvc"  # another database's
+        unrelated.write_bytes(b"")
+        with SQLVectorMemory(where[0], table_prefix=where[1], collection="more", cache_dir=cache) as reader:
+            assert reader.count() == 3  # writes its file
+        assert len(_files(cache)) == 3
+        assert len(list(cache.glob("*.lock"))) == 2
+        with _open(where, cache) as dropping:
+            dropping.drop_tables()
+        assert sorted(p.name for p in cache.iterdir()) == [unrelated.name]
+        assert not plain.has_tables()
+
+
 def test_a_file_of_format_3_is_not_served_its_rows_were_not_checked(
     where: tuple[str, str], filled: tuple[np.ndarray, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -50,6 +50,7 @@ __all__ = [
     "default_cache_dir",
     "id_hashes",
     "newest",
+    "remove_files",
     "writing",
 ]
 
@@ -273,6 +274,15 @@ def _files(directory: Path, identity: str) -> list[tuple[int, int, str, Path]]:
             with contextlib.suppress(ValueError):
                 found.append((int(parts[1]), int(parts[2]), parts[3], path))
     return sorted(found, reverse=True)
+
+
+def remove_files(directory: Path, identity: str) -> None:
+    """Remove a collection's cache files, finished or not, and its lock file (its tables were dropped)."""
+    leftovers = [found[3] for found in _files(directory, identity)]
+    leftovers += directory.glob(f"{_temporary(identity)}*{_SUFFIX}")
+    for path in [*leftovers, directory / f"{identity}.lock"]:
+        with contextlib.suppress(OSError):  # already gone, or another process's to remove
+            path.unlink()
 
 
 class CacheFile:

@@ -33,6 +33,7 @@ from memwoven._vector_cache import (
     cache_identity,
     default_cache_dir,
     newest,
+    remove_files,
     writing,
 )
 from memwoven.backends.sql._base import SQLBackend, SQLOptions
@@ -361,11 +362,33 @@ class SQLVectorMemory(SQLBackend, VectorMemoryBase):
     ids, aids = twins(_ids)
 
     def drop_tables(self) -> None:
-        """Drop every table of this prefix (all the sessions and collections stored under it). Irreversible."""
+        """Drop every table of this prefix (all the sessions and collections stored under it), and remove the cache
+        files of its collections from this object's `cache_dir`. Irreversible."""
+        identities = [] if self.cache_dir is None else self._cache_identities()
         if self._embeddings is not None:
             with self._db.translated(), self._db.engine.begin() as connection:
                 self._embeddings.drop(connection)
         super().drop_tables()
+        if self.cache_dir is not None:
+            for identity in identities:
+                remove_files(self.cache_dir, identity)
+
+    def _cache_identities(self) -> list[str]:
+        """The identities naming the cache files of every collection stored under this prefix (read-only)."""
+        meta, c = self._tables.meta, self._collections
+        if not self._db.exists():
+            return []
+
+        def read(connection: Connection) -> list[str]:
+            inspector = sa.inspect(connection)
+            if not all(inspector.has_table(table.name, schema=table.schema) for table in (meta, c)):
+                return []
+            token = connection.execute(sa.select(meta.c.value).where(meta.c.name == _CACHE_TOKEN)).scalar()
+            if token is None:
+                return []
+            return [cache_identity(token, key) for key in connection.execute(sa.select(c.c.collection_key)).scalars()]
+
+        return self._db.transact(Work(read))
 
     # Server-side search (search="server"): reads in the database, nothing kept in process ----------------------
 
