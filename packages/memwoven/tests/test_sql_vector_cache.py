@@ -29,7 +29,7 @@ from memwoven.urls import open_vector_memory, vector_collections
 from memwoven.vector_index import inverse_norms
 from memwoven_test_support import unique_name
 
-CACHED_KINDS = ("sqlite", "postgresql")
+CACHED_KINDS = ("sqlite", "postgresql", "mariadb")
 
 
 @pytest.fixture(params=CACHED_KINDS)
